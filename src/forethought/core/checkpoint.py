@@ -1,0 +1,145 @@
+"""Checkpoints: ``<run>/step-NNNNNN/`` with ``model.safetensors``, ``trainer_state.pt`` and ``manifest.json``.
+
+The folder is written under a temporary name and renamed when complete, and the manifest records each file's
+size and SHA-256, so a killed run never leaves a half checkpoint and a truncated or corrupted one is detected
+with a clear message instead of being loaded. Weights are safetensors; the trainer state (optimizer,
+scheduler, step, RNG) is loaded with ``weights_only=True`` (no arbitrary unpickling).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_json
+
+_STEP_DIR = re.compile(r"^step-(\d{6,})$")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _state_dict_for_save(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    # safetensors refuses shared storage (tied embeddings): save each tensor once, contiguous.
+    out: dict[str, torch.Tensor] = {}
+    seen: dict[int, str] = {}
+    for k, v in model.state_dict().items():
+        ptr = v.data_ptr()
+        if ptr in seen and v.numel() > 0:
+            continue
+        seen[ptr] = k
+        out[k] = v.detach().contiguous().cpu()
+    return out
+
+
+def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_state: dict[str, Any],
+                    model_config: dict[str, Any] | None = None, keep: int = 2) -> Path:
+    """Write ``step-NNNNNN`` atomically and keep only the newest ``keep`` checkpoints."""
+    run_dir = Path(run_dir)
+    final = run_dir / f"step-{step:06d}"
+    tmp = run_dir / f".tmp-step-{step:06d}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file(_state_dict_for_save(model), str(tmp / "model.safetensors"))
+    torch.save(trainer_state, tmp / "trainer_state.pt")
+    if model_config is not None:
+        (tmp / "config.json").write_text(json.dumps(model_config, indent=2))
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
+    atomic_write_json(tmp / "manifest.json", {"step": step, "files": files})
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint folders (those with a manifest), oldest first."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir()
+             if (m := _STEP_DIR.match(p.name)) and (p / "manifest.json").is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
+    """Check every file against the manifest; raise ForethoughtError naming the first bad file."""
+    ckpt = Path(ckpt)
+    man_path = ckpt / "manifest.json"
+    try:
+        manifest = json.loads(man_path.read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ForethoughtError(f"checkpoint {ckpt} is incomplete or corrupt: unreadable manifest.json") from None
+    for name, meta in files.items():
+        p = ckpt / name
+        if not p.is_file():
+            raise ForethoughtError(f"checkpoint {ckpt} is incomplete: {name} is missing")
+        size = p.stat().st_size
+        if size != meta["bytes"]:
+            raise ForethoughtError(
+                f"checkpoint {ckpt} is truncated or corrupt: {name} has {size} bytes, expected {meta['bytes']}")
+        if _sha256(p) != meta["sha256"]:
+            raise ForethoughtError(f"checkpoint {ckpt} is corrupt: {name} fails its SHA-256 check")
+    return manifest
+
+
+def load_checkpoint(ckpt: Path, model: torch.nn.Module, strict: bool = True) -> dict[str, Any]:
+    """Verify, load weights into ``model`` (in place) and return the trainer state."""
+    ckpt = Path(ckpt)
+    verify_checkpoint(ckpt)
+    try:
+        weights = load_file(str(ckpt / "model.safetensors"))
+    except Exception as e:  # safetensors raises several types for bad headers
+        raise ForethoughtError(f"checkpoint {ckpt} is corrupt: cannot read model.safetensors ({e})") from None
+    load_weights(model, weights, strict=strict, where=str(ckpt))
+    state_path = ckpt / "trainer_state.pt"
+    if not state_path.is_file():
+        return {}
+    try:
+        return torch.load(state_path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ForethoughtError(f"checkpoint {ckpt} is corrupt: cannot read trainer_state.pt ({e})") from None
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], strict: bool = True,
+                 where: str = "") -> None:
+    """Load a (possibly de-duplicated) state dict; tied tensors saved once are restored by the tie."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in weights]
+    # A key is allowed to be missing only when it shares storage with one that is present (tied weights).
+    ptrs = {own[k].data_ptr() for k in own if k in weights}
+    really_missing = [k for k in missing if own[k].data_ptr() not in ptrs]
+    unexpected = [k for k in weights if k not in own]
+    if strict and (really_missing or unexpected):
+        raise ForethoughtError(
+            f"checkpoint {where} does not match the model: missing {really_missing[:5]}, unexpected {unexpected[:5]}")
+    bad = [k for k in weights if k in own and own[k].shape != weights[k].shape]
+    if bad:
+        k = bad[0]
+        raise ForethoughtError(
+            f"checkpoint {where} does not match the model: {k} has shape {tuple(weights[k].shape)}, "
+            f"model expects {tuple(own[k].shape)}")
+    model.load_state_dict(weights, strict=False)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1] if ckpts else None

@@ -1,0 +1,209 @@
+"""Typed configs: nested dataclasses, loaded from YAML, overridden from the command line with dotted keys.
+
+A config class is a dataclass whose fields are plain values or nested dataclasses. Each field may carry a
+``help`` entry in its metadata; it is shown by ``forethought <cmd> --help``. Unknown keys and values of the
+wrong type raise :class:`ForethoughtError` naming the key, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from forethought.core.errors import ForethoughtError
+
+T = TypeVar("T")
+
+
+def field(default: Any, help: str = "") -> Any:  # noqa: A002 - mirrors argparse's name
+    """A dataclass field with a help string (mutable defaults are copied per instance)."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    if dataclasses.is_dataclass(default):
+        return dataclasses.field(default_factory=lambda: dataclasses.replace(default), metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _keys(cls: type, prefix: str = "") -> list[str]:
+    out = []
+    for f in dataclasses.fields(cls):
+        t = _hints(cls)[f.name]
+        if dataclasses.is_dataclass(t):
+            out += _keys(t, f"{prefix}{f.name}.")
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+def _coerce(key: str, value: Any, t: Any) -> Any:
+    """Check/convert a YAML-parsed value to the annotated type ``t``."""
+    origin = typing.get_origin(t)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(t)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(key, value, a)
+            except ForethoughtError as e:
+                errors.append(str(e))
+        raise ForethoughtError(errors[0] if errors else f"config key '{key}': bad value {value!r}")
+    if origin is typing.Literal:
+        if value not in typing.get_args(t):
+            choices = ", ".join(repr(a) for a in typing.get_args(t))
+            raise ForethoughtError(f"config key '{key}' must be one of {choices}, got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if isinstance(value, (str, int, float)):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise ForethoughtError(f"config key '{key}' expects a list, got {value!r}")
+        (inner,) = typing.get_args(t)[:1] or (Any,)
+        return [_coerce(key, v, inner) for v in value]
+    if t is Any:
+        return value
+    if t is bool:
+        if isinstance(value, bool):
+            return value
+        raise ForethoughtError(f"config key '{key}' expects true/false, got {value!r}")
+    if t is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ForethoughtError(f"config key '{key}' expects an integer, got {value!r}")
+    if t is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads "1e-3" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ForethoughtError(f"config key '{key}' expects a number, got {value!r}")
+    if t is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ForethoughtError(f"config key '{key}' expects a string, got {value!r}")
+    return value
+
+
+def _unknown(key: str, cls: type) -> ForethoughtError:
+    close = difflib.get_close_matches(key, _keys(cls), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ForethoughtError(f"unknown config key '{key}'{hint}")
+
+
+def _apply(obj: Any, key: str, value: Any, root_cls: type) -> None:
+    parts = key.split(".")
+    target = obj
+    for p in parts[:-1]:
+        if not dataclasses.is_dataclass(target) or p not in {f.name for f in dataclasses.fields(target)}:
+            raise _unknown(key, root_cls)
+        target = getattr(target, p)
+    name = parts[-1]
+    if not dataclasses.is_dataclass(target) or name not in {f.name for f in dataclasses.fields(target)}:
+        raise _unknown(key, root_cls)
+    t = _hints(type(target))[name]
+    if dataclasses.is_dataclass(t):
+        if not isinstance(value, dict):
+            raise ForethoughtError(f"config key '{key}' is a section; give its keys, e.g. '{key}.<name>'")
+        for k, v in value.items():
+            _apply(obj, f"{key}.{k}", v, root_cls)
+        return
+    setattr(target, name, _coerce(key, value, t))
+
+
+def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out += _flatten(v, f"{prefix}{k}.")
+        else:
+            out.append((prefix + str(k), v))
+    return out
+
+
+def parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
+    """``['--train.steps', '6', 'model.n_layer=2']`` -> ``[('train.steps', 6), ('model.n_layer', 2)]``."""
+    out: list[tuple[str, Any]] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--") and "=" in a:
+            k, v = a[2:].split("=", 1)
+        elif a.startswith("--"):
+            if i + 1 >= len(args):
+                raise ForethoughtError(f"option '{a}' needs a value")
+            k, v = a[2:], args[i + 1]
+            i += 1
+        elif "=" in a:
+            k, v = a.split("=", 1)
+        else:
+            raise ForethoughtError(f"unexpected argument '{a}' (config overrides look like --section.key VALUE)")
+        try:
+            parsed = yaml.safe_load(v) if v != "" else ""
+        except yaml.YAMLError:
+            parsed = v
+        out.append((k.replace("-", "_"), parsed))
+        i += 1
+    return out
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Defaults of ``cls``, then the YAML file at ``path``, then the dotted ``overrides``."""
+    cfg = cls()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ForethoughtError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ForethoughtError(f"config file {p} is not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ForethoughtError(f"config file {p} must hold a mapping of keys to values")
+        for k, v in _flatten(data):
+            _apply(cfg, k, v, cls)
+    for k, v in parse_overrides(overrides or []):
+        _apply(cfg, k, v, cls)
+    validate = getattr(cfg, "validate", None)
+    if callable(validate):
+        validate()
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save_yaml(cfg: Any, path: Path) -> None:
+    from forethought.core.io import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def describe(cls: type, prefix: str = "") -> list[str]:
+    """One line per key: ``section.key = default  help`` (for --help)."""
+    lines = []
+    inst = cls()
+    for f in dataclasses.fields(cls):
+        t = _hints(cls)[f.name]
+        if dataclasses.is_dataclass(t):
+            lines += describe(t, f"{prefix}{f.name}.")
+        else:
+            lines.append(f"  --{prefix}{f.name} {getattr(inst, f.name)!r}  {f.metadata.get('help', '')}".rstrip())
+    return lines

@@ -1,0 +1,102 @@
+"""Run folders: ``runs/<name>/`` holds the resolved config, ``metrics.jsonl``, ``results.json``, checkpoints,
+plots and ``env.json`` (git hash, package versions, command), so every number can be traced to its run."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from forethought.core.config import save_yaml
+from forethought.core.io import atomic_write_json
+
+_PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers", "safetensors", "numpy")
+
+
+def git_hash() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """What produced a result: command, machine, versions, git commit."""
+    versions = {}
+    for p in _PACKAGES:
+        try:
+            versions[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            versions[p] = None
+    try:
+        import torch
+
+        threads = torch.get_num_threads()
+        cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        threads, cuda = None, None
+    import os
+
+    return {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count(), "torch_threads": threads, "gpu": cuda},
+        "python": platform.python_version(),
+        "packages": versions,
+        "git": git_hash(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+@dataclass
+class Run:
+    """A run folder. Only rank 0 writes (``is_main``)."""
+
+    dir: Path
+    is_main: bool = True
+
+    @classmethod
+    def create(cls, root: str | Path, name: str, cfg: Any = None, is_main: bool = True) -> "Run":
+        run = cls(Path(root) / name, is_main)
+        if is_main:
+            run.dir.mkdir(parents=True, exist_ok=True)
+            if cfg is not None:
+                save_yaml(cfg, run.dir / "config.yaml")
+            atomic_write_json(run.dir / "env.json", environment())
+        return run
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to metrics.jsonl (lines are small, so an append is effectively atomic)."""
+        if not self.is_main:
+            return
+        with open(self.dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def metrics(self) -> list[dict[str, Any]]:
+        p = self.dir / "metrics.jsonl"
+        if not p.is_file():
+            return []
+        out = []
+        for line in p.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue  # a line torn by a kill
+        return out
+
+    def write_results(self, results: dict[str, Any]) -> Path:
+        p = self.dir / "results.json"
+        if self.is_main:
+            atomic_write_json(p, results)
+        return p
+
+    def path(self, name: str) -> Path:
+        return self.dir / name

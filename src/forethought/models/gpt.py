@@ -1,0 +1,192 @@
+"""Our own small GPT (GPT-2 architecture) in one readable file, with pluggable attention.
+
+Attention modes: ``causal`` (fused SDPA with ``is_causal``), ``block_causal`` (position i sees position j when
+j's block is not after i's), ``full``. Any attention module can be given an ``override`` callable
+``(module, x, q, k, v) -> y`` — this is how myopic attention (forethought.myopia) plugs in without this file
+knowing about it. Inputs are token ids (LM) or real vectors through a linear embedding (``input_dim``);
+outputs are LM logits (head tied to the token embedding by default) or a linear regression head
+(``output_dim``). With weights copied from HF ``GPT2LMHeadModel`` (:func:`from_hf_gpt2`) the logits match.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from forethought.core.config import field
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = field(50257, "token vocabulary size (ignored when input_dim > 0)")
+    n_positions: int = field(1024, "maximum sequence length (learned position embeddings)")
+    n_embd: int = field(768, "model width d")
+    n_layer: int = field(12, "number of transformer blocks")
+    n_head: int = field(12, "attention heads")
+    input_dim: int = field(0, "> 0: real-valued inputs of this size through a linear embedding")
+    output_dim: int = field(0, "> 0: a linear regression head of this size instead of the LM head")
+    attention: Literal["causal", "block_causal", "full"] = field("causal", "attention mask")
+    block_size: int = field(0, "tokens per block for block_causal attention")
+    dropout: float = field(0.0, "dropout on attention output, MLP output and embeddings")
+    bias: bool = field(True, "biases in linear layers and layer norms")
+    layer_norm_eps: float = field(1e-5, "layer norm epsilon")
+    tie_word_embeddings: bool = field(True, "share the LM head with the token embedding")
+
+    def validate(self) -> None:
+        from forethought.core.errors import ForethoughtError
+
+        if self.n_embd % self.n_head:
+            raise ForethoughtError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})")
+        if self.attention == "block_causal" and self.block_size <= 0:
+            raise ForethoughtError("model.block_size must be > 0 for block_causal attention")
+
+
+AttentionOverride = Callable[["Attention", torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def block_causal_mask(T: int, block: int, device: torch.device | None = None) -> torch.Tensor:
+    """(T, T) bool, True = may attend: key j is visible from query i when block(j) <= block(i)."""
+    b = torch.arange(T, device=device) // block
+    return b[None, :] <= b[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head, self.n_embd = cfg.n_head, cfg.n_embd
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # fused q, k, v projections
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.resid_drop = nn.Dropout(cfg.dropout)
+        self.mode = cfg.attention
+        self.block_size = cfg.block_size
+        self.override: AttentionOverride | None = None
+
+    def heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) -> (B, H, T, C/H)."""
+        B, T, C = t.shape
+        return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        B, T, C = x.shape  # (B, T, C)
+        q, k, v = (self.heads(t) for t in self.c_attn(x).split(C, dim=2))  # each (B, H, T, hd)
+        if self.override is not None:
+            y = self.override(self, x, q, k, v)
+        elif attn_mask is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        elif self.mode == "causal":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.mode == "block_causal":
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=block_causal_mask(T, self.block_size, x.device))
+        else:
+            y = F.scaled_dot_product_attention(q, k, v)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return self.resid_drop(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))  # GPT-2's gelu_new
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        self.attn = Attention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), attn_mask)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        if cfg.input_dim > 0:
+            self.wte: nn.Module = nn.Linear(cfg.input_dim, cfg.n_embd, bias=cfg.bias)
+        else:
+            self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.n_positions, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        if cfg.output_dim > 0:
+            self.head: nn.Linear = nn.Linear(cfg.n_embd, cfg.output_dim)
+        else:
+            self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+            if cfg.tie_word_embeddings and cfg.input_dim == 0:
+                self.head.weight = self.wte.weight
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2L)
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.wpe.weight.numel() if non_embedding else n
+
+    def forward(self, inputs: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """inputs: (B, T) token ids or (B, T, input_dim). Returns logits/outputs (B, T, V|output_dim), and with
+        ``output_hidden_states`` the residual stream after the embedding and after each block (L+1 tensors,
+        each (B, T, C)); the last one is before ``ln_f``."""
+        T = inputs.shape[1]
+        if T > self.config.n_positions:
+            raise ValueError(f"sequence length {T} exceeds n_positions {self.config.n_positions}")
+        pos = torch.arange(T, device=inputs.device)
+        x = self.drop(self.wte(inputs) + self.wpe(pos))  # (B, T, C)
+        hidden = [x]
+        for block in self.h:
+            x = block(x, attn_mask)
+            hidden.append(x)
+        out = self.head(self.ln_f(x))
+        return (out, hidden) if output_hidden_states else out
+
+    def config_dict(self) -> dict:
+        return {"model_type": "forethought-gpt", **asdict(self.config)}
+
+
+def from_hf_gpt2(hf_model: nn.Module) -> GPT:
+    """Build our GPT with the weights of an HF ``GPT2LMHeadModel`` (Conv1D weights are transposed)."""
+    c = hf_model.config
+    cfg = GPTConfig(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer,
+                    n_head=c.n_head, layer_norm_eps=c.layer_norm_epsilon, dropout=0.0)
+    model = GPT(cfg)
+    sd = hf_model.state_dict()
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    own = {}
+    for k, v in sd.items():
+        if not k.startswith("transformer.") or k.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        name = k[len("transformer."):]
+        own[name] = v.t() if name.endswith(conv1d) else v
+    missing, unexpected = model.load_state_dict(own, strict=False)
+    missing = [m for m in missing if m != "head.weight"]  # tied to wte
+    if missing or unexpected:
+        raise ValueError(f"GPT-2 conversion mismatch: missing {missing}, unexpected {unexpected}")
+    return model

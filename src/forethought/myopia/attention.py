@@ -1,0 +1,116 @@
+"""Myopic attention as pure functions (SPEC §3).
+
+Myopic training: the loss at position t may not shape any earlier position's state. In every attention layer a
+query attends to *other* positions' keys/values computed from detached states ("past" K/V), and to its own
+position's live key/value (the diagonal). All tensors are (B, H, T, D); heads already expanded for GQA.
+
+Two implementations of the same function:
+
+* :func:`myopic_attention` — one fused attention call plus O(T·D): run SDPA on ``(q, K_past, V_past)`` (whose
+  values equal the live ``K, V`` for the detach modes) and ask it for the log-sum-exp; with
+  ``A_tt = exp(q_t·k_t·s − lse_t)`` (detached) add two terms that are zero in the forward pass and restore the
+  diagonal's gradients exactly::
+
+      out_t += A_tt·(v_t − v'_t) + A_tt·s·(q_t.detach()·(k_t − k'_t))·(v'_t − out_t).detach()
+
+  d out_t / d v_t = A_tt and d out_t / d k_t = A_tt·s·q_t (v_t − out_t)ᵀ, which is what the two terms give;
+  their negatives cancel what SDPA sent to the diagonal's past copies. The forward output is bit-identical to
+  vanilla attention, since the added terms are exact zeros.
+* :func:`reference_myopic_attention` — the explicit O(T²) form (scores with a replaced diagonal), used when past
+  K/V differ in value from the live ones (``zero_past``, ``local``) or with a padding mask, and as the test oracle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal attention output (B, H, T, D) and its log-sum-exp of scaled scores (B, H, T), from fused kernels
+    where the device has one that returns it, else computed explicitly."""
+    T = q.shape[-2]
+    if q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True, scale=scale)
+        return out, lse
+    if q.device.type == "cuda":
+        out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, None, True, 0.0, True, scale=scale)
+        return out, lse[..., :T]  # the kernel pads lse's last dim to a multiple of 32
+    scores = (q @ k.transpose(-1, -2)) * scale  # (B, H, T, T)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    scores = scores.masked_fill(~causal, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.softmax(scores, dim=-1) @ v, lse
+
+
+def myopic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_past: torch.Tensor,
+                     v_past: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Exact myopic causal attention in one fused pass. ``k_past``/``v_past`` must equal ``k``/``v`` in value
+    and differ only in what their gradients reach (detached, or weights-only)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    out, lse = attention_with_lse(q, k_past, v_past, scale)  # (B, H, T, D), (B, H, T)
+    a_tt = torch.exp((q * k_past).sum(-1) * scale - lse.to(q.dtype)).detach()  # diagonal probability (B, H, T)
+    dk = (q.detach() * (k - k_past)).sum(-1) * scale  # zero in value, d/dk_t = s·q_t
+    return out + a_tt.unsqueeze(-1) * (v - v_past) + (a_tt * dk).unsqueeze(-1) * (v_past - out).detach()
+
+
+def reference_myopic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_past: torch.Tensor,
+                               v_past: torch.Tensor, scale: float | None = None,
+                               mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Explicit myopic attention: off-diagonal scores/values from ``k_past``/``v_past``, the diagonal live.
+    ``mask``: optional extra mask broadcastable to (B, H, T, T), bool (True = attend) or additive float."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    T = q.shape[-2]
+    eye = torch.eye(T, dtype=torch.bool, device=q.device)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    past = (q @ k_past.transpose(-1, -2)) * scale  # (B, H, T, T)
+    diag = (q * k).sum(-1, keepdim=True) * scale  # (B, H, T, 1)
+    scores = torch.where(eye, diag, past).masked_fill(~causal, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    probs = torch.softmax(scores, dim=-1)
+    probs = torch.nan_to_num(probs)  # fully masked (padding) rows
+    off = probs.masked_fill(eye, 0.0)
+    return off @ v_past + probs.diagonal(dim1=-2, dim2=-1).unsqueeze(-1) * v
+
+
+def vanilla_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+class _WeightGradOnly(torch.autograd.Function):
+    """Returns a precomputed ``x @ Wᵀ + b`` whose gradient reaches W and b but not x: the "past" K/V of
+    ``detach_hidden`` without computing the projection a second time."""
+
+    @staticmethod
+    def forward(ctx, value: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
+                bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.has_bias = bias is not None
+        return value.detach().clone()
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1])
+        gw = g2.t() @ x.reshape(-1, x.shape[-1]).to(g.dtype)
+        gb = g2.sum(0) if ctx.has_bias else None
+        return None, None, gw, gb
+
+
+def weight_grad_only(value: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                     bias: torch.Tensor | None) -> torch.Tensor:
+    """``value`` must be ``F.linear(x, weight, bias)``; the result equals it, with gradients to weight/bias only."""
+    return _WeightGradOnly.apply(value, x.detach(), weight, bias)
+
+
+def blend(live: torch.Tensor, past: torch.Tensor, beta: float) -> torch.Tensor:
+    """Value of ``past`` (bit-exact), gradient split beta to ``live`` and 1 − beta to ``past`` (beta = 1 is
+    vanilla, 0 fully myopic): the reference code's dial."""
+    if beta == 0.0:
+        return past
+    return past - beta * (past - past.detach()) + beta * (live - live.detach())
