@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from forethought.core.config import save_yaml
+from forethought.core.config import field, save_yaml
 from forethought.core.io import atomic_write_json
 
 _PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers", "safetensors", "numpy")
@@ -54,6 +54,14 @@ def environment() -> dict[str, Any]:
         "git": git_hash(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+@dataclass
+class RunConfig:
+    name: str = field("run", "run folder name under out_dir")
+    out_dir: str = field("runs", "where run folders are written")
+    seed: int = field(0, "random seed (data, init, sampling)")
+    device: str = field("auto", "auto | cpu | cuda | mps")
 
 
 @dataclass

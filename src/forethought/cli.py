@@ -1,0 +1,141 @@
+"""The ``forethought`` console script: ``forethought <system> <verb> [--config FILE|PRESET] [--section.key VALUE ...]``.
+
+Every command takes a typed config (a dataclass): defaults, then ``--config`` (a YAML file, or the name of a
+preset shipped in ``forethought/configs/<system>/``), then dotted overrides. ``--resume auto`` continues the
+run from its newest complete checkpoint. User errors print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from forethought.core.config import describe, load_config
+from forethought.core.errors import ForethoughtError
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+@dataclass
+class Command:
+    system: str
+    verb: str
+    help: str
+    target: str  # "module:function" taking (cfg, resume) ; "module:Config" class beside it
+    config: str
+
+
+COMMANDS = [
+    Command("myopia", "synthetic", "train vanilla vs myopic models on the synthetic pre-caching task; "
+            "normalised loss per p and per-layer ridge probes",
+            "forethought.myopia.synthetic:run", "forethought.myopia.synthetic:SyntheticConfig"),
+    Command("myopia", "lm", "vanilla vs myopic language-model training (our GPT from scratch or an HF model); "
+            "myopia gap overall and per position, local-myopic bonus, transformer-bigram baseline",
+            "forethought.myopia.lm:run", "forethought.myopia.lm:LMConfig"),
+    Command("myopia", "probe", "Future-Lens probes: from layer l at position t predict token t+k (k=1..N), "
+            "vanilla vs myopic checkpoints", "forethought.myopia.probe:run", "forethought.myopia.probe:ProbeConfig"),
+    Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
+            "forethought.demo:run", "forethought.demo:DemoConfig"),
+]
+
+
+def _load(target: str) -> Callable:
+    mod, name = target.split(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def presets(system: str) -> list[str]:
+    d = CONFIG_DIR / system
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def resolve_config_path(system: str, verb: str, spec: str | None) -> Path | None:
+    """A YAML path, or a preset name: ``tiny`` -> configs/<system>/<verb>_tiny.yaml (or <system>/tiny.yaml)."""
+    if spec is None:
+        return None
+    p = Path(spec)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return p
+    for cand in (CONFIG_DIR / system / f"{verb}_{spec}.yaml", CONFIG_DIR / system / f"{spec}.yaml"):
+        if cand.is_file():
+            return cand
+    known = ", ".join(presets(system)) or "none"
+    raise ForethoughtError(f"config '{spec}' is neither a YAML file nor a preset of '{system} {verb}' "
+                           f"(presets: {known})")
+
+
+def _parser(cmd: Command) -> argparse.ArgumentParser:
+    cls = _load(cmd.config)
+    name = f"forethought {cmd.system} {cmd.verb}".strip()
+    epilog = "config keys (override with --section.key VALUE):\n" + "\n".join(describe(cls))
+    p = argparse.ArgumentParser(prog=name, description=cmd.help, epilog=epilog,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    preset_names = ", ".join(presets(cmd.system)) or "none"
+    p.add_argument("--config", help=f"YAML file or preset name (presets: {preset_names})")
+    p.add_argument("--resume", default=None, help="'auto' = continue from the newest complete checkpoint; "
+                   "or a checkpoint folder")
+    return p
+
+
+def _top_help() -> str:
+    lines = ["usage: forethought <system> <verb> [--config FILE|PRESET] [--section.key VALUE ...] [--resume auto]",
+             "", "Study and exploit what a language model's states know about the future.", "", "commands:"]
+    for c in COMMANDS:
+        lines.append(f"  {(c.system + ' ' + c.verb).strip():<20} {c.help}")
+    lines += ["", "Run 'forethought <system> <verb> --help' for a command's options and config keys.",
+              "Multi-process / multi-GPU: accelerate launch -m forethought.cli <system> <verb> ... "
+              "(or torchrun --nproc-per-node N -m forethought.cli ...)"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_top_help())
+        return 0
+    if argv[0] in ("--version", "-V"):
+        from forethought import __version__
+
+        print(__version__)
+        return 0
+    try:
+        cmd = _find(argv)
+        rest = argv[2:] if cmd.verb else argv[1:]
+        parser = _parser(cmd)
+        args, overrides = parser.parse_known_args(rest)
+        cfg = load_config(_load(cmd.config), resolve_config_path(cmd.system, cmd.verb or "demo", args.config),
+                          overrides)
+        _load(cmd.target)(cfg, resume=args.resume)
+        return 0
+    except ForethoughtError as e:
+        print(f"forethought: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("forethought: interrupted", file=sys.stderr)
+        return 130
+
+
+def _find(argv: list[str]) -> Command:
+    for c in COMMANDS:
+        if argv[0] == c.system and (not c.verb or (len(argv) > 1 and argv[1] == c.verb)):
+            return c
+    systems = sorted({c.system for c in COMMANDS})
+    if argv[0] in systems:
+        verbs = [c.verb for c in COMMANDS if c.system == argv[0]]
+        got = argv[1] if len(argv) > 1 else "(none)"
+        if got in ("-h", "--help"):
+            print(_top_help())
+            raise SystemExit(0)
+        raise ForethoughtError(f"unknown command '{argv[0]} {got}'; '{argv[0]}' has: {', '.join(verbs)}")
+    raise ForethoughtError(f"unknown command '{argv[0]}'; commands: "
+                           + ", ".join((c.system + " " + c.verb).strip() for c in COMMANDS))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

@@ -1,0 +1,559 @@
+"""Language-modelling corpora: where their text lives, how it is split, and cached token arrays.
+
+A corpus name is one of:
+
+- a known name (``wikitext-2``, ``tinyshakespeare``, ``tinystories``): read from the data root
+  (``$FORETHOUGHT_DATA``), else from the Hugging Face hub by its usual id when the ``datasets`` package is
+  installed and the hub can be reached;
+- ``generated``: a small deterministic English-like text built here, so tests and demos need no files;
+- a path to a ``.txt`` file;
+- ``hf:<dataset_id>[:<config>]``: any hub dataset with a ``text`` column.
+
+Single-file corpora are split 90/10 into train/valid by characters (as nanoGPT does for tiny-shakespeare), and
+their test split is the valid split. This module imports only numpy at load time; the tokenizer machinery
+(transformers) is imported when a token array is first built, so listing or reading corpora stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import random
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+SPLITS = ("train", "valid", "test")
+TRAIN_FRACTION = 0.9
+# Bump when the tokenisation scheme of token_array changes, so stale caches are not reused.
+_TOKEN_CACHE_VERSION = 1
+# Bump when generated_corpus changes its output.
+_GENERATED_VERSION = 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Places: data root, cache, hub
+# ----------------------------------------------------------------------------------------------------------
+
+
+def data_root() -> Path | None:
+    """The benchmark data folder from ``$FORETHOUGHT_DATA``, or None when unset (the project must run without it)."""
+    value = os.environ.get("FORETHOUGHT_DATA", "").strip()
+    if not value:
+        return None
+    root = Path(value).expanduser()
+    if not root.is_dir():
+        raise ForethoughtError(f"FORETHOUGHT_DATA is set to '{value}', which is not a directory")
+    return root
+
+
+def default_cache_dir() -> Path:
+    """Where derived files (token arrays, tokenizers, converted models) go: ``$FORETHOUGHT_CACHE`` or
+    ``~/.cache/forethought``. Read on every call so a test can redirect it with an environment variable."""
+    value = os.environ.get("FORETHOUGHT_CACHE", "").strip()
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "forethought"
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub can be contacted right now.
+
+    Offline, ``transformers``/``datasets`` retry for about a minute before failing; checking first lets us go
+    straight to the local cache and fail fast with a clear message. Honours ``HF_HUB_OFFLINE`` and
+    ``HF_ENDPOINT``. Not cached: a long run may go on- or offline.
+    """
+    if _hf_offline_mode():
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    match = re.match(r"^(https?)://([^/:]+)(?::(\d+))?", endpoint)
+    if match is None:
+        return False
+    scheme, host, port = match.groups()
+    try:
+        with socket.create_connection((host, int(port or (443 if scheme == "https" else 80))), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _hf_offline_mode() -> bool:
+    """Whether the user asked the HF libraries to stay offline (they then use only their local caches)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _datasets_available() -> bool:
+    return importlib.util.find_spec("datasets") is not None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Known corpora and how a name resolves to a source
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A named corpus: its layout under the data root and its hub fallback."""
+
+    folder: str
+    split_files: bool  # True: <folder>/{train,valid,test}.txt; False: one .txt file in <folder>, split 90/10
+    hub_id: str
+    hub_config: str | None
+    documents: bool  # one document per line, eos between them (see token_array)
+    layout: str  # for error messages
+
+
+_KNOWN: dict[str, _Known] = {
+    # The local files are the tokenised `wiki.*.tokens` form (with <unk>), which is the hub's non-raw config.
+    "wikitext-2": _Known(
+        "wikitext-2", True, "Salesforce/wikitext", "wikitext-2-v1", True, "wikitext-2/{train,valid,test}.txt"
+    ),
+    "tinyshakespeare": _Known(
+        "tinyshakespeare", False, "karpathy/tiny_shakespeare", None, False, "tinyshakespeare/input.txt"
+    ),
+    "tinystories": _Known("tinystories", False, "roneneldan/TinyStories", None, False, "tinystories/<one file>.txt"),
+}
+KNOWN_CORPORA: tuple[str, ...] = (*_KNOWN, "generated")
+
+
+@dataclass(frozen=True)
+class CorpusSource:
+    """Where one corpus's text comes from, resolved once from its name."""
+
+    name: str
+    kind: Literal["split_files", "single_file", "hub", "generated"]
+    paths: tuple[Path, ...] = ()  # local files (split_files: train, valid, test; single_file: one)
+    hub_id: str | None = None
+    hub_config: str | None = None
+    documents: bool = False
+    data_root_tried: str | None = None  # for hub fallbacks of known names: the error message names both places
+
+    def fingerprint(self) -> dict[str, object]:
+        """What the text depends on, for cache keys: local files by path, mtime and size."""
+        if self.kind == "generated":
+            return {"generated": _GENERATED_VERSION}
+        if self.kind == "hub":
+            return {"hub": self.hub_id, "config": self.hub_config}
+        files = []
+        for p in self.paths:
+            st = p.stat()
+            files.append([str(p.resolve()), st.st_mtime_ns, st.st_size])
+        return {"files": files}
+
+
+def resolve_corpus(name: str) -> CorpusSource:
+    """Turn a corpus name into a :class:`CorpusSource`, or raise one readable error saying what was tried."""
+    name = name.strip()
+    if name == "generated":
+        return CorpusSource("generated", "generated")
+    if name.startswith("hf:"):
+        dataset_id, _, config = name[3:].partition(":")
+        if not dataset_id:
+            raise ForethoughtError(f"corpus '{name}': expected 'hf:<dataset_id>[:<config>]'")
+        return CorpusSource(name, "hub", hub_id=dataset_id, hub_config=config or None)
+    if name in _KNOWN:
+        return _resolve_known(name)
+    path = Path(name).expanduser()
+    if name.endswith(".txt") or path.is_file():
+        if not path.is_file():
+            raise ForethoughtError(f"corpus file not found: {path}")
+        return CorpusSource(str(path), "single_file", paths=(path,))
+    known = ", ".join(KNOWN_CORPORA)
+    raise ForethoughtError(
+        f"unknown corpus '{name}'; known names: {known}; or give a path to a .txt file, or 'hf:<dataset_id>[:<config>]'"
+    )
+
+
+def _resolve_known(name: str) -> CorpusSource:
+    known = _KNOWN[name]
+    root = data_root()
+    if root is not None:
+        folder = root / known.folder
+        if known.split_files:
+            paths = tuple(folder / f"{s}.txt" for s in SPLITS)
+            if all(p.is_file() for p in paths):
+                return CorpusSource(name, "split_files", paths=paths, documents=known.documents)
+        else:
+            candidates = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+            if len(candidates) > 1:
+                listed = ", ".join(p.name for p in candidates)
+                raise ForethoughtError(f"corpus '{name}': expected one .txt file in {folder}, found {listed}")
+            if candidates:
+                return CorpusSource(name, "single_file", paths=(candidates[0],), documents=known.documents)
+        tried_local = f"{folder} (expected {known.layout})"
+    else:
+        tried_local = "the data root (FORETHOUGHT_DATA is not set)"
+    source = CorpusSource(
+        name,
+        "hub",
+        hub_id=known.hub_id,
+        hub_config=known.hub_config,
+        documents=known.documents,
+        data_root_tried=tried_local,
+    )
+    reason = _hub_unavailable_reason()
+    if reason is not None:
+        raise _not_found(source, reason)
+    return source
+
+
+def _hub_unavailable_reason() -> str | None:
+    if not _datasets_available():
+        return "the 'datasets' package is not installed"
+    if not _hf_offline_mode() and not hub_reachable():
+        return "the hub cannot be reached"
+    return None  # online, or offline mode where `datasets` may still find its own cache
+
+
+def _not_found(source: CorpusSource, reason: str) -> ForethoughtError:
+    hub = f"{source.hub_id}" + (f" (config {source.hub_config})" if source.hub_config else "")
+    return ForethoughtError(
+        f"corpus '{source.name}' not found: looked in {source.data_root_tried}, and on the Hugging Face hub as "
+        f"'{hub}' ({reason}). Set FORETHOUGHT_DATA to a data folder holding {_KNOWN[source.name].layout}."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading text
+# ----------------------------------------------------------------------------------------------------------
+
+
+def load_corpus_text(name: str, split: str) -> str:
+    """The text of one split (train/valid/test) of a corpus; raises ForethoughtError if missing or empty."""
+    if split not in SPLITS:
+        raise ForethoughtError(f"unknown split '{split}'; expected one of {', '.join(SPLITS)}")
+    return _read_split(resolve_corpus(name), split)
+
+
+def _read_split(source: CorpusSource, split: str) -> str:
+    if source.kind == "generated":
+        text = split_by_fraction(generated_corpus(), split)
+    elif source.kind == "split_files":
+        text = _read_text_file(source.paths[SPLITS.index(split)])
+    elif source.kind == "single_file":
+        text = split_by_fraction(_read_text_file(source.paths[0]), split)
+    else:
+        text = _hub_splits(source)[split]
+    if not text.strip():
+        raise ForethoughtError(f"corpus '{source.name}' has no text in its {split} split")
+    return text
+
+
+def split_by_fraction(text: str, split: str) -> str:
+    """Split one text 90/10 by characters into train/valid; test is the valid part (nanoGPT's convention)."""
+    cut = int(len(text) * TRAIN_FRACTION)
+    return text[:cut] if split == "train" else text[cut:]
+
+
+def _read_text_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ForethoughtError(f"corpus file {path} is not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except OSError as e:
+        raise ForethoughtError(f"cannot read corpus file {path}: {e.strerror or e}") from e
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of an exception's message, without a trailing period, for one-line user errors."""
+    text = str(error).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(error).__name__
+
+
+@functools.lru_cache(maxsize=8)
+def _hub_splits(source: CorpusSource) -> dict[str, str]:
+    """Download a hub dataset once per process and return its text per split (train/valid/test)."""
+    if not _datasets_available():
+        if source.data_root_tried is not None:
+            raise _not_found(source, "the 'datasets' package is not installed")
+        raise ForethoughtError(
+            f"corpus '{source.name}' needs the 'datasets' package (pip install datasets), which is not installed"
+        )
+    import datasets  # lazy: optional dependency
+
+    try:
+        loaded = datasets.load_dataset(source.hub_id, source.hub_config)
+    except Exception as e:  # datasets raises many types (network, missing config, ...)
+        first_line = _first_line(e)
+        if source.data_root_tried is not None:
+            raise _not_found(source, f"loading failed: {first_line}") from e
+        raise ForethoughtError(f"cannot load hub dataset for corpus '{source.name}': {first_line}") from e
+
+    def column(split_name: str) -> str:
+        ds = loaded[split_name]
+        if "text" not in ds.column_names:
+            cols = ", ".join(ds.column_names)
+            raise ForethoughtError(f"hub dataset '{source.hub_id}' has no 'text' column (columns: {cols})")
+        return "\n".join(str(t).rstrip("\n") for t in ds["text"])
+
+    names = list(loaded.keys())
+    if source.name == "tinyshakespeare":
+        # The hub copy is the same file cut into three parts; rejoin it and split 90/10 like the local file.
+        whole = "".join(column(s) for s in ("train", "validation", "test") if s in names)
+        return {s: split_by_fraction(whole, s) for s in SPLITS}
+    if source.name == "tinystories":
+        # The local file is the head of the validation split; use that split here too, stories separated by a
+        # blank line as in the local file.
+        ds = loaded["validation"]
+        whole = "\n\n".join(str(t).strip() for t in ds["text"])
+        return {s: split_by_fraction(whole, s) for s in SPLITS}
+
+    def find(*candidates: str) -> str | None:
+        return next((c for c in candidates if c in names), None)
+
+    train = find("train")
+    valid = find("validation", "valid", "dev")
+    test = find("test")
+    if train is None:
+        raise ForethoughtError(f"hub dataset '{source.hub_id}' has no train split (splits: {', '.join(names)})")
+    if valid is None:
+        whole = column(train)
+        return {s: split_by_fraction(whole, s) for s in SPLITS}
+    return {"train": column(train), "valid": column(valid), "test": column(test or valid)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Token arrays
+# ----------------------------------------------------------------------------------------------------------
+
+
+def token_array(corpus: str, split: str, tokenizer_spec: str, cache_dir: Path) -> np.ndarray:
+    """Token ids of one corpus split, tokenised once and then memory-mapped from a ``.npy`` cache.
+
+    The cache key holds the corpus (files by path, mtime and size; hub id; or the generated version), the
+    split and the tokenizer spec, so editing a corpus file invalidates it. ``bpe:N`` tokenizers are trained on
+    the corpus's train split. dtype is uint16 when the vocabulary fits, else uint32.
+
+    Tokenisation scheme:
+
+    - WikiText (``wikitext-2``): each non-blank line is a paragraph or heading, i.e. one document. Each is
+      encoded on its own (trailing whitespace dropped, the leading space kept) and followed by the eos token, so
+      the model sees a document boundary where the original `<eos>` markers stood.
+    - Everything else is one running text: it is cut after newlines into chunks of about 8k characters,
+      the chunks are batch-encoded and concatenated, with no eos inserted. For byte-level BPEs (GPT-2, the
+      trained ``bpe:N``, SmolLM2) this gives the same ids as encoding the whole text at once, because their
+      pre-tokenisers already split at newlines. TinyStories stories contain blank lines themselves, so their
+      boundaries cannot be recovered and no eos is inserted there either.
+
+    No special tokens (bos) are added by the tokenizer.
+    """
+    if split not in SPLITS:
+        raise ForethoughtError(f"unknown split '{split}'; expected one of {', '.join(SPLITS)}")
+    source = resolve_corpus(corpus)
+    key = {
+        "version": _TOKEN_CACHE_VERSION,
+        "corpus": source.fingerprint(),
+        "split": split,
+        "tokenizer": tokenizer_spec,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / "tokens" / f"{_slug(source.name)}.{split}.{_slug(tokenizer_spec)}.{digest}.npy"
+    if path.is_file():
+        try:
+            return np.load(path, mmap_mode="r")
+        except (ValueError, OSError):
+            path.unlink(missing_ok=True)  # unreadable (e.g. disk trouble): rebuild below
+
+    from forethought.data.tokenizers import load_tokenizer  # lazy: pulls in transformers
+
+    train_text = _read_split(source, "train") if tokenizer_spec.startswith("bpe:") else None
+    tokenizer = load_tokenizer(tokenizer_spec, corpus_text=train_text, cache_dir=Path(cache_dir) / "tokenizers")
+    ids = encode_text(_read_split(source, split), tokenizer, documents=source.documents)
+    buf = io.BytesIO()
+    np.save(buf, ids, allow_pickle=False)
+    atomic_write_bytes(path, buf.getvalue())
+    return np.load(path, mmap_mode="r")
+
+
+def encode_text(
+    text: str, tokenizer: PreTrainedTokenizerBase, documents: bool = False, chunk_chars: int = 8192
+) -> np.ndarray:
+    """Batch-encode a text as described in :func:`token_array` (documents: one per line, eos after each)."""
+    vocab = len(tokenizer)
+    dtype = np.uint16 if vocab < 65536 else np.uint32
+    if documents:
+        if tokenizer.eos_token_id is None:
+            raise ForethoughtError("the tokenizer has no eos token to separate documents with")
+        pieces = [line.rstrip() for line in text.splitlines() if line.strip()]
+    else:
+        pieces = _newline_chunks(text, chunk_chars)
+    out: list[np.ndarray] = []
+    batch = 512
+    for start in range(0, len(pieces), batch):
+        encoded = tokenizer(pieces[start : start + batch], add_special_tokens=False, verbose=False)["input_ids"]
+        for ids in encoded:
+            if documents:
+                ids = [*ids, tokenizer.eos_token_id]
+            out.append(np.asarray(ids, dtype=np.int64))
+    if not out:
+        return np.zeros(0, dtype=dtype)
+    flat = np.concatenate(out)
+    if flat.size and (flat.min() < 0 or flat.max() > np.iinfo(dtype).max):
+        raise ForethoughtError(f"token id {int(flat.max())} does not fit in {np.dtype(dtype).name}")
+    return flat.astype(dtype)
+
+
+def _newline_chunks(text: str, chunk_chars: int) -> list[str]:
+    """Cut text into pieces of about chunk_chars, only right after a newline (one long line stays whole)."""
+    chunks: list[str] = []
+    start = 0
+    n = len(text)
+    while start < n:
+        end = start + chunk_chars
+        if end >= n:
+            chunks.append(text[start:])
+            break
+        newline = text.find("\n", end)
+        if newline == -1:
+            chunks.append(text[start:])
+            break
+        chunks.append(text[start : newline + 1])
+        start = newline + 1
+    return chunks
+
+
+def _slug(s: str) -> str:
+    """A short file-name-safe rendering of a corpus name or tokenizer spec (the hash makes names unique)."""
+    base = Path(s).name if ("/" in s and not s.startswith("hf:")) else s
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", base).strip("._")[:40] or "x"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The generated corpus
+# ----------------------------------------------------------------------------------------------------------
+
+_NAMES = (
+    "Anna", "Ben", "Clara", "David", "Ella", "Felix", "Grace", "Henry", "Iris", "Jack", "Kate", "Leo", "Mia",
+    "Noah", "Olive", "Paul", "Rosa", "Sam", "Tara", "Victor", "Wendy", "Yusuf", "Zoe", "Omar",
+)  # fmt: skip
+_PRONOUNS = {"she": ("she", "her", "her"), "he": ("he", "him", "his")}
+_GENDER = dict.fromkeys(("Anna", "Clara", "Ella", "Grace", "Iris", "Kate", "Mia", "Olive", "Rosa", "Tara",
+                         "Wendy", "Zoe"), "she")  # fmt: skip
+_PLACES = (
+    "the old harbour", "the village market", "the quiet library", "the forest path", "the river bank",
+    "the small bakery", "the hill above the town", "the train station", "the school garden", "the empty beach",
+    "the busy square", "the lighthouse", "the farm by the lake", "the museum", "the bridge", "the workshop",
+)  # fmt: skip
+_OBJECTS = (
+    "a red kite", "a silver key", "an old map", "a wooden box", "a blue notebook", "a broken clock",
+    "a letter", "a small lamp", "a basket of apples", "a green umbrella", "a paper boat", "a brass compass",
+    "a loaf of bread", "a warm coat", "a bright stone", "a long rope", "a tin whistle", "a jar of honey",
+)  # fmt: skip
+_ANIMALS = (  # (singular, plural)
+    ("dog", "dogs"), ("cat", "cats"), ("fox", "foxes"), ("owl", "owls"), ("horse", "horses"),
+    ("rabbit", "rabbits"), ("goat", "goats"), ("duck", "ducks"), ("crow", "crows"), ("mouse", "mice"),
+    ("bear", "bears"), ("deer", "deer"),
+)  # fmt: skip
+_BODY = (("hands", ("cold", "dirty", "warm", "sore", "steady")), ("feet", ("cold", "wet", "sore", "tired")),
+         ("eyes", ("bright", "tired", "wide", "heavy")))  # fmt: skip
+_ADJECTIVES = (
+    "happy", "tired", "curious", "careful", "brave", "quiet", "hungry", "proud", "worried", "calm", "cheerful",
+    "patient", "clever", "gentle", "lonely", "busy", "surprised", "kind", "sleepy", "excited",
+)  # fmt: skip
+_WEATHER = (
+    "The sun was warm", "A cold wind came from the sea", "Rain fell all morning", "The sky was grey and low",
+    "Snow covered the roofs", "The air smelled of grass", "Fog hid the far side of the river",
+    "It was a clear and bright day",
+)  # fmt: skip
+# (present, past) pairs; transitive verbs take an object.
+_TRANSITIVE = (
+    ("find", "found"), ("carry", "carried"), ("open", "opened"), ("fix", "fixed"), ("paint", "painted"),
+    ("hide", "hid"), ("lose", "lost"), ("clean", "cleaned"), ("share", "shared"), ("sell", "sold"),
+    ("buy", "bought"), ("draw", "drew"), ("hold", "held"), ("give away", "gave away"), ("keep", "kept"),
+)  # fmt: skip
+_INTRANSITIVE = (
+    ("walk", "walked"), ("run", "ran"), ("wait", "waited"), ("sing", "sang"), ("laugh", "laughed"),
+    ("rest", "rested"), ("listen", "listened"), ("smile", "smiled"), ("think", "thought"), ("sit", "sat"),
+)  # fmt: skip
+_ADVERBS = ("slowly", "quickly", "quietly", "happily", "carefully", "suddenly", "again", "for a while", "at once")
+_TIMES = ("In the morning", "At noon", "Later that day", "In the evening", "That night", "The next day", "Soon")
+_CONNECT = ("Then", "After that", "A little later", "Meanwhile", "Before long", "At last")
+_REASONS = (
+    "because it was getting late", "because a friend needed help", "because the shops were closing",
+    "because the path was long", "because the weather was changing", "because it felt like the right thing",
+)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4)
+def generated_corpus(n_chars: int = 200_000, seed: int = 0) -> str:
+    """A deterministic English-like text of at most n_chars characters, for tests and demos without data.
+
+    Paragraphs are short stories generated from a small grammar (a few hundred words): each has a main
+    character (with matching pronouns), a place, an object and an animal that recur across its sentences,
+    and it ends with a closing line. So the text has local syntax plus paragraph-long dependencies that a
+    model can learn to anticipate. Paragraphs are separated by a blank line; the text ends at a paragraph
+    boundary. ``random.Random(seed)`` makes it identical on every run and Python 3 version.
+    """
+    if n_chars <= 0:
+        raise ForethoughtError(f"generated corpus size must be positive, got {n_chars}")
+    rng = random.Random(seed)
+    paragraphs: list[str] = []
+    total = 0
+    while True:
+        para = _story(rng)
+        extra = len(para) + (2 if paragraphs else 0)
+        if total + extra > n_chars:
+            if not paragraphs:  # n_chars smaller than one story: cut it at a sentence end if possible
+                cut = para.rfind(". ", 0, n_chars)
+                return para[: cut + 1] if cut > 0 else para[:n_chars]
+            break
+        paragraphs.append(para)
+        total += extra
+    return "\n\n".join(paragraphs) + ("\n" if total < n_chars else "")
+
+
+def _story(rng: random.Random) -> str:
+    name = rng.choice(_NAMES)
+    subj, obj, poss = _PRONOUNS[_GENDER.get(name, "he")]
+    friend = rng.choice([n for n in _NAMES if n != name])
+    place = rng.choice(_PLACES)
+    thing = rng.choice(_OBJECTS)
+    the_thing = "the " + thing.split(" ", 1)[1]
+    animal, animals = rng.choice(_ANIMALS)
+    adjective = rng.choice(_ADJECTIVES)
+
+    def cap(s: str) -> str:
+        return s[0].upper() + s[1:]
+
+    sentences = [f"{rng.choice(_WEATHER)} when {name} went to {place}."]
+    sentences.append(f"{cap(subj)} was {adjective} and carried {thing}.")
+    for _ in range(rng.randint(2, 5)):
+        kind = rng.randrange(6)
+        if kind == 0:
+            verb = rng.choice(_TRANSITIVE)[1]
+            sentences.append(f"{rng.choice(_CONNECT)}, {subj} {verb} {the_thing} {rng.choice(_ADVERBS)}.")
+        elif kind == 1:
+            verb = rng.choice(_INTRANSITIVE)[1]
+            sentences.append(f"{rng.choice(_TIMES)}, {name} {verb} near {place} {rng.choice(_REASONS)}.")
+        elif kind == 2:
+            sentences.append(f"A {rng.choice(_ADJECTIVES)} {animal} watched {obj} from a distance.")
+        elif kind == 3:
+            verb = rng.choice(_TRANSITIVE)[0]
+            sentences.append(f'"Can you help me {verb} {the_thing}?" {name} asked {friend}.')
+            sentences.append(f'"Of course," said {friend}, and they did it together.')
+        elif kind == 4:
+            body_part, states = rng.choice(_BODY)
+            sentences.append(f"{cap(poss)} {body_part} were {rng.choice(states)}, but {subj} did not stop.")
+        else:
+            count = rng.randint(2, 9)
+            sentences.append(f"There were {count} {animals} by {place}, and {name} counted them twice.")
+    ending = rng.randrange(3)
+    if ending == 0:
+        sentences.append(f"When the day was over, {name} went home with {the_thing}.")
+    elif ending == 1:
+        sentences.append(f"In the end, {name} gave {the_thing} to {friend} and felt {rng.choice(_ADJECTIVES)}.")
+    else:
+        sentences.append(f"{name} never forgot the {animal} at {place}.")
+    return " ".join(sentences)

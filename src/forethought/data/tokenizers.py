@@ -1,0 +1,205 @@
+"""Tokenizers by short spec, all usable offline: GPT-2 BPE, a BPE trained on the corpus, SmolLM2's, or any HF one.
+
+Specs:
+
+- ``gpt2``: GPT-2's byte-level BPE (ids identical to GPT-2's; eos ``<|endoftext|>`` = 50256). Built from the
+  ``gpt2.tiktoken`` ranks file that the ``openai-whisper`` package ships, so no network is needed; the
+  converted ``tokenizer.json`` is cached.
+- ``bpe:<N>``: a byte-level BPE with vocabulary N trained on the given corpus text, cached by corpus hash and N.
+- ``smollm2-135m``: SmolLM2's tokenizer (from the converted model folder, see ``forethought.models.hf``).
+- anything else: ``AutoTokenizer.from_pretrained(spec)`` (hub id or local folder).
+
+Every returned tokenizer has an eos token, which token arrays use as the document separator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_text
+from forethought.data.corpora import default_cache_dir, hub_reachable
+
+EOT = "<|endoftext|>"
+GPT2_EOS_ID = 50256
+# GPT-2's pre-tokenisation regex (contractions, letter runs, digit runs, punctuation runs, whitespace).
+_GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def load_tokenizer(spec: str, corpus_text: str | None = None, cache_dir: Path | None = None) -> PreTrainedTokenizerBase:
+    """Load (or build and cache) the tokenizer named by ``spec``; see the module docstring for the specs.
+
+    ``corpus_text`` is required for ``bpe:<N>`` (the text to train on, normally the train split).
+    ``cache_dir`` defaults to ``<cache>/tokenizers``. For ``gpt2``, ``bpe:<N>`` and ``smollm2-135m`` the
+    result is a fast (Rust) tokenizer; for other specs it is whatever ``AutoTokenizer`` returns.
+    """
+    spec = spec.strip()
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "tokenizers"
+    if spec == "gpt2":
+        tokenizer: PreTrainedTokenizerBase = _gpt2(cache_dir)
+    elif spec.startswith("bpe:"):
+        tokenizer = _trained_bpe(spec, corpus_text, cache_dir)
+    elif spec.lower() == "smollm2-135m":
+        from forethought.models.hf import resolve_model_path  # lazy: pulls in torch
+
+        tokenizer = _from_pretrained(resolve_model_path(spec), spec)
+    else:
+        tokenizer = _from_pretrained(spec, spec)
+    _ensure_eos(tokenizer)
+    return tokenizer
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPT-2 from the tiktoken ranks file
+# ----------------------------------------------------------------------------------------------------------
+
+
+def gpt2_tiktoken_file() -> Path | None:
+    """The ``gpt2.tiktoken`` ranks file inside the installed ``openai-whisper`` package, found without importing
+    whisper (whose own dependencies are not installed)."""
+    spec = importlib.util.find_spec("whisper")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "assets" / "gpt2.tiktoken"
+    return path if path.is_file() else None
+
+
+def _gpt2(cache_dir: Path) -> PreTrainedTokenizerBase:
+    cached = cache_dir / "gpt2" / "tokenizer.json"
+    backend = _load_cached_json(cached)
+    if backend is None:
+        ranks = gpt2_tiktoken_file()
+        if ranks is not None:
+            from transformers.convert_slow_tokenizer import TikTokenConverter  # lazy: only for the one-off build
+
+            backend = TikTokenConverter(
+                vocab_file=str(ranks), pattern=_GPT2_PATTERN, extra_special_tokens=[EOT]
+            ).converted()
+            if backend.get_vocab_size() != GPT2_EOS_ID + 1 or backend.token_to_id(EOT) != GPT2_EOS_ID:
+                raise ForethoughtError(f"{ranks} does not hold GPT-2's vocabulary (expected 50,257 tokens)")
+            atomic_write_text(cached, backend.to_str())
+        else:
+            # No offline copy: a hub/HF-cache GPT-2 tokenizer is equally good.
+            try:
+                return _from_pretrained("openai-community/gpt2", "gpt2")
+            except ForethoughtError as e:
+                raise ForethoughtError(
+                    "cannot build the gpt2 tokenizer: the 'openai-whisper' package (which ships "
+                    "whisper/assets/gpt2.tiktoken) is not installed (pip install --no-deps openai-whisper), "
+                    f"and the hub copy is unavailable: {e}"
+                ) from e
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token=EOT, bos_token=EOT, unk_token=EOT, model_max_length=1024
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# BPE trained on the corpus
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _trained_bpe(spec: str, corpus_text: str | None, cache_dir: Path) -> PreTrainedTokenizerFast:
+    size_text = spec[len("bpe:") :]
+    if not size_text.isdigit() or not 257 <= int(size_text) <= 1_000_000:
+        raise ForethoughtError(
+            f"tokenizer '{spec}': expected 'bpe:<N>' with 257 <= N <= 1000000 (256 bytes + <|endoftext|>)"
+        )
+    vocab_size = int(size_text)
+    if corpus_text is None or not corpus_text.strip():
+        raise ForethoughtError(f"tokenizer '{spec}' is trained on the corpus, but no corpus text was given")
+    digest = hashlib.sha256(corpus_text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    cached = cache_dir / f"bpe-{vocab_size}-{digest}" / "tokenizer.json"
+    backend = _load_cached_json(cached)
+    if backend is None:
+        backend = train_byte_level_bpe(corpus_text, vocab_size)
+        atomic_write_text(cached, backend.to_str())
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOT, bos_token=EOT, unk_token=EOT)
+
+
+def train_byte_level_bpe(text: str, vocab_size: int) -> Tokenizer:
+    """Train a GPT-2-style byte-level BPE on ``text``; ``<|endoftext|>`` is id 0.
+
+    All 256 byte symbols are in the initial alphabet, so any text encodes without unknown tokens. The text is
+    fed in newline-ending chunks of about 64k characters (newlines kept, so newline merges are learnt too).
+    """
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_chunks(text, 65536), trainer=trainer, length=None)
+    return tokenizer
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    out = []
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + size)
+        end = len(text) if end == -1 else end + 1
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Shared helpers
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _load_cached_json(path: Path) -> Tokenizer | None:
+    """A cached tokenizer.json, or None when absent or unreadable (then it is rebuilt and overwritten)."""
+    if not path.is_file():
+        return None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception:  # the Rust side raises a bare Exception for a malformed file
+        return None
+
+
+def _from_pretrained(name_or_path: str, spec: str) -> PreTrainedTokenizerBase:
+    """AutoTokenizer with a fast offline failure: when the hub is unreachable only local files are tried."""
+    local = Path(name_or_path).expanduser()
+    if local.exists() and not local.is_dir():
+        raise ForethoughtError(f"tokenizer '{spec}': {local} is a file; give the folder that holds tokenizer files")
+    online = local.is_dir() or hub_reachable()
+    source = str(local) if local.is_dir() else name_or_path
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=not online)
+    except (OSError, ValueError, json.JSONDecodeError) as e:
+        where = "this folder" if local.is_dir() else ("the hub" if online else "the local HF cache (hub unreachable)")
+        first_line = _first_line(e)
+        raise ForethoughtError(
+            f"tokenizer '{spec}' not found in {where}: {first_line}. Known offline specs: gpt2, bpe:<N>, "
+            "smollm2-135m, or a local folder with tokenizer files"
+        ) from e
+
+
+def _ensure_eos(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Give the tokenizer an eos token if it lacks one (documents are joined with it)."""
+    if tokenizer.eos_token is not None:
+        return
+    vocab = tokenizer.get_vocab()
+    if EOT in vocab:
+        tokenizer.eos_token = EOT
+    elif tokenizer.sep_token is not None:
+        tokenizer.eos_token = tokenizer.sep_token
+    else:
+        tokenizer.add_special_tokens({"eos_token": EOT})
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of an exception's message, without a trailing period, for one-line user errors."""
+    text = str(error).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(error).__name__

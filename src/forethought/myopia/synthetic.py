@@ -1,0 +1,221 @@
+"""The synthetic pre-caching task (SPEC §3) and ``forethought myopia synthetic``.
+
+x_n ~ N(0, 1), z_n ~ Bernoulli(p); the model sees (x_n, z_n) through a linear embedding only and must output
+y_n = z_n · Σ_{i=shift}^{shift+window−1} f(frequency · x_{n−i}) + (1 − z_n) · x_n   (history before the first
+position is zero). With the defaults (f = sin, frequency 10, shift 1, window 10) this is the paper's task: a
+model that computes sin(10·x) at step n for later use (pre-caching) wins; a myopic model cannot be trained to.
+
+Normalised loss = mean Huber loss (δ = 1) over all positions / p, on fresh sequences (predicting zero scores
+about 1.3 at p = 1). Per-layer ridge probes (R²) of f(frequency · x_{n−lag}) show the pre-cached features.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
+from forethought.core.plots import heatmaps, line_plot
+from forethought.core.run import Run, RunConfig
+from forethought.core.runtime import compute_init, step_generator
+from forethought.core.trainer import TrainConfig, train
+from forethought.models.gpt import GPT, GPTConfig
+from forethought.myopia.wrap import make_myopic
+
+FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "square": torch.square}
+
+
+@dataclass
+class TaskConfig:
+    seq_len: int = field(64, "positions per sequence")
+    window: int = field(10, "number of past inputs summed in the target")
+    shift: int = field(1, "first lag in the sum (1 = the previous input)")
+    frequency: float = field(10.0, "the 10 in sin(10·x)")
+    function: Literal["sin", "cos", "tanh", "square"] = field("sin", "f in the target")
+
+
+@dataclass
+class ProbeSettings:
+    max_lag: int = field(20, "probe lags 0..max_lag")
+    train_sequences: int = field(2048, "sequences to fit the ridge probes on")
+    test_sequences: int = field(1024, "held-out sequences to score R² on")
+    ridge: float = field(1e-2, "ridge penalty (relative to the mean feature variance)")
+
+
+@dataclass
+class SyntheticConfig:
+    run: RunConfig = field(RunConfig(name="myopia-synthetic"), "run folder, seed, device")
+    task: TaskConfig = field(TaskConfig(), "the synthetic task")
+    p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
+    modes: list[str] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
+    model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
+                             "GPT-2 architecture (inputs through a linear embedding)")
+    train: TrainConfig = field(TrainConfig(steps=6000, batch_size=64, lr=1e-3, warmup_steps=200, log_every=50),
+                               "optimisation")
+    eval_sequences: int = field(16384, "fresh sequences for the normalised loss")
+    probe: ProbeSettings = field(ProbeSettings(), "ridge probes")
+
+    def validate(self) -> None:
+        if not self.p_values or any(not 0 < p <= 1 for p in self.p_values):
+            raise ForethoughtError(f"p_values must be in (0, 1], got {self.p_values}")
+        from forethought.myopia.wrap import MODES
+
+        for m in self.modes:
+            if m not in MODES or m == "local":
+                raise ForethoughtError(f"modes: unknown or unsupported mode '{m}' "
+                                       "(vanilla, detach_hidden, detach_kv, zero_past)")
+        if self.task.seq_len > self.model.n_positions:
+            raise ForethoughtError("task.seq_len must be <= model.n_positions")
+        if self.model.input_dim != 2 or self.model.output_dim != 1:
+            raise ForethoughtError("the synthetic task needs model.input_dim = 2 and model.output_dim = 1")
+
+
+def sample_task(task: TaskConfig, p: float, batch: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """inputs (B, T, 2) = (x, z); targets (B, T); x (B, T)."""
+    T = task.seq_len
+    x = torch.randn(batch, T, generator=g)
+    z = (torch.rand(batch, T, generator=g) < p).float()
+    feats = FUNCTIONS[task.function](task.frequency * x)  # (B, T)
+    off = task.shift + task.window - 1
+    f0 = FUNCTIONS[task.function](torch.zeros(())).item()  # zero history x = 0 contributes f(0)
+    padded = F.pad(feats, (off, 0), value=f0)  # lag i of position n sits at padded index n − i + off
+    past = sum(padded[:, off - i: off - i + T] for i in range(task.shift, task.shift + task.window))
+    y = z * past + (1 - z) * x
+    return {"inputs": torch.stack([x, z], dim=-1), "targets": y, "x": x}
+
+
+def huber_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    out = model(batch["inputs"]).squeeze(-1)  # (B, T)
+    return F.huber_loss(out, batch["targets"], delta=1.0), {}
+
+
+@torch.no_grad()
+def normalised_loss(model: torch.nn.Module, task: TaskConfig, p: float, n: int, seed: int,
+                    chunk: int = 1024) -> tuple[float, list[float]]:
+    """Mean Huber loss / p on ``n`` fresh sequences, overall and per position."""
+    model.eval()
+    dev = next(model.parameters()).device
+    total = torch.zeros(task.seq_len, dtype=torch.float64)
+    done = 0
+    for i in range(0, n, chunk):
+        b = sample_task(task, p, min(chunk, n - i), step_generator(seed, i, salt=7))
+        out = model(b["inputs"].to(dev)).squeeze(-1).cpu()
+        total += F.huber_loss(out, b["targets"], delta=1.0, reduction="none").double().sum(0)
+        done += out.shape[0]
+    per_pos = (total / done / p).tolist()
+    return float(sum(per_pos) / len(per_pos)), per_pos
+
+
+@torch.no_grad()
+def probe_r2(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int) -> list[list[float]]:
+    """R² of ridge probes predicting f(freq·x_{n−lag}) from each layer's residual stream (embedding = layer 0).
+    Returns [layer][lag]. Uses positions n >= max_lag so every lag has a real input."""
+    model.eval()
+    dev = next(model.parameters()).device
+    lo = settings.max_lag
+    f = FUNCTIONS[task.function]
+
+    def collect(n: int, salt: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+        b = sample_task(task, 1.0, n, step_generator(seed, 0, salt=salt))
+        _, hidden = model(b["inputs"].to(dev), output_hidden_states=True)
+        feats = [h[:, lo:].reshape(-1, h.shape[-1]).double().cpu() for h in hidden]
+        x = b["x"].double()
+        targets = torch.stack([f(task.frequency * x[:, lo - lag: task.seq_len - lag]).reshape(-1)
+                               for lag in range(settings.max_lag + 1)], dim=1)  # (N, lags)
+        return feats, targets
+
+    tr_f, tr_y = collect(settings.train_sequences, 11)
+    te_f, te_y = collect(settings.test_sequences, 13)
+    r2 = []
+    for X, Xt in zip(tr_f, te_f):
+        mu, ymu = X.mean(0), tr_y.mean(0)
+        Xc = X - mu
+        gram = Xc.T @ Xc
+        lam = settings.ridge * gram.diagonal().mean()
+        W = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), Xc.T @ (tr_y - ymu))
+        pred = (Xt - mu) @ W + ymu
+        ss_res = ((te_y - pred) ** 2).sum(0)
+        ss_tot = ((te_y - te_y.mean(0)) ** 2).sum(0)
+        r2.append((1 - ss_res / ss_tot).tolist())
+    return r2
+
+
+def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume: str | None) -> dict:
+    run = Run.create(parent.dir, f"p={p:g}/{mode}", is_main=rt.is_main)
+    torch.manual_seed(cfg.run.seed)
+    model = GPT(cfg.model)
+    if mode != "vanilla":
+        make_myopic(model, mode=mode)
+
+    def batch_fn(step: int) -> dict[str, torch.Tensor]:
+        return sample_task(cfg.task, p, cfg.train.batch_size, step_generator(cfg.run.seed, step))
+
+    t0 = time.perf_counter()
+    out = train(model, huber_loss, batch_fn, cfg.train, run, rt, resume=resume, desc=f"p={p:g} {mode}",
+                model_config=model.config_dict())
+    loss, per_pos = normalised_loss(model, cfg.task, p, cfg.eval_sequences, cfg.run.seed + 1)
+    r2 = probe_r2(model, cfg.task, cfg.probe, cfg.run.seed + 2)
+    res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2,
+           "curve": [[s, l / p] for s, l in out["curve"]], "train_wall_s": out["wall_s"],
+           "steps": cfg.train.steps, "wall_s": time.perf_counter() - t0}
+    run.write_results(res)
+    return res
+
+
+def predict_zero_loss(task: TaskConfig, p: float, n: int = 4096, seed: int = 123) -> float:
+    b = sample_task(task, p, n, step_generator(seed, 0, salt=3))
+    return F.huber_loss(torch.zeros_like(b["targets"]), b["targets"], delta=1.0).item() / p
+
+
+def run(cfg: SyntheticConfig, resume: str | None = None) -> dict:
+    rt = compute_init(cfg.run.device, cfg.run.seed)
+    parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
+    t0 = time.perf_counter()
+    results: dict = {"task": vars(cfg.task).copy(), "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
+                     "lr": cfg.train.lr, "eval_sequences": cfg.eval_sequences}
+    for p in cfg.p_values:
+        row = {"predict_zero": predict_zero_loss(cfg.task, p)}
+        for mode in cfg.modes:
+            r = train_one(cfg, p, mode, parent, rt, resume)
+            row[mode] = r
+        results[f"p={p:g}"] = row
+    results["wall_s"] = time.perf_counter() - t0
+    if rt.is_main:
+        _report(cfg, results, parent)
+        parent.write_results(results)
+    return results
+
+
+def _report(cfg: SyntheticConfig, results: dict, run: Run) -> None:
+    lines = ["# Myopia: synthetic pre-caching task", "",
+             f"{cfg.train.steps} steps × batch {cfg.train.batch_size}, lr {cfg.train.lr}; "
+             f"normalised loss on {cfg.eval_sequences} fresh sequences (predict-zero baseline in brackets).", "",
+             "| p | " + " | ".join(cfg.modes) + " | predict zero |", "|---" * (len(cfg.modes) + 2) + "|"]
+    for p in cfg.p_values:
+        row = results[f"p={p:g}"]
+        lines.append(f"| {p:g} | " + " | ".join(f"{row[m]['normalised_loss']:.3f}" for m in cfg.modes)
+                     + f" | {row['predict_zero']:.3f} |")
+    p0 = f"p={cfg.p_values[0]:g}"
+    lags = list(range(cfg.probe.max_lag + 1))
+    lines += ["", f"Best-layer probe R² of {cfg.task.function}({cfg.task.frequency:g}·x_(n−lag)) at {p0}:", "",
+              "| model | " + " | ".join(f"lag {i}" for i in lags[:6]) + " |", "|---" * 7 + "|"]
+    for m in cfg.modes:
+        r2 = results[p0][m]["probe_r2"]
+        best = [max(layer[i] for layer in r2) for i in lags]
+        lines.append(f"| {m} | " + " | ".join(f"{b:.2f}" for b in best[:6]) + " |")
+    heatmaps({m: results[p0][m]["probe_r2"] for m in cfg.modes}, run.path("probe_r2.png"),
+             title=f"ridge probe R² ({p0})", xlabel="lag", ylabel="layer (0 = embedding)")
+    line_plot({f"{m} p={p:g}": tuple(zip(*results[f"p={p:g}"][m]["curve"])) for p in cfg.p_values
+               for m in cfg.modes if results[f"p={p:g}"][m]["curve"]},
+              run.path("loss_curves.png"), title="training loss / p", xlabel="step", ylabel="Huber / p")
+    lines += ["", "![probe R²](probe_r2.png)", "", "![loss curves](loss_curves.png)", ""]
+    from forethought.core.io import atomic_write_text
+
+    atomic_write_text(run.path("report.md"), "\n".join(lines))
+    print("\n".join(lines[:8 + len(cfg.p_values)]))
+
