@@ -33,11 +33,13 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _state_dict_for_save(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def _state_dict_for_save(model: torch.nn.Module, trainable_only: bool) -> dict[str, torch.Tensor]:
     # safetensors refuses shared storage (tied embeddings): save each tensor once, contiguous.
     out: dict[str, torch.Tensor] = {}
     seen: dict[int, str] = {}
-    for k, v in model.state_dict().items():
+    items = ({k: p for k, p in model.named_parameters() if p.requires_grad} if trainable_only
+             else model.state_dict())
+    for k, v in items.items():
         ptr = v.data_ptr()
         if ptr in seen and v.numel() > 0:
             continue
@@ -47,20 +49,21 @@ def _state_dict_for_save(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_state: dict[str, Any],
-                    model_config: dict[str, Any] | None = None, keep: int = 2) -> Path:
-    """Write ``step-NNNNNN`` atomically and keep only the newest ``keep`` checkpoints."""
+                    model_config: dict[str, Any] | None = None, keep: int = 2, trainable_only: bool = False) -> Path:
+    """Write ``step-NNNNNN`` atomically and keep only the newest ``keep`` checkpoints. ``trainable_only``
+    saves just the parameters being trained (LoRA adapters, a head), not a frozen base model."""
     run_dir = Path(run_dir)
     final = run_dir / f"step-{step:06d}"
     tmp = run_dir / f".tmp-step-{step:06d}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_file(_state_dict_for_save(model), str(tmp / "model.safetensors"))
+    save_file(_state_dict_for_save(model, trainable_only), str(tmp / "model.safetensors"))
     torch.save(trainer_state, tmp / "trainer_state.pt")
     if model_config is not None:
         (tmp / "config.json").write_text(json.dumps(model_config, indent=2))
     files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
-    atomic_write_json(tmp / "manifest.json", {"step": step, "files": files})
+    atomic_write_json(tmp / "manifest.json", {"step": step, "files": files, "trainable_only": trainable_only})
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -104,7 +107,8 @@ def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
 def load_checkpoint(ckpt: Path, model: torch.nn.Module, strict: bool = True) -> dict[str, Any]:
     """Verify, load weights into ``model`` (in place) and return the trainer state."""
     ckpt = Path(ckpt)
-    verify_checkpoint(ckpt)
+    manifest = verify_checkpoint(ckpt)
+    strict = strict and not manifest.get("trainable_only", False)
     try:
         weights = load_file(str(ckpt / "model.safetensors"))
     except Exception as e:  # safetensors raises several types for bad headers
@@ -128,7 +132,7 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], stric
     ptrs = {own[k].data_ptr() for k in own if k in weights}
     really_missing = [k for k in missing if own[k].data_ptr() not in ptrs]
     unexpected = [k for k in weights if k not in own]
-    if strict and (really_missing or unexpected):
+    if unexpected or (strict and really_missing):
         raise ForethoughtError(
             f"checkpoint {where} does not match the model: missing {really_missing[:5]}, unexpected {unexpected[:5]}")
     bad = [k for k in weights if k in own and own[k].shape != weights[k].shape]

@@ -103,6 +103,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
     acc = rt.accelerator
     model.to(rt.device)
     trainable = params if params is not None else [p for p in model.parameters() if p.requires_grad]
+    partial = sum(p.numel() for p in trainable) < sum(p.numel() for p in model.parameters())
     decay = [p for p in trainable if p.dim() >= 2]
     no_decay = [p for p in trainable if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -149,11 +150,13 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
             if rt.is_main:
                 save_checkpoint(run.dir, done, acc.unwrap_model(wrapped),
                                 {"step": done, "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                                 "data_position": done}, model_config, keep=cfg.keep_checkpoints)
+                                 "data_position": done}, model_config, keep=cfg.keep_checkpoints,
+                                trainable_only=partial)
             acc.wait_for_everyone()
     bar.close()
     wall = time.perf_counter() - t0
-    out: dict[str, Any] = {"curve": curve, "steps": cfg.steps, "resumed_from": start, "wall_s": wall}
+    out: dict[str, Any] = {"curve": curve, "steps": cfg.steps, "resumed_from": start, "wall_s": wall,
+                           "world_size": rt.world_size}
     if curve:
         out["final_loss"] = curve[-1][1]
     if eval_fn is not None:

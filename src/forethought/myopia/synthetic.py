@@ -162,7 +162,7 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
     r2 = probe_r2(model, cfg.task, cfg.probe, cfg.run.seed + 2)
     res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2,
            "curve": [[s, l / p] for s, l in out["curve"]], "train_wall_s": out["wall_s"],
-           "steps": cfg.train.steps, "wall_s": time.perf_counter() - t0}
+           "steps": cfg.train.steps, "world_size": out["world_size"], "wall_s": time.perf_counter() - t0}
     run.write_results(res)
     return res
 

@@ -1,0 +1,30 @@
+# make demo / make test: each creates .venv if missing, installs the project with pinned dependencies, then runs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install clean bench-myopia
+
+$(STAMP): pyproject.toml requirements.txt requirements-nodeps.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/forethought demo
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+bench-myopia: $(STAMP)
+	$(BIN)/python benchmarks/myopia_synthetic.py
+	$(BIN)/python benchmarks/myopia_step_cost.py
+	$(BIN)/python benchmarks/myopia_lm.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

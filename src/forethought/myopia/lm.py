@@ -1,0 +1,254 @@
+"""``forethought myopia lm``: vanilla vs myopic language-model training, and the myopia gap (SPEC §3).
+
+Trains, with the same data, budget and initialisation, each of the ``variants``:
+
+* ``vanilla`` — plain training;
+* ``detach_hidden`` / ``detach_kv`` — myopic training (the gap = myopic − vanilla validation loss);
+* ``local`` — myopic, but other positions' states come from the frozen trained vanilla model (the
+  "local-myopic bonus" = myopic − local loss: how much of the gap is the states' content, not their training);
+* ``zero_past`` — the transformer-bigram baseline (no access to other positions).
+
+The model is our GPT from scratch (``base: gpt``) or any HF causal LM fine-tuned (``base: <hub id | folder |
+smollm2-135m>``, full or LoRA through peft). Validation loss is reported overall and per position (plot).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
+from forethought.core.config import field, load_config
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_text
+from forethought.core.plots import line_plot
+from forethought.core.run import Run, RunConfig
+from forethought.core.runtime import compute_init, step_generator
+from forethought.core.trainer import TrainConfig, train
+from forethought.models.gpt import GPT, GPTConfig
+from forethought.myopia.wrap import make_myopic
+
+VARIANTS = ("vanilla", "detach_hidden", "detach_kv", "local", "zero_past")
+
+
+@dataclass
+class LMDataConfig:
+    corpus: str = field("wikitext-2", "corpus name (wikitext-2, tinyshakespeare, tinystories, generated), a .txt "
+                        "path, or hf:<dataset>")
+    tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id; 'auto' = the HF base model's own")
+    seq_len: int = field(64, "tokens per training sequence (the paper uses 64)")
+    eval_sequences: int = field(512, "validation sequences (non-overlapping windows of the valid split)")
+    cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
+
+
+@dataclass
+class LMConfig:
+    run: RunConfig = field(RunConfig(name="myopia-lm"), "run folder, seed, device")
+    base: str = field("gpt", "'gpt' = our GPT from scratch; else an HF causal LM to fine-tune (hub id, folder, "
+                      "smollm2-135m)")
+    gpt: GPTConfig = field(GPTConfig(n_positions=64, n_embd=256, n_layer=4, n_head=4), "our GPT (base: gpt)")
+    lora_r: int = field(0, "HF base: LoRA rank through peft (0 = full fine-tuning)")
+    lora_alpha: int = field(32, "HF base: LoRA alpha")
+    variants: list[str] = field(["vanilla", "detach_hidden", "local", "zero_past"], "what to train")
+    data: LMDataConfig = field(LMDataConfig(), "corpus and tokenisation")
+    train: TrainConfig = field(TrainConfig(steps=2000, batch_size=32, lr=1e-3, warmup_steps=100, log_every=50,
+                                           weight_decay=0.1, checkpoint_every=500), "optimisation")
+
+    def validate(self) -> None:
+        for v in self.variants:
+            if v not in VARIANTS:
+                raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")
+        if "local" in self.variants and "vanilla" not in self.variants:
+            raise ForethoughtError("variants: 'local' needs 'vanilla' (its frozen past states come from it)")
+        if self.base == "gpt" and self.data.seq_len > self.gpt.n_positions:
+            raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
+
+
+def _cache_dir(cfg: LMConfig) -> Path:
+    from forethought.data.corpora import default_cache_dir
+
+    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else default_cache_dir()
+
+
+def tokenizer_spec(cfg: LMConfig) -> str:
+    return cfg.base if (cfg.data.tokenizer == "auto" and cfg.base != "gpt") else cfg.data.tokenizer
+
+
+def load_tokens(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray]:
+    from forethought.data.corpora import token_array
+
+    spec = tokenizer_spec(cfg)
+    if spec == "auto":
+        raise ForethoughtError("data.tokenizer 'auto' needs an HF base model; with base 'gpt' name one (e.g. gpt2)")
+    tr = token_array(cfg.data.corpus, "train", spec, _cache_dir(cfg))
+    va = token_array(cfg.data.corpus, "valid", spec, _cache_dir(cfg))
+    need = cfg.data.seq_len + 2
+    for name, arr in (("train", tr), ("valid", va)):
+        if len(arr) < need:
+            raise ForethoughtError(f"corpus '{cfg.data.corpus}' {name} split has {len(arr)} tokens; "
+                                   f"need at least {need} for seq_len {cfg.data.seq_len}")
+    return tr, va
+
+
+def build_model(cfg: LMConfig, vocab_size: int) -> torch.nn.Module:
+    """A fresh model: our GPT (seeded init) or the HF base (optionally with LoRA)."""
+    torch.manual_seed(cfg.run.seed)
+    if cfg.base == "gpt":
+        gcfg = copy.deepcopy(cfg.gpt)
+        gcfg.vocab_size = vocab_size
+        return GPT(gcfg)
+    from forethought.models.hf import load_causal_lm
+
+    model, _ = load_causal_lm(cfg.base)
+    if cfg.lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                                                 target_modules="all-linear"))
+    return model
+
+
+def logits_of(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) ids -> (B, T, V) logits for our GPT and HF models alike."""
+    inner = getattr(model, "module", model)  # DDP
+    if isinstance(inner, GPT):
+        return model(ids)
+    return model(input_ids=ids, use_cache=False).logits
+
+
+def lm_loss(model: torch.nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    logits = logits_of(model, batch[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1)), {}
+
+
+def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator) -> torch.Tensor:
+    starts = torch.randint(0, len(tokens) - length, (n,), generator=g).numpy()
+    return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
+
+
+def eval_windows(tokens: np.ndarray, n: int, length: int) -> torch.Tensor:
+    """Non-overlapping windows from the start of the split (deterministic; as many as fit, at most n)."""
+    n = min(n, len(tokens) // length)
+    return torch.from_numpy(np.asarray(tokens[:n * length], dtype=np.int64).reshape(n, length))
+
+
+@torch.no_grad()
+def per_position_loss(model: torch.nn.Module, windows: torch.Tensor, batch: int = 32) -> list[float]:
+    """Mean cross-entropy (nats) at each position t (predicting token t+1) over the windows."""
+    model.eval()
+    dev = next(model.parameters()).device
+    total = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
+    for i in range(0, len(windows), batch):
+        w = windows[i:i + batch].to(dev)
+        logits = logits_of(model, w[:, :-1]).float()
+        ce = F.cross_entropy(logits.transpose(1, 2), w[:, 1:], reduction="none")  # (b, T)
+        total += ce.double().sum(0).cpu()
+    return (total / len(windows)).tolist()
+
+
+def run(cfg: LMConfig, resume: str | None = None) -> dict:
+    rt = compute_init(cfg.run.device, cfg.run.seed)
+    parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
+    train_tokens, valid_tokens = load_tokens(cfg)
+    vocab = int(max(train_tokens.max(), valid_tokens.max())) + 1
+    if cfg.base == "gpt":
+        from forethought.data.corpora import load_corpus_text
+        from forethought.data.tokenizers import load_tokenizer
+
+        spec = tokenizer_spec(cfg)
+        text = load_corpus_text(cfg.data.corpus, "train") if spec.startswith("bpe:") else None
+        vocab = max(vocab, len(load_tokenizer(spec, corpus_text=text, cache_dir=_cache_dir(cfg) / "tokenizers")))
+    windows = eval_windows(valid_tokens, cfg.data.eval_sequences, cfg.data.seq_len + 1)
+    L = cfg.data.seq_len + 1
+
+    def batch_fn(step: int) -> torch.Tensor:
+        return random_windows(train_tokens, cfg.train.batch_size, L, step_generator(cfg.run.seed, step))
+
+    results: dict = {"base": cfg.base, "corpus": cfg.data.corpus, "tokenizer": tokenizer_spec(cfg),
+                     "seq_len": cfg.data.seq_len, "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
+                     "tokens_seen": cfg.train.steps * cfg.train.batch_size * cfg.data.seq_len,
+                     "eval_sequences": len(windows), "variants": {}}
+    t0 = time.perf_counter()
+    vanilla_model = None
+    for variant in cfg.variants:
+        model = build_model(cfg, vocab)
+        results.setdefault("params", sum(p.numel() for p in model.parameters()))
+        results.setdefault("trainable_params", sum(p.numel() for p in model.parameters() if p.requires_grad))
+        if variant == "local":
+            make_myopic(model, mode="local", frozen=vanilla_model)
+        elif variant != "vanilla":
+            make_myopic(model, mode=variant)
+        sub = Run.create(parent.dir, variant, is_main=rt.is_main)
+        out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant,
+                    model_config=model.config_dict() if isinstance(model, GPT) else None)
+        per_pos = per_position_loss(model, windows)
+        res = {"val_loss": float(np.mean(per_pos)), "per_position": per_pos, "train_wall_s": out["wall_s"],
+               "curve": out["curve"]}
+        sub.write_results(res)
+        results["variants"][variant] = res
+        if variant == "vanilla":
+            vanilla_model = model
+    results["wall_s"] = time.perf_counter() - t0
+    _summarise(results)
+    if rt.is_main:
+        parent.write_results(results)
+        _report(results, parent)
+    return results
+
+
+def _summarise(results: dict) -> None:
+    v = results["variants"]
+    myopic = next((m for m in ("detach_hidden", "detach_kv") if m in v), None)
+    if "vanilla" in v and myopic:
+        results["gap"] = v[myopic]["val_loss"] - v["vanilla"]["val_loss"]
+        results["gap_relative"] = results["gap"] / v["vanilla"]["val_loss"]
+        results["gap_per_position"] = [a - b for a, b in zip(v[myopic]["per_position"], v["vanilla"]["per_position"])]
+    if myopic and "local" in v:
+        results["local_myopic_bonus"] = v[myopic]["val_loss"] - v["local"]["val_loss"]
+    if "zero_past" in v:
+        results["transformer_bigram"] = v["zero_past"]["val_loss"]
+
+
+def _report(results: dict, run: Run) -> None:
+    v = results["variants"]
+    line_plot({k: (range(len(r["per_position"])), r["per_position"]) for k, r in v.items()},
+              run.path("per_position.png"), title="validation loss per position", xlabel="position t",
+              ylabel="cross-entropy (nats)")
+    lines = ["# Myopia: language modelling", "",
+             f"base {results['base']}, {results['corpus']} ({results['tokenizer']} tokens), "
+             f"{results['steps']} steps × {results['batch_size']} × {results['seq_len']} tokens "
+             f"= {results['tokens_seen']:,} tokens per model.", "",
+             "| variant | val loss (nats) | train wall (s) |", "|---|---|---|"]
+    lines += [f"| {k} | {r['val_loss']:.4f} | {r['train_wall_s']:.0f} |" for k, r in v.items()]
+    for key in ("gap", "local_myopic_bonus", "transformer_bigram"):
+        if key in results:
+            lines.append(f"\n{key.replace('_', ' ')}: {results[key]:.4f} nats")
+    lines += ["", "![per-position loss](per_position.png)", ""]
+    atomic_write_text(run.path("report.md"), "\n".join(lines))
+    print("\n".join(lines[:-3]))
+
+
+def load_variant(lm_run: str | Path, variant: str) -> tuple[torch.nn.Module, LMConfig]:
+    """Rebuild a trained variant of a ``myopia lm`` run from its folder (config.yaml + newest checkpoint)."""
+    lm_run = Path(lm_run)
+    cfg_path = lm_run / "config.yaml"
+    if not cfg_path.is_file():
+        raise ForethoughtError(f"{lm_run} is not a 'myopia lm' run folder (no config.yaml)")
+    cfg = load_config(LMConfig, cfg_path)
+    ckpt = latest_checkpoint(lm_run / variant)
+    if ckpt is None:
+        raise ForethoughtError(f"no checkpoint for variant '{variant}' in {lm_run}")
+    import json
+
+    vocab = cfg.gpt.vocab_size
+    if cfg.base == "gpt":
+        vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    model = build_model(cfg, vocab)
+    load_checkpoint(ckpt, model)
+    return model.eval(), cfg

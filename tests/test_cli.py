@@ -1,0 +1,103 @@
+"""The real CLI path: help, one-line errors with exit status 2, SIGKILL + --resume auto, 2-process training."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from forethought.cli import main
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+BIN = Path(sys.executable).parent
+
+
+def test_help_lists_commands_and_keys(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "myopia synthetic" in out and "myopia probe" in out and "demo" in out
+    with pytest.raises(SystemExit) as e:
+        main(["myopia", "synthetic", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--train.steps" in out and "--task.frequency" in out and "presets:" in out
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["myopia", "synthetic", "--train.stepz", "3"], "unknown config key 'train.stepz'"),
+    (["myopia", "nope"], "unknown command 'myopia nope'"),
+    (["myopia", "synthetic", "--config", "nosuchpreset"], "neither a YAML file nor a preset"),
+    (["myopia", "synthetic", "--modes", "[bogus]"], "unknown or unsupported mode 'bogus'"),
+    (["myopia", "lm", "--data.corpus", "no-such-corpus"], "unknown corpus"),
+    (["myopia", "probe"], "--lm_run"),
+])
+def test_bad_input_one_line_error(argv, msg, capsys, tmp_path):
+    code = main(argv + ["--run.out_dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    if "corpus" not in msg:
+        assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_empty_corpus_error(capsys, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("   \n")
+    code = main(["myopia", "lm", "--config", "tiny", "--data.corpus", str(empty), "--run.out_dir", str(tmp_path)])
+    assert code == 2 and "empty" in capsys.readouterr().err.lower()
+
+
+def _cli(*args: str) -> list[str]:
+    return [str(BIN / "forethought"), "myopia", "synthetic", "--config", "tiny", "--modes", "[vanilla]",
+            "--eval_sequences", "64", "--probe.train_sequences", "32", "--probe.test_sequences", "16", *args]
+
+
+def test_sigkill_then_resume_auto_reaches_same_weights(tmp_path):
+    common = ["--train.steps", "300", "--train.checkpoint_every", "20", "--train.keep_checkpoints", "2"]
+    ref = subprocess.run(_cli(*common, "--run.out_dir", str(tmp_path), "--run.name", "ref"), env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    run_dir = tmp_path / "killed" / "p=1" / "vanilla"
+    proc = subprocess.Popen(_cli(*common, "--run.out_dir", str(tmp_path), "--run.name", "killed"), env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (run_dir / "step-000060").exists():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (run_dir / "step-000300").exists(), "the run finished before it could be killed"
+    resumed = subprocess.run(_cli(*common, "--run.out_dir", str(tmp_path), "--run.name", "killed",
+                                  "--resume", "auto"), env=ENV, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout
+    a = load_file(str(tmp_path / "ref" / "p=1" / "vanilla" / "step-000300" / "model.safetensors"))
+    b = load_file(str(run_dir / "step-000300" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert (a[k] == b[k]).all(), k
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps))  # redone steps are not logged twice
+
+
+def test_two_process_training_matches_one_process(tmp_path):
+    args = ["--train.steps", "20", "--train.batch_size", "16", "--train.log_every", "5"]
+    one = subprocess.run(_cli(*args, "--run.out_dir", str(tmp_path), "--run.name", "one"), env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    cmd = [str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-port", "29533", "-m", "forethought.cli",
+           *_cli(*args, "--run.out_dir", str(tmp_path), "--run.name", "two")[1:]]
+    two = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-2000:]
+    res = [json.loads((tmp_path / n / "p=1" / "vanilla" / "results.json").read_text()) for n in ("one", "two")]
+    assert res[0]["world_size"] == 1 and res[1]["world_size"] == 2
+    l1 = [l for _, l in res[0]["curve"]]
+    l2 = [l for _, l in res[1]["curve"]]
+    assert len(l1) == len(l2) == 4
+    # Same global batch, gradients averaged by DDP: equal up to float32 reduction order.
+    assert max(abs(a - b) for a, b in zip(l1, l2)) < 1e-4

@@ -1,0 +1,68 @@
+"""The synthetic task, the LM / probe pipelines and the demo on tiny settings."""
+
+import math
+
+import torch
+
+from forethought.cli import main
+from forethought.core.config import load_config
+from forethought.core.runtime import step_generator
+from forethought.models.gpt import GPT, GPTConfig
+from forethought.myopia.probe import fit_ridge, future_lens_accuracy
+from forethought.myopia.synthetic import TaskConfig, predict_zero_loss, sample_task
+
+
+def test_synthetic_targets_follow_the_definition():
+    task = TaskConfig(seq_len=16, window=3, shift=2, frequency=10.0, function="sin")
+    b = sample_task(task, 0.5, 4, step_generator(0, 0))
+    x, z = b["inputs"][..., 0], b["inputs"][..., 1]
+    for i in range(4):
+        for n in range(16):
+            s = sum(math.sin(10 * x[i, n - j].item()) for j in range(2, 5) if n - j >= 0)
+            want = z[i, n].item() * s + (1 - z[i, n].item()) * x[i, n].item()
+            assert abs(b["targets"][i, n].item() - want) < 1e-5
+    cos = TaskConfig(seq_len=8, window=2, shift=1, function="cos")
+    b = sample_task(cos, 1.0, 1, step_generator(0, 1))
+    assert abs(b["targets"][0, 0].item() - 2.0) < 1e-6  # zero history: cos(0) twice
+
+
+def test_predict_zero_matches_paper_scale():
+    assert 1.2 < predict_zero_loss(TaskConfig(), 1.0) < 1.35  # SPEC: predicting zero scores about 1.28
+
+
+def test_ridge_recovers_linear_map():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(500, 6, generator=g)
+    W = torch.randn(6, 3, generator=g)
+    Wh, b = fit_ridge(X, X @ W + 0.5, 1e-9)
+    torch.testing.assert_close(Wh.float(), W, atol=1e-4, rtol=0)
+    torch.testing.assert_close(b.float(), torch.full((3,), 0.5), atol=1e-4, rtol=0)
+
+
+def test_future_lens_last_layer_k1_is_the_model_itself():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, n_positions=16, n_embd=16, n_layer=2, n_head=2)).eval()
+    ids = torch.randint(0, 50, (64, 16))
+    acc = future_lens_accuracy(model, ids, ids[:16], [2], 2, 1e-8)["layer 2"]
+    with torch.no_grad():
+        own = (model(ids[:16])[:, :-1].argmax(-1) == ids[:16, 1:]).float().mean().item()
+    assert abs(acc[0] - own) < 0.02
+
+
+def test_demo_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.delenv("FORETHOUGHT_DATA", raising=False)
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
+    code = main(["demo", "--run.out_dir", str(tmp_path), "--synthetic_steps", "10", "--lm_steps", "6"])
+    assert code == 0
+    report = (tmp_path / "demo" / "report.md").read_text()
+    for section in ("synthetic pre-caching", "language modelling", "future-token probes", "gap:",
+                    "transformer bigram"):
+        assert section in report
+    for png in ("synthetic/probe_r2.png", "lm/per_position.png", "probe/future_lens.png"):
+        assert (tmp_path / "demo" / png).stat().st_size > 1000
+    # Probes load the trained checkpoints of the LM run: resume auto then finds them complete.
+    from forethought.myopia.lm import LMConfig, load_variant
+
+    model, cfg = load_variant(tmp_path / "demo" / "lm", "detach_hidden")
+    assert isinstance(cfg, LMConfig) and sum(p.numel() for p in model.parameters()) > 0
+    assert load_config(LMConfig, tmp_path / "demo" / "lm" / "config.yaml").train.steps == 6
