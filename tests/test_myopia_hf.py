@@ -1,0 +1,33 @@
+"""Myopic fine-tuning of an HF causal LM (a tiny random Llama saved locally) with LoRA, then probing it."""
+
+from forethought.cli import main
+from forethought.data.corpora import load_corpus_text
+from forethought.data.tokenizers import load_tokenizer
+from forethought.models.hf import tiny_llama
+
+
+def test_lm_finetune_hf_llama_with_lora_and_probe(tmp_path, monkeypatch):
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "tiny-llama"
+    tok = load_tokenizer("bpe:300", corpus_text=load_corpus_text("generated", "train"), cache_dir=tmp_path / "tok")
+    tok.save_pretrained(folder)
+    tiny_llama(vocab_size=len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
+               eos_token_id=tok.eos_token_id).save_pretrained(folder)
+    out = tmp_path / "runs"
+    code = main(["myopia", "lm", "--config", "tiny", "--base", str(folder), "--data.tokenizer", "auto",
+                 "--lora_r", "4", "--variants", "[vanilla, detach_hidden, local, zero_past]",
+                 "--train.steps", "4", "--train.checkpoint_every", "2", "--run.out_dir", str(out)])
+    assert code == 0
+    import json
+
+    res = json.loads((out / "myopia-lm-tiny" / "results.json").read_text())
+    assert res["trainable_params"] < res["params"] / 2  # LoRA: the base stays frozen
+    assert {"gap", "local_myopic_bonus", "transformer_bigram"} <= res.keys()
+    ckpt = out / "myopia-lm-tiny" / "detach_hidden" / "step-000004"
+    assert json.loads((ckpt / "manifest.json").read_text())["trainable_only"] is True
+    code = main(["myopia", "probe", "--lm_run", str(out / "myopia-lm-tiny"), "--layers", "[0, 2]", "--k_max", "2",
+                 "--fit_sequences", "16", "--eval_sequences", "8", "--run.out_dir", str(out)])
+    assert code == 0
+    probe = json.loads((out / "myopia-probe" / "results.json").read_text())
+    assert set(probe["variants"]["vanilla"]) == {"layer 0", "layer 2"}
+    assert all(0 <= a <= 1 for a in probe["variants"]["detach_hidden"]["layer 2"])
