@@ -101,3 +101,14 @@ def test_two_process_training_matches_one_process(tmp_path):
     assert len(l1) == len(l2) == 4
     # Same global batch, gradients averaged by DDP: equal up to float32 reduction order.
     assert max(abs(a - b) for a, b in zip(l1, l2)) < 1e-4
+
+
+def test_fresh_run_refuses_to_mix_with_existing_checkpoints(tmp_path, capsys):
+    args = ["myopia", "synthetic", "--config", "tiny", "--modes", "[vanilla]", "--train.steps", "2",
+            "--eval_sequences", "16", "--probe.train_sequences", "32", "--probe.test_sequences", "16",
+            "--run.out_dir", str(tmp_path)]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "--resume auto" in capsys.readouterr().err
+    assert main(args + ["--resume", "auto"]) == 0  # finished: nothing to redo

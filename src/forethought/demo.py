@@ -7,6 +7,7 @@ at a data root with WikiText-2, which is then used. Numbers at this size prove t
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ def run(cfg: DemoConfig, resume: str | None = None) -> dict:
     from forethought.myopia import lm, probe, synthetic
 
     t0 = time.perf_counter()
+    previous = Path(cfg.run.out_dir) / cfg.run.name
+    if resume is None and (previous / "env.json").is_file():
+        shutil.rmtree(previous)  # the demo starts over unless asked to resume (only ever a forethought run folder)
     root = Run.create(cfg.run.out_dir, cfg.run.name, cfg)
     sub = [f"--run.out_dir={root.dir}", f"--run.seed={cfg.run.seed}", f"--run.device={cfg.run.device}"]
     scfg = load_config(synthetic.SyntheticConfig, resolve_config_path("myopia", "synthetic", "tiny"),

@@ -110,6 +110,9 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, cfg.beta2))
     start = 0
     ckpt = resolve_resume(run.dir, resume)
+    if ckpt is None and resume in (None, "", "none", "never") and latest_checkpoint(run.dir) is not None:
+        raise ForethoughtError(f"{run.dir} already holds checkpoints; pass --resume auto to continue that run, "
+                               "or choose another --run.name / --run.out_dir")
     if ckpt is not None:
         state = load_checkpoint(ckpt, model)
         opt.load_state_dict(state["optimizer"])
