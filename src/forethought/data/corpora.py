@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from forethought.core.errors import ForethoughtError
+from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -266,11 +266,6 @@ def _read_text_file(path: Path) -> str:
         raise ForethoughtError(f"cannot read corpus file {path}: {e.strerror or e}") from e
 
 
-def _first_line(error: BaseException) -> str:
-    """The first line of an exception's message, without a trailing period, for one-line user errors."""
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip(".") if text else type(error).__name__
-
 
 @functools.lru_cache(maxsize=8)
 def _hub_splits(source: CorpusSource) -> dict[str, str]:
@@ -286,10 +281,10 @@ def _hub_splits(source: CorpusSource) -> dict[str, str]:
     try:
         loaded = datasets.load_dataset(source.hub_id, source.hub_config)
     except Exception as e:  # datasets raises many types (network, missing config, ...)
-        first_line = _first_line(e)
+        reason = first_line(e)
         if source.data_root_tried is not None:
-            raise _not_found(source, f"loading failed: {first_line}") from e
-        raise ForethoughtError(f"cannot load hub dataset for corpus '{source.name}': {first_line}") from e
+            raise _not_found(source, f"loading failed: {reason}") from e
+        raise ForethoughtError(f"cannot load hub dataset for corpus '{source.name}': {reason}") from e
 
     def column(split_name: str) -> str:
         ds = loaded[split_name]

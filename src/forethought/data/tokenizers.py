@@ -22,7 +22,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from forethought.core.errors import ForethoughtError
+from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_text
 from forethought.data.corpora import default_cache_dir, hub_reachable
 
@@ -179,9 +179,9 @@ def _from_pretrained(name_or_path: str, spec: str) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(source, local_files_only=not online)
     except (OSError, ValueError, json.JSONDecodeError) as e:
         where = "this folder" if local.is_dir() else ("the hub" if online else "the local HF cache (hub unreachable)")
-        first_line = _first_line(e)
+        reason = first_line(e)
         raise ForethoughtError(
-            f"tokenizer '{spec}' not found in {where}: {first_line}. Known offline specs: gpt2, bpe:<N>, "
+            f"tokenizer '{spec}' not found in {where}: {reason}. Known offline specs: gpt2, bpe:<N>, "
             "smollm2-135m, or a local folder with tokenizer files"
         ) from e
 
@@ -197,9 +197,3 @@ def _ensure_eos(tokenizer: PreTrainedTokenizerBase) -> None:
         tokenizer.eos_token = tokenizer.sep_token
     else:
         tokenizer.add_special_tokens({"eos_token": EOT})
-
-
-def _first_line(error: BaseException) -> str:
-    """The first line of an exception's message, without a trailing period, for one-line user errors."""
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip(".") if text else type(error).__name__

