@@ -1,0 +1,77 @@
+"""Print README's results tables (markdown) from the committed ``benchmarks/results/*.json``, so every number
+in README comes from a file a benchmark script wrote.
+
+    python benchmarks/tables.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _load(name: str) -> dict | None:
+    p = RESULTS / name
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def _fmt(x: float | None, nd: int = 3) -> str:
+    return "–" if x is None else f"{x:.{nd}f}"
+
+
+def myopia_synthetic() -> list[str]:
+    r = _load("myopia_synthetic.json")
+    if r is None:
+        return ["(myopia_synthetic.json not yet produced)"]
+    out = ["| p | steps × batch | vanilla | myopic | predict zero | probe R² lag 0 (van / myo) | "
+           "probe R² lag 1 (van / myo) |", "|---|---|---|---|---|---|---|"]
+    for key in sorted((k for k in r if k.startswith("p=")), key=lambda k: -float(k[2:])):
+        row = r[key]
+        out.append(f"| {key[2:]} | {row.get('vanilla_steps', '–')} × {row.get('vanilla_batch_size', '–')} | "
+                   f"{_fmt(row.get('vanilla'))} | {_fmt(row.get('myopic'))} | {_fmt(row.get('predict_zero'))} | "
+                   f"{_fmt(row.get('vanilla_probe_r2_lag0'), 2)} / {_fmt(row.get('myopic_probe_r2_lag0'), 2)} | "
+                   f"{_fmt(row.get('vanilla_probe_r2_lag1'), 2)} / {_fmt(row.get('myopic_probe_r2_lag1'), 2)} |")
+    out.append(f"\nTraining wall time, all runs: {r.get('train_wall_s_total', 0) / 60:.0f} min "
+               f"({r['machine'].get('cpu_count')} cores, {r['machine'].get('threads_per_run')} thread per run).")
+    return out
+
+
+def myopia_step_cost() -> list[str]:
+    r = _load("myopia_step_cost.json")
+    if r is None:
+        return ["(myopia_step_cost.json not yet produced)"]
+    out = ["| model | batch × seq | vanilla step (s) | myopic step (s) | myopic / vanilla |", "|---|---|---|---|---|"]
+    for key in ("gpt", "smollm2"):
+        m = r.get(key)
+        if m:
+            out.append(f"| {key} ({m.get('params', 0) / 1e6:.0f}M) | {m['batch_size']} × {m['seq_len']} | "
+                       f"{_fmt(m['vanilla_median_s'])} | {_fmt(m['myopic_median_s'])} | {_fmt(m['ratio'], 2)} |")
+    if "reference_ratio" in r.get("gpt", {}):
+        out.append(f"\nThe explicit O(T²) reference form costs {r['gpt']['reference_ratio']:.2f}× vanilla on the GPT.")
+    return out
+
+
+def myopia_lm() -> list[str]:
+    r = _load("myopia_lm.json")
+    if r is None:
+        return ["(myopia_lm.json not yet produced)"]
+    s = r["setup"]
+    out = [f"{s['params'] / 1e6:.1f}M-parameter GPT, {s['corpus']} ({s['tokenizer']}), {s['steps']} steps × "
+           f"{s['batch_size']} × {s['seq_len']} tokens = {s['tokens_seen']:,} tokens per model; "
+           f"validation on {s['eval_sequences']} windows.", "",
+           "| model | val loss (nats) |", "|---|---|"]
+    for name, key in (("vanilla", "vanilla"), ("myopic (detach_hidden)", "myopic"), ("local myopic", "local_myopic"),
+                      ("transformer bigram (zero_past)", "transformer_bigram")):
+        out.append(f"| {name} | {_fmt(r.get(key))} |")
+    out.append(f"\nMyopia gap {_fmt(r['gap'])} nats ({100 * r['gap_relative']:.1f} %); local-myopic bonus "
+               f"{_fmt(r.get('local_myopic_bonus'))} nats.")
+    return out
+
+
+if __name__ == "__main__":
+    for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm)):
+        print(f"### {title}\n")
+        print("\n".join(fn()))
+        print()

@@ -1,0 +1,1 @@
+"""PredGen: prediction through generation (tasks, prompts, answer formats)."""
