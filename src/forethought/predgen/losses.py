@@ -1,0 +1,86 @@
+"""PredGen's losses and scheduled sampling as pure functions (SPEC §1).
+
+Writer-Director Alignment Loss, with L_W the generation cross-entropy (writer) and L_D the task loss of the
+adapter (director):
+
+* paper form ``max(L_W², L_D²) · exp(−|log L_W − log L_D|)``. For L_W, L_D > 0 it equals ``L_W · L_D`` exactly
+  (if L_W ≥ L_D: L_W² · L_D / L_W), so it is computed in that product form, which is finite and smooth as either
+  loss approaches 0. Its gradient is ``L_D·∇L_W + L_W·∇L_D``: the smaller loss weights the larger one's gradient,
+  so the writer's gradient fades as the director's loss goes to 0 (and vice versa).
+* reference-code form ``a + b + m²·exp(−|a − b|)`` with ``a = log(1+L_W)``, ``b = log(1+L_D)``,
+  ``m = max(L_W, L_D) + 1``, which equals ``log(1+L_W) + log(1+L_D) + (1+L_W)(1+L_D)``; computed so.
+
+Scheduled sampling: the probability of feeding the model's own token instead of the gold one grows with the
+training step (linear, exponential or inverse-sigmoid schedules, Bengio et al. 2015), decided per token or per
+sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+
+def wdal_paper(l_w: torch.Tensor, l_d: torch.Tensor) -> torch.Tensor:
+    """max(L_W², L_D²)·exp(−|log L_W − log L_D|), computed as the identical, stable L_W·L_D."""
+    return l_w * l_d
+
+
+def wdal_paper_literal(l_w: torch.Tensor, l_d: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """The formula as printed (logs guarded by eps); only for testing the identity."""
+    lw, ld = l_w.clamp_min(eps), l_d.clamp_min(eps)
+    return torch.maximum(lw**2, ld**2) * torch.exp(-(lw.log() - ld.log()).abs())
+
+
+def wdal_reference(l_w: torch.Tensor, l_d: torch.Tensor) -> torch.Tensor:
+    """The reference code's form, log(1+L_W) + log(1+L_D) + (1+L_W)(1+L_D) (identical to its printed form)."""
+    return torch.log1p(l_w) + torch.log1p(l_d) + (1 + l_w) * (1 + l_d)
+
+
+def wdal_reference_literal(l_w: torch.Tensor, l_d: torch.Tensor) -> torch.Tensor:
+    a, b = torch.log1p(l_w), torch.log1p(l_d)
+    m = torch.maximum(l_w, l_d) + 1
+    return a + b + m * m * torch.exp(-(a - b).abs())
+
+
+Schedule = Literal["linear", "exponential", "inverse_sigmoid", "constant"]
+
+
+def sampling_probability(step: int, total_steps: int, schedule: Schedule = "linear", start: float = 0.0,
+                         end: float = 1.0, k: float | None = None) -> float:
+    """Probability of using the model's own token at ``step``.
+
+    linear: start -> end over total_steps (the reference code: 0 -> 1). exponential: teacher forcing decays as
+    k^step (k defaults so that it reaches 1% at the end). inverse_sigmoid: teacher forcing k/(k + exp(step/k))
+    (k defaults to total_steps/10). Both map to [start, end]."""
+    if total_steps <= 0:
+        return end
+    frac = min(max(step / total_steps, 0.0), 1.0)
+    if schedule == "constant":
+        return end
+    if schedule == "linear":
+        return start + (end - start) * frac
+    if schedule == "exponential":
+        kk = k if k is not None else 0.01 ** (1.0 / total_steps)
+        teacher = kk**step
+    elif schedule == "inverse_sigmoid":
+        kk = k if k is not None else max(total_steps / 10.0, 1.0)
+        teacher = kk / (kk + math.exp(min(step / kk, 700.0)))
+    else:
+        raise ValueError(f"unknown scheduled-sampling schedule '{schedule}'")
+    return start + (end - start) * (1.0 - teacher)
+
+
+def mix_tokens(gold: torch.Tensor, predicted: torch.Tensor, answer_mask: torch.Tensor, p: float,
+               per: Literal["token", "sequence"] = "token", g: torch.Generator | None = None) -> torch.Tensor:
+    """Decoder inputs for the mixed pass. gold, predicted: (B, T) ids, where ``predicted[:, t]`` is the model's
+    token for position t (from the teacher-forced pass, shifted); answer_mask (B, T) bool marks answer-token
+    inputs that may be replaced. Each is replaced with probability p (one coin per token, or one per sequence)."""
+    if p <= 0:
+        return gold.clone()
+    B, T = gold.shape
+    shape = (B, T) if per == "token" else (B, 1)
+    coins = torch.rand(shape, generator=g, device="cpu").to(gold.device) < p
+    return torch.where(coins.expand(B, T) & answer_mask, predicted, gold)
