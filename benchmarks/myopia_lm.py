@@ -5,7 +5,7 @@ Runs ``forethought myopia lm --config small`` (single-threaded, resumable) and w
 local-myopic bonus, the transformer-bigram baseline, per-position curves, model size, tokens seen, wall time;
 plus the per-position plot. Needs FORETHOUGHT_DATA (a data root with wikitext-2/).
 
-    FORETHOUGHT_DATA=../shared/data python benchmarks/myopia_lm.py [--steps 800]
+    FORETHOUGHT_DATA=../shared/data python benchmarks/myopia_lm.py [--steps 800] [--variants vanilla,detach_hidden]
 """
 
 from __future__ import annotations
@@ -28,13 +28,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--variants", default="vanilla,detach_hidden,local,zero_past",
+                    help="comma-separated variants to train (vanilla and detach_hidden are required)")
     args = ap.parse_args()
     if not os.environ.get("FORETHOUGHT_DATA"):
         sys.exit("set FORETHOUGHT_DATA to a data root with wikitext-2/ (e.g. ../shared/data)")
     t0 = time.time()
     run_root = ROOT / "runs" / "bench-myopia-lm"
     cmd = [sys.executable, "-m", "forethought.cli", "myopia", "lm", "--config", "small", "--run.out_dir",
-           str(run_root), "--train.steps", str(args.steps), "--resume", "auto"]
+           str(run_root), "--train.steps", str(args.steps), "--resume", "auto",
+           "--variants", "[" + args.variants + "]"]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     subprocess.run(cmd, env=env, check=True, cwd=ROOT)
     run_dir = run_root / "myopia-lm-small"

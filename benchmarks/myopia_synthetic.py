@@ -31,7 +31,6 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="parallel single-threaded processes")
     ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished runs")
     args = ap.parse_args()
-    t0 = time.time()
     jobs = [(p, mode) for p in args.p for mode in ("vanilla", "detach_hidden")]
     if not args.collect_only:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -53,11 +52,30 @@ def main() -> None:
                     running.remove(proc)
                     if proc.returncode != 0:
                         sys.exit(f"a run failed ({proc.args}); see runs/bench-myopia-synthetic-*.log")
-    collect(jobs, time.time() - t0, " ".join(["python", *sys.argv]))
+    collect(" ".join(["python", *sys.argv]))
 
 
-def collect(jobs: list[tuple[float, str]], wall: float, command: str) -> None:
-    res: dict = {"command": command, "wall_s": wall,
+def _started(run_dir: Path) -> float | None:
+    env = run_dir / "env.json"
+    if not env.is_file():
+        return None
+    return time.mktime(time.strptime(json.loads(env.read_text())["started"][:19], "%Y-%m-%dT%H:%M:%S"))
+
+
+def collect(command: str) -> None:
+    """Assemble every finished (p, model) run under RUNS, whichever invocation trained it. The runs are resumable
+    and may span several invocations of this script: all of them are listed in ``command``, and ``wall_s`` spans
+    from the first run's start to now."""
+    log = RUNS / "invocations.txt"
+    seen = log.read_text().splitlines() if log.is_file() else []
+    if command not in seen:
+        seen.append(command)
+        log.write_text("\n".join(seen) + "\n")
+    jobs = sorted(((float(d.name.split("-")[0][2:]), d.name.split("-", 1)[1]) for d in RUNS.glob("p=*-*")
+                   if d.is_dir()), key=lambda j: (-j[0], j[1] != "vanilla"))
+    starts = [t for p, mode in jobs if (t := _started(RUNS / f"p={p:g}-{mode}")) is not None]
+    res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
+                 "run_commands": {},
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": 1, "parallel_runs": 2},
                  "metric": "mean Huber loss (delta=1) over 64 positions / p, 16384 fresh sequences",
@@ -71,6 +89,7 @@ def collect(jobs: list[tuple[float, str]], wall: float, command: str) -> None:
             print(f"missing {rfile}; skipped")
             continue
         r = json.loads(rfile.read_text())
+        res["run_commands"][f"p={p:g}/{mode}"] = json.loads((run_dir / "env.json").read_text())["command"]
         row = r[f"p={p:g}"]
         m = row[mode]
         name = "vanilla" if mode == "vanilla" else "myopic"

@@ -108,7 +108,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
     no_decay = [p for p in trainable if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, cfg.beta2))
-    start = 0
+    start, wall_before = 0, 0.0
     ckpt = resolve_resume(run.dir, resume)
     if ckpt is None and resume in (None, "", "none", "never") and latest_checkpoint(run.dir) is not None:
         raise ForethoughtError(f"{run.dir} already holds checkpoints; pass --resume auto to continue that run, "
@@ -118,6 +118,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         start = int(state["step"])
+        wall_before = float(state.get("train_wall_s", 0.0))
         _truncate_metrics(run, start)
         if rt.is_main:
             print(f"resumed from {ckpt} at step {start}")
@@ -151,13 +152,14 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
             acc.wait_for_everyone()
             if rt.is_main:
-                save_checkpoint(run.dir, done, acc.unwrap_model(wrapped),
-                                {"step": done, "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                                 "data_position": done}, model_config, keep=cfg.keep_checkpoints,
-                                trainable_only=partial)
+                state = {"step": done, "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(),
+                         "data_position": done, "train_wall_s": wall_before + time.perf_counter() - t0}
+                save_checkpoint(run.dir, done, acc.unwrap_model(wrapped), state, model_config,
+                                keep=cfg.keep_checkpoints, trainable_only=partial)
             acc.wait_for_everyone()
     bar.close()
-    wall = time.perf_counter() - t0
+    # Training wall time over every invocation that trained this model (kept in the checkpoints).
+    wall = wall_before + time.perf_counter() - t0
     out: dict[str, Any] = {"curve": curve, "steps": cfg.steps, "resumed_from": start, "wall_s": wall,
                            "world_size": rt.world_size}
     if curve:
