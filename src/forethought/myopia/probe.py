@@ -42,10 +42,15 @@ class ProbeConfig:
             raise ForethoughtError("probe: k_max must be >= 1")
 
 
+def lm_head(model: torch.nn.Module) -> torch.nn.Module:
+    """The output projection of our GPT or of an HF model (the probes decode through it, frozen)."""
+    return model.head if isinstance(model, GPT) else model.get_output_embeddings()
+
+
 @torch.no_grad()
 def states(model: torch.nn.Module, ids: torch.Tensor, batch: int = 32) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Residual stream per layer (L+1 tensors (N, T, d)) and the LM head's input (N, T, d)."""
-    head = model.get_output_embeddings() if not isinstance(model, GPT) else model.head
+    head = lm_head(model)
     captured: list[torch.Tensor] = []
     handle = head.register_forward_pre_hook(lambda m, args: captured.append(args[0].detach().float().cpu()))
     layers: list[list[torch.Tensor]] = []
@@ -79,7 +84,7 @@ def fit_ridge(X: torch.Tensor, Y: torch.Tensor, ridge: float) -> tuple[torch.Ten
 def future_lens_accuracy(model: torch.nn.Module, fit_ids: torch.Tensor, eval_ids: torch.Tensor,
                          layers: list[int], k_max: int, ridge: float) -> dict[str, list[float]]:
     """{f"layer {l}": [acc k=1, ..., k=k_max]}: top-1 accuracy of decoding token t+k from layer l at t."""
-    head = model.get_output_embeddings() if not isinstance(model, GPT) else model.head
+    head = lm_head(model)
     fit_h, fit_final = states(model, fit_ids)
     ev_h, ev_final = states(model, eval_ids)
     T = fit_ids.shape[1]

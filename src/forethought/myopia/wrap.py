@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from forethought.core.errors import ForethoughtError
-from forethought.myopia.attention import blend, myopic_attention, reference_myopic_attention
+from forethought.myopia.attention import blend, myopic_attention, reference_myopic_attention, weight_grad_only
 
 Mode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past", "local"]
 MODES: tuple[str, ...] = ("vanilla", "detach_hidden", "detach_kv", "zero_past", "local")
@@ -53,19 +53,13 @@ def _projection_past(x: torch.Tensor, value: torch.Tensor, proj: nn.Module, rows
     if isinstance(proj, nn.Linear) and not conv1d:
         w = proj.weight if rows is None else proj.weight[rows]
         b = None if proj.bias is None else (proj.bias if rows is None else proj.bias[rows])
-        return _wgo(value, x, w, b)
+        return weight_grad_only(value, x, w, b)
     if conv1d and type(proj).__name__ == "Conv1D":
         w = proj.weight if rows is None else proj.weight[:, rows]  # Conv1D weight is (in, out)
         b = proj.bias if rows is None else proj.bias[rows]
-        return _wgo(value, x, w.t(), b)
+        return weight_grad_only(value, x, w.t(), b)
     out = proj(x.detach())
     return out if rows is None else out[..., rows]
-
-
-def _wgo(value: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    from forethought.myopia.attention import weight_grad_only
-
-    return weight_grad_only(value, x, w, b)
 
 
 def _attend(spec: MyopiaSpec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kp: torch.Tensor,
