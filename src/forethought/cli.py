@@ -39,6 +39,21 @@ COMMANDS = [
             "forethought.myopia.lm:run", "forethought.myopia.lm:LMConfig"),
     Command("myopia", "probe", "Future-Lens probes: from layer l at position t predict token t+k (k=1..N), "
             "vanilla vs myopic checkpoints", "forethought.myopia.probe:run", "forethought.myopia.probe:ProbeConfig"),
+    Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
+            "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
+            "forethought.psf.recipe:RecipeConfig"),
+    Command("psf", "sample", "sample a 'psf recipe' run (PSF or AR; unconditional or prompted) to JSONL + text",
+            "forethought.psf.recipe:sample", "forethought.psf.recipe:SampleConfig"),
+    Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
+            "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head",
+            "forethought.predgen.commands:run_train", "forethought.predgen.commands:PredGenConfig"),
+    Command("predgen", "eval", "evaluate a trained model on its task's eval (or train) split",
+            "forethought.predgen.commands:run_eval", "forethought.predgen.commands:EvalConfig"),
+    Command("predgen", "predict", "predict on a file of new inputs with a trained model (writes JSONL)",
+            "forethought.predgen.commands:run_predict", "forethought.predgen.commands:PredictConfig"),
+    Command("predgen", "mine", "MINE estimates of I(Y;Z), pooled vs token-level states of a trained model, "
+            "fitted on one half and evaluated on the other, over seeds, with H(Y) and a plot",
+            "forethought.predgen.mine:run_mine", "forethought.predgen.mine:MineConfig"),
     Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
             "forethought.demo:run", "forethought.demo:DemoConfig"),
 ]

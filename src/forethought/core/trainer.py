@@ -98,8 +98,10 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
           batch_fn: Callable[[int], Any], cfg: TrainConfig, run: Run, rt: Runtime, *,
           resume: str | None = None, desc: str = "train", params: list[torch.nn.Parameter] | None = None,
           eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
-          model_config: dict | None = None) -> dict[str, Any]:
-    """Train ``model`` in place for ``cfg.steps`` steps; returns the loss curve and timings."""
+          model_config: dict | None = None,
+          after_step: Callable[[torch.nn.Module, int], None] | None = None) -> dict[str, Any]:
+    """Train ``model`` in place for ``cfg.steps`` steps; returns the loss curve and timings. ``after_step(model,
+    step)`` runs after each optimizer step, while the gradients are still there (AdaLoRA's rank allocation)."""
     acc = rt.accelerator
     model.to(rt.device)
     trainable = params if params is not None else [p for p in model.parameters() if p.requires_grad]
@@ -140,6 +142,8 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         if cfg.grad_clip > 0:
             acc.clip_grad_norm_(trainable, cfg.grad_clip)
         opt.step()
+        if after_step is not None:
+            after_step(wrapped, step)
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
             mean_loss = acc.reduce(loss.detach(), reduction="mean").item()

@@ -1055,3 +1055,25 @@ __all__ = [
     "SPLITS",
     "WASSA_EMOTIONS",
 ]
+
+
+def template_fields(spec: TaskSpec) -> list[str]:
+    """The example fields a task's template reads."""
+    names = [f for _, f, _, _ in string.Formatter().parse(spec.template) if f]
+    return list(dict.fromkeys(re.split(r"[.\[]", n, maxsplit=1)[0] for n in names))
+
+
+def read_inputs(path: str | Path, spec: TaskSpec, id_field: str | None = None) -> list[Example]:
+    """New inputs to predict: a ``.csv``/``.tsv``/``.jsonl`` file holding (at least) the fields the task's template
+    reads. Targets are not needed (``Example.target`` is None). Missing fields raise with the line."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ForethoughtError(f"input file not found: {path}")
+    needed = template_fields(spec)
+    out = []
+    for line, record in _read_records(path):
+        where = f"{path} line {line}"
+        fields = {f: _text(_need(record, f, where)) for f in needed}
+        example_id = _text(_need(record, id_field, where)) if id_field else f"{path.stem}-{line}"
+        out.append(Example(fields, None, example_id))  # type: ignore[arg-type]
+    return out

@@ -1,0 +1,229 @@
+"""Prompt / continuation passes over an HF causal LM, and constrained, KV-cached, batched decoding of answers.
+
+Prompts are **left**-padded, so every prompt ends at the same column and answers continue from there; position
+ids come from the attention mask (HF models do not derive them from the mask by themselves).
+
+A forward over the prompt returns its KV cache as plain ``(key, value)`` pairs per layer. Continuations start
+from a *fresh* cache built from those pairs, so one prompt pass can feed several continuations (teacher-forced,
+mixed, model-fed) and gradients flow back through the shared prompt states into the adapters.
+
+Answers are decoded under an :class:`AnswerTrie` of the well-formed answers (label words, or every number of
+the fixed format), so a parse failure cannot happen; the greedy decoder also returns the hidden states at the
+positions that predicted each answer token (the task adapter's input, SPEC §1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (B, H_kv, T, hd) keys and values
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Passes
+# ----------------------------------------------------------------------------------------------------------
+
+
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) 0/1 attention mask -> (B, T) positions counting only real tokens (left pads get 0)."""
+    return (mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def _new_cache(kv: KV | None) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache() if kv is None else DynamicCache(ddp_cache_data=[(k, v) for k, v in kv])
+
+
+def _kv_pairs(cache: Any) -> KV:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+@dataclass
+class PromptPass:
+    last_logits: torch.Tensor  # (B, V) the distribution of answer token 1
+    states: torch.Tensor  # (B, P, d) hidden states at the chosen layer
+    kv: KV
+    logits: torch.Tensor | None = None  # (B, P, V) when all positions were asked for
+
+
+def prompt_pass(lm: Any, ids: torch.Tensor, mask: torch.Tensor, layer: int = -1,
+                all_logits: bool = False) -> PromptPass:
+    """One forward over left-padded prompts (B, P) with a KV cache."""
+    out = lm(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), cache=_new_cache(None),
+             use_cache=True, output_hidden_states=True, logits_to_keep=0 if all_logits else 1)
+    return PromptPass(out.logits[:, -1], out.hidden_states[layer], _kv_pairs(out.cache),
+                      out.logits if all_logits else None)
+
+
+def continue_pass(lm: Any, kv: KV, prompt_mask: torch.Tensor, ids: torch.Tensor,
+                  layer: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Feed (B', m) tokens after cached prompts. ``kv`` and ``prompt_mask`` may have B rows with B' = r·B (the
+    cache is tiled r times, rows grouped as [copy 0; copy 1; ...]). Returns logits (B', m, V) and hidden states
+    at ``layer`` (B', m, d). Padding inside ``ids`` must come after the real tokens (causal: harmless)."""
+    B, Bp = prompt_mask.shape[0], ids.shape[0]
+    reps = Bp // B
+    if reps > 1:
+        kv = [(torch.cat([k] * reps), torch.cat([v] * reps)) for k, v in kv]
+        prompt_mask = torch.cat([prompt_mask] * reps)
+    m = ids.shape[1]
+    mask = torch.cat([prompt_mask, prompt_mask.new_ones(Bp, m)], dim=1)
+    pos = prompt_mask.long().sum(-1, keepdim=True) + torch.arange(m, device=ids.device)
+    out = lm(input_ids=ids, attention_mask=mask, position_ids=pos, cache=_new_cache(kv), use_cache=True,
+             output_hidden_states=True)
+    return out.logits, out.hidden_states[layer]
+
+
+def detach_kv(kv: KV) -> KV:
+    return [(k.detach(), v.detach()) for k, v in kv]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The set of well-formed answers
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    children: dict[int, "_Node"] = field(default_factory=dict)
+    leaf: int | None = None  # candidate index when a complete answer ends here
+    allowed: torch.Tensor | None = None  # (n_children,) token ids, filled by AnswerTrie
+
+
+class AnswerTrie:
+    """A prefix tree over the token sequences of every well-formed answer.
+
+    ``sequences[i]`` is candidate i's token ids (answer text tokens, then EOS when ``eos_id`` is given);
+    ``values[i]`` is what it means (a label index or a number). No candidate may be a prefix of another
+    (EOS makes that true for any set of distinct answers)."""
+
+    def __init__(self, sequences: list[list[int]], values: list[Any]):
+        if not sequences:
+            raise ValueError("AnswerTrie needs at least one candidate")
+        self.root = _Node()
+        self.sequences, self.values = sequences, values
+        for i, seq in enumerate(sequences):
+            node = self.root
+            for tok in seq:
+                if node.leaf is not None:
+                    raise ValueError(f"candidate {values[node.leaf]!r} is a prefix of {values[i]!r}")
+                node = node.children.setdefault(int(tok), _Node())
+            if node.leaf is not None or node.children:
+                raise ValueError(f"candidate {values[i]!r} is a prefix of (or equal to) another")
+            node.leaf = i
+        self.depth = max(len(s) for s in sequences)
+        self._index(self.root)
+
+    def _index(self, node: _Node) -> None:
+        node.allowed = torch.tensor(sorted(node.children), dtype=torch.long)
+        for child in node.children.values():
+            self._index(child)
+
+    def internal_nodes(self) -> list[tuple[list[int], _Node]]:
+        """Every node with children, with its path from the root (the root's path is empty)."""
+        out, stack = [], [([], self.root)]
+        while stack:
+            path, node = stack.pop()
+            if node.children:
+                out.append((path, node))
+                stack.extend((path + [t], c) for t, c in node.children.items())
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Decoding
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Decoded:
+    tokens: torch.Tensor  # (B, m) chosen tokens (pad after a row's answer ends)
+    mask: torch.Tensor  # (B, m) bool, True on real answer tokens
+    states: torch.Tensor  # (B, m, d) the state that predicted token i (layer ``layer``)
+    logprob: torch.Tensor  # (B,) sum of the chosen tokens' log-probabilities under the full softmax
+    choice: list[int]  # candidate index per row
+
+
+@torch.no_grad()
+def constrained_greedy(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                       layer: int = -1, pad_id: int = 0, prompt: PromptPass | None = None) -> Decoded:
+    """Greedy decoding restricted to the trie's answers, batched, one cached forward step per answer token."""
+    pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask, layer)
+    B, dev = prompt_ids.shape[0], prompt_ids.device
+    logits, state = pp.last_logits, pp.states[:, -1]
+    cache, mask = _new_cache(pp.kv), prompt_mask
+    nodes: list[_Node | None] = [trie.root] * B
+    toks, states, masks = [], [], []
+    logprob = torch.zeros(B, dtype=torch.float64, device=dev)
+    choice = [-1] * B
+    for _ in range(trie.depth):
+        live = torch.tensor([n is not None for n in nodes], device=dev)
+        lp = F.log_softmax(logits.double(), dim=-1)  # (B, V)
+        allowed = torch.zeros_like(lp, dtype=torch.bool)
+        for b, n in enumerate(nodes):
+            if n is not None:
+                allowed[b, n.allowed.to(dev)] = True
+        tok = lp.masked_fill(~allowed, -math.inf).argmax(-1)
+        tok = torch.where(live, tok, torch.full_like(tok, pad_id))
+        logprob += torch.where(live, lp.gather(1, tok[:, None])[:, 0], torch.zeros_like(logprob))
+        toks.append(tok)
+        states.append(state)
+        masks.append(live)
+        for b, n in enumerate(nodes):
+            if n is not None:
+                child = n.children[int(tok[b])]
+                if child.leaf is not None:
+                    choice[b], nodes[b] = child.leaf, None
+                else:
+                    nodes[b] = child
+        if all(n is None for n in nodes):
+            break
+        mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
+        out = lm(input_ids=tok[:, None], attention_mask=mask, position_ids=position_ids(mask)[:, -1:],
+                 cache=cache, use_cache=True, output_hidden_states=True)
+        cache, logits, state = out.cache, out.logits[:, -1], out.hidden_states[layer][:, -1]
+    return Decoded(torch.stack(toks, 1), torch.stack(masks, 1), torch.stack(states, 1), logprob, choice)
+
+
+@torch.no_grad()
+def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                        chunk: int = 64) -> torch.Tensor:
+    """(B, n_candidates) probability of each well-formed answer under the model, conditioned on the answer
+    being well-formed: exact, by scoring every internal node of the trie with the prompt's KV cache.
+
+    Only the deepest internal nodes' paths are fed (each pass scores all of its prefixes too), ``chunk`` paths
+    per forward. For numbers 0.00-5.00 with one token per character that is ~51 paths of 4 tokens."""
+    pp = prompt_pass(lm, prompt_ids, prompt_mask)
+    B, dev = prompt_ids.shape[0], prompt_ids.device
+    root_lp = F.log_softmax(pp.last_logits.double(), -1)  # (B, V)
+    inner = trie.internal_nodes()
+    node_of = {tuple(p): n for p, n in inner}
+    deepest = [p for p, n in inner if all(not c.children for c in n.children.values())]
+    # each internal node's children's log-probs: path -> (B, n_children), in node.allowed order
+    child_lp: dict[tuple[int, ...], torch.Tensor] = {(): root_lp[:, trie.root.allowed.to(dev)]}
+    for s in range(0, len(deepest), chunk):
+        paths = deepest[s:s + chunk]
+        n, m = len(paths), max(len(p) for p in paths)
+        ids = torch.zeros(n, m, dtype=torch.long, device=dev)
+        for i, p in enumerate(paths):
+            ids[i, :len(p)] = torch.tensor(p)
+        ids = ids.repeat(B, 1)  # (B·n, m): rows grouped by example
+        kv = [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in pp.kv]
+        logits, _ = continue_pass(lm, kv, prompt_mask.repeat_interleave(n, 0), ids)
+        lp = F.log_softmax(logits.double(), -1).view(B, n, m, -1)
+        for i, p in enumerate(paths):
+            for j in range(1, len(p) + 1):
+                key = tuple(p[:j])
+                if key not in child_lp:
+                    child_lp[key] = lp[:, i, j - 1][:, node_of[key].allowed.to(dev)]
+    scores = torch.zeros(B, len(trie.sequences), dtype=torch.float64, device=dev)
+    for c, seq in enumerate(trie.sequences):
+        for j, tok in enumerate(seq):
+            node = node_of[tuple(seq[:j])]
+            scores[:, c] += child_lp[tuple(seq[:j])][:, int((node.allowed == tok).nonzero())]
+    return torch.softmax(scores, dim=-1)

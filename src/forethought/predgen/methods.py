@@ -1,0 +1,322 @@
+"""The three methods' training losses and predictions (SPEC §1): Predictor, Generator and PredGen.
+
+All three share the encoding: a prompt (left-padded) and the answer tokens (``" " + answer text`` then EOS,
+right-padded). One prompt pass with a KV cache is shared by every continuation of a step:
+
+* Predictor: pooled prompt state -> head; cross-entropy (classes) or MSE (regression).
+* Generator: teacher-forced cross-entropy on the answer tokens (the prompt masked by default).
+* PredGen: (1) a teacher-forced continuation (no grad) gives the model's own token at each answer position;
+  (2) scheduled sampling mixes those into the gold answer inputs with probability p(step); (3) a constrained
+  greedy roll-out (no grad, a few cached steps) gives a fully model-fed answer; (4) one continuation with
+  grad over [mixed rows; roll-out rows] gives the writer's loss L_W (mixed rows) and the task adapter's input Z
+  (roll-out rows: the states that predicted answer tokens 1..m, none of which saw a gold answer token, so the
+  adapter cannot learn to read the label — SPEC §1); (5) L = WDAL(L_W, L_D).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
+from forethought.predgen.decoding import (AnswerTrie, PromptPass, answer_distribution, constrained_greedy,
+                                          continue_pass, detach_kv, prompt_pass)
+from forethought.predgen.losses import mix_tokens, sampling_probability, wdal_paper, wdal_reference
+from forethought.predgen.model import PredGenModel
+from forethought.predgen.tasks import Example, TaskSpec, format_target, parse_target, render_prompt
+
+METHODS = ("predictor", "generator", "predgen")
+MAX_CANDIDATES = 20_000
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Settings
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PromptConfig:
+    max_prompt_tokens: int = field(256, "prompt token budget; the task's long field (e.g. BoolQ's passage) is cut "
+                                   "to fit, never dropped")
+    truncate_side: str = field("", "which end of the long field is cut: right (keep the start) | left | '' = task "
+                               "default")
+    chat: bool = field(False, "wrap the prompt in the model's chat template (instruct models)")
+    decimals: int = field(2, "regression answers are written with this many fixed decimals (3.14)")
+
+
+@dataclass
+class PredGenSettings:
+    schedule: Literal["linear", "exponential", "inverse_sigmoid", "constant"] = field(
+        "linear", "scheduled-sampling schedule of p (probability of feeding the model's own token)")
+    p_start: float = field(0.0, "p at step 0")
+    p_end: float = field(1.0, "p at the end of the ramp")
+    ramp_steps: int = field(0, "steps over which p ramps (0 = all training steps)")
+    per: Literal["token", "sequence"] = field("token", "one scheduled-sampling coin per token or per sequence")
+    tokens: Literal["greedy", "sampled"] = field("greedy", "the model's token: argmax, or sampled from its softmax")
+    adapter_states: Literal["rollout", "mixed", "teacher_forced"] = field(
+        "rollout", "where the adapter reads Z: a model-fed roll-out (default, no gold answer tokens), the mixed "
+        "scheduled-sampling pass, or the teacher-forced pass (leaks the label; for the ablation only)")
+    wdal: Literal["paper", "reference", "sum"] = field(
+        "paper", "paper = L_W·L_D (the printed formula's identity), reference = the reference code's form, "
+        "sum = L_W + L_D")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Encoding
+# ----------------------------------------------------------------------------------------------------------
+
+
+class Encoder:
+    """Turns examples into token ids, and knows every well-formed answer of the task."""
+
+    def __init__(self, spec: TaskSpec, tokenizer: Any, prompt: PromptConfig):
+        self.spec, self.tok, self.cfg = spec, tokenizer, prompt
+        if prompt.truncate_side:
+            if prompt.truncate_side not in ("left", "right"):
+                raise ForethoughtError(f"prompt.truncate_side must be left, right or '', got '{prompt.truncate_side}'")
+            spec.truncate_side = prompt.truncate_side  # type: ignore[assignment]
+        if tokenizer.eos_token_id is None:
+            raise ForethoughtError("the tokenizer has no EOS token; answers need one to end")
+        self.eos_id = int(tokenizer.eos_token_id)
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id)
+        values, texts = self.candidates()
+        self.values = values
+        self.texts = texts
+        seqs = [self.answer_tokens(t) for t in texts]
+        self.trie = AnswerTrie([s + [self.eos_id] for s in seqs], values)
+        try:  # expected-value decoding only needs the number's own tokens (the format is fixed)
+            self.number_trie = AnswerTrie(seqs, values) if spec.task_type == "regression" else None
+        except ValueError:
+            self.number_trie = self.trie
+
+    @property
+    def n_out(self) -> int:
+        return len(self.spec.labels) if self.spec.task_type == "classification" else 1
+
+    def candidates(self) -> tuple[list[Any], list[str]]:
+        """Every well-formed answer: label indices and words, or all numbers of the fixed format in range."""
+        spec = self.spec
+        if spec.task_type == "classification":
+            return list(range(len(spec.labels))), list(spec.labels)
+        if spec.value_range is None:
+            raise ForethoughtError(f"task '{spec.name}' has no value range; constrained decoding needs one")
+        lo, hi = spec.value_range
+        scale = 10 ** self.cfg.decimals
+        n = int(round((hi - lo) * scale)) + 1
+        if n > MAX_CANDIDATES:
+            raise ForethoughtError(f"{n} well-formed numbers in [{lo}, {hi}] with {self.cfg.decimals} decimals is too "
+                                   f"many (max {MAX_CANDIDATES}); lower prompt.decimals")
+        texts = sorted({format_target(spec, lo + i / scale, self.cfg.decimals) for i in range(n)}, key=float)
+        return [float(t) for t in texts], texts
+
+    def answer_tokens(self, text: str) -> list[int]:
+        return list(self.tok(" " + text, add_special_tokens=False)["input_ids"])
+
+    def prompt_tokens(self, ex: Example) -> list[int]:
+        text = render_prompt(self.spec, ex, self.tok, self.cfg.max_prompt_tokens, self.cfg.chat)
+        ids = list(self.tok(text, add_special_tokens=True)["input_ids"])
+        return ids[-(self.cfg.max_prompt_tokens + 2):]  # a BOS the tokenizer adds is allowed on top
+
+    def target(self, ex: Example) -> int | float:
+        if self.spec.task_type == "classification":
+            if ex.target not in self.spec.labels:
+                raise ForethoughtError(f"example {ex.id}: label {ex.target!r} is not one of {self.spec.labels}")
+            return self.spec.labels.index(ex.target)
+        return float(format_target(self.spec, ex.target, 10))  # clipped to the range
+
+    def encode(self, examples: list[Example], with_targets: bool = True) -> list[dict[str, Any]]:
+        out = []
+        for ex in examples:
+            item: dict[str, Any] = {"prompt": self.prompt_tokens(ex), "id": ex.id}
+            if with_targets:
+                item["target"] = self.target(ex)
+                item["answer"] = self.answer_tokens(format_target(self.spec, ex.target, self.cfg.decimals)) + [self.eos_id]
+            out.append(item)
+        return out
+
+    def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        """Left-padded prompts (B, P), right-padded answers (B, M), targets (B,)."""
+        B, P = len(items), max(len(i["prompt"]) for i in items)
+        batch: dict[str, Any] = {"prompt_ids": torch.full((B, P), self.pad_id, dtype=torch.long),
+                                 "prompt_mask": torch.zeros(B, P, dtype=torch.long)}
+        for b, it in enumerate(items):
+            n = len(it["prompt"])
+            batch["prompt_ids"][b, P - n:] = torch.tensor(it["prompt"])
+            batch["prompt_mask"][b, P - n:] = 1
+        if "answer" in items[0]:
+            M = max(len(i["answer"]) for i in items)
+            batch["answer_ids"] = torch.full((B, M), self.pad_id, dtype=torch.long)
+            batch["answer_mask"] = torch.zeros(B, M, dtype=torch.bool)
+            for b, it in enumerate(items):
+                batch["answer_ids"][b, :len(it["answer"])] = torch.tensor(it["answer"])
+                batch["answer_mask"][b, :len(it["answer"])] = True
+            dtype = torch.long if self.spec.task_type == "classification" else torch.float32
+            batch["target"] = torch.tensor([i["target"] for i in items], dtype=dtype)
+        return batch
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Losses
+# ----------------------------------------------------------------------------------------------------------
+
+
+def task_loss(out: torch.Tensor, target: torch.Tensor, task_type: str) -> torch.Tensor:
+    """Cross-entropy for classes (out (B, C), target (B,) long), MSE for regression (out (B, 1))."""
+    if task_type == "classification":
+        return F.cross_entropy(out.float(), target)
+    return F.mse_loss(out.float()[:, 0], target.float())
+
+
+def token_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy over masked tokens and the token count. logits (B, T, V), targets/mask (B, T)."""
+    ce = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+    return (ce * mask).sum(), mask.sum()
+
+
+def writer_loss(pp: PromptPass, answer_logits: torch.Tensor, batch: dict[str, Any], mask_prompt: bool) -> torch.Tensor:
+    """Token-weighted cross-entropy of the answer (B, M) — and of the prompt when it is not masked."""
+    total, count = token_ce(answer_logits, batch["answer_ids"], batch["answer_mask"])
+    if not mask_prompt:
+        pm = batch["prompt_mask"].bool()
+        ptotal, pcount = token_ce(pp.logits[:, :-1], batch["prompt_ids"][:, 1:], pm[:, 1:] & pm[:, :-1])
+        total, count = total + ptotal, count + pcount
+    return total / count.clamp_min(1)
+
+
+def _answer_logits(lm: Any, pp: PromptPass, kv: Any, batch: dict[str, Any]) -> torch.Tensor:
+    """Teacher-forced logits (B, M, V) predicting answer tokens 1..M."""
+    gold = batch["answer_ids"]
+    first = pp.last_logits.unsqueeze(1)
+    if gold.shape[1] == 1:
+        return first
+    rest, _ = continue_pass(lm, kv, batch["prompt_mask"], gold[:, :-1])
+    return torch.cat([first, rest], dim=1)
+
+
+def predictor_loss(m: PredGenModel, batch: dict[str, Any], task_type: str, layer: int) -> tuple[torch.Tensor, dict]:
+    pp = prompt_pass(m.lm, batch["prompt_ids"], batch["prompt_mask"], layer)
+    loss = task_loss(m.head(pp.states, batch["prompt_mask"]), batch["target"], task_type)
+    return loss, {}
+
+
+def generator_loss(m: PredGenModel, batch: dict[str, Any], mask_prompt: bool) -> tuple[torch.Tensor, dict]:
+    pp = prompt_pass(m.lm, batch["prompt_ids"], batch["prompt_mask"], all_logits=not mask_prompt)
+    return writer_loss(pp, _answer_logits(m.lm, pp, pp.kv, batch), batch, mask_prompt), {}
+
+
+def _pad_to(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
+    return F.pad(x, (0, width - x.shape[1]), value=value)
+
+
+def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc: Encoder, task_type: str,
+                 layer: int, mask_prompt: bool) -> tuple[torch.Tensor, dict]:
+    """One PredGen step (see the module docstring). ``batch['p']`` is this step's sampling probability and
+    ``batch['seed']`` seeds its coins."""
+    lm, g = m.lm, torch.Generator().manual_seed(int(batch["seed"]))
+    gold, amask, pmask = batch["answer_ids"], batch["answer_mask"], batch["prompt_mask"]
+    B, M = gold.shape
+    pp = prompt_pass(lm, batch["prompt_ids"], pmask, layer, all_logits=not mask_prompt)
+    kv0 = detach_kv(pp.kv)
+    with torch.no_grad():
+        tf = _answer_logits(lm, pp, kv0, batch)  # (B, M, V)
+        if s.tokens == "greedy":
+            own = tf.argmax(-1)
+        else:
+            probs = torch.softmax(tf.double(), -1).flatten(0, 1).cpu()
+            own = torch.multinomial(probs, 1, generator=g).view(B, M).to(gold.device)
+        # input position i holds answer token i; it is replaced only where a next answer token exists
+        mixed = mix_tokens(gold[:, :-1], own[:, :-1], amask[:, 1:], float(batch["p"]), s.per, g)
+        third = gold[:, :-1]
+        roll = None
+        if s.adapter_states == "rollout":
+            roll = constrained_greedy(lm, enc.trie, batch["prompt_ids"], pmask, layer, enc.pad_id,
+                                      prompt=PromptPass(pp.last_logits.detach(), pp.states.detach(), kv0))
+            third = roll.tokens[:, :-1]
+    width = max(M - 1, third.shape[1])
+    first_state = pp.states[:, -1:]  # (B, 1, d): the state that predicts answer token 1
+    if width > 0:
+        rows = torch.cat([_pad_to(mixed, width, enc.pad_id), _pad_to(third, width, enc.pad_id)])
+        logits, states = continue_pass(lm, pp.kv, pmask, rows, layer)  # (2B, width, V), (2B, width, d)
+        w_logits = torch.cat([pp.last_logits.unsqueeze(1), logits[:B, :M - 1]], dim=1)
+        z_rows = states[:B] if s.adapter_states == "mixed" else states[B:]
+    else:
+        w_logits, z_rows = pp.last_logits.unsqueeze(1), first_state[:, :0]
+    if s.adapter_states == "rollout":
+        z_mask = roll.mask
+        z = torch.cat([first_state, z_rows[:, :roll.tokens.shape[1] - 1]], dim=1)
+    else:
+        z_mask = amask
+        z = torch.cat([first_state, z_rows[:, :M - 1]], dim=1)
+    l_w = writer_loss(pp, w_logits, batch, mask_prompt)
+    l_d = task_loss(m.head(z, z_mask), batch["target"], task_type)
+    combine = {"paper": wdal_paper, "reference": wdal_reference, "sum": lambda a, b: a + b}[s.wdal]
+    return combine(l_w, l_d), {"l_w": l_w.detach(), "l_d": l_d.detach(), "p": float(batch["p"])}
+
+
+def sampling_p(s: PredGenSettings, step: int, total_steps: int) -> float:
+    return sampling_probability(step, s.ramp_steps or total_steps, s.schedule, s.p_start, s.p_end)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Prediction
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Predictions:
+    prediction: list[Any]  # the method's answer: class index or number (PredGen: the adapter's)
+    decoded: list[Any] | None  # generator/predgen: the constrained-decoded answer (class index or number)
+    decoded_text: list[str] | None
+    expected: list[float] | None  # regression, decoder=expected: E[y] over every well-formed number
+    parse_failures: int
+    seconds: float
+
+
+def batches(items: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+@torch.no_grad()
+def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
+            expected: bool = False, device: torch.device | str = "cpu") -> Predictions:
+    """Predictions for encoded items, in order. No gold information is used (targets may be absent)."""
+    m.eval()
+    task_type = enc.spec.task_type
+    pred: list[Any] = []
+    decoded: list[Any] = []
+    texts: list[str] = []
+    ev: list[float] = []
+    failures = 0
+    t0 = time.perf_counter()
+    for chunk in batches(items, batch_size):
+        b = enc.collate([{"prompt": i["prompt"]} for i in chunk])
+        ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
+        if method == "predictor":
+            pp = prompt_pass(m.lm, ids, mask, layer)
+            pred += _from_head(m.head(pp.states, mask), task_type)
+            continue
+        d = constrained_greedy(m.lm, enc.trie, ids, mask, layer, enc.pad_id)
+        values = [enc.values[c] for c in d.choice]
+        for row, tok in zip(d.mask.cpu(), d.tokens.cpu()):
+            text = enc.tok.decode(tok[row].tolist(), skip_special_tokens=True)
+            texts.append(text)
+            failures += parse_target(enc.spec, text) is None
+        decoded += values
+        pred += _from_head(m.head(d.states, d.mask), task_type) if method == "predgen" else values
+        if expected and task_type == "regression":
+            dist = answer_distribution(m.lm, enc.number_trie, ids, mask)  # (B, n_candidates)
+            ev += (dist @ torch.tensor(enc.values, dtype=torch.float64, device=dist.device)).tolist()
+    seconds = time.perf_counter() - t0
+    gen = method != "predictor"
+    return Predictions(pred, decoded if gen else None, texts if gen else None, ev if ev else None, failures, seconds)
+
+
+def _from_head(out: torch.Tensor, task_type: str) -> list[Any]:
+    return out.argmax(-1).tolist() if task_type == "classification" else out[:, 0].tolist()

@@ -1,0 +1,196 @@
+"""The trainable pieces of the three methods: an HF causal LM with a PEFT adapter (or fully fine-tuned), and a
+small head — the Predictor's pooled head or PredGen's task adapter — saved and reloaded together.
+
+Saved model folder (``<run>/model/``): ``adapter/`` (peft ``save_pretrained``: ``adapter_model.safetensors`` +
+``adapter_config.json``) or ``lm/`` (full fine-tuning: the whole model), ``head.safetensors`` when there is a
+head, and ``predgen.json`` (method, base model, task, prompt and head settings) from which it is rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+
+from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_json
+
+PEFT_METHODS = ("lora", "adalora", "dora", "full")
+
+
+@dataclass
+class AdapterConfig:
+    """One PEFT setting, shared by the three methods so comparisons are fair."""
+
+    method: Literal["lora", "adalora", "dora", "full"] = field("lora", "lora | adalora | dora | full fine-tuning")
+    r: int = field(16, "LoRA rank (AdaLoRA: the target average rank; its initial rank is 1.5x)")
+    alpha: int = field(32, "LoRA alpha")
+    dropout: float = field(0.0, "LoRA dropout")
+    target_modules: str = field("all-linear", "peft target modules: 'all-linear' or comma-separated names")
+
+
+def apply_adapter(lm: nn.Module, cfg: AdapterConfig, total_steps: int) -> nn.Module:
+    """Wrap ``lm`` with peft (LoRA / AdaLoRA / DoRA), or leave every weight trainable for ``full``."""
+    if cfg.method not in PEFT_METHODS:
+        raise ForethoughtError(f"unknown adapter method '{cfg.method}'; choose one of {', '.join(PEFT_METHODS)}")
+    if cfg.method == "full":
+        for p in lm.parameters():
+            p.requires_grad_(True)
+        return lm
+    from peft import AdaLoraConfig, LoraConfig, get_peft_model
+
+    targets: str | list[str] = cfg.target_modules
+    if targets != "all-linear":
+        targets = [t.strip() for t in str(targets).split(",") if t.strip()]
+    common = dict(lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets, task_type="CAUSAL_LM")
+    if cfg.method == "adalora":
+        # AdaLoRA prunes from init_r to target_r between tinit and total_step - tfinal (peft's schedule).
+        steps = max(total_steps, 10)
+        pc = AdaLoraConfig(init_r=max(cfg.r * 3 // 2, 1), target_r=cfg.r, total_step=steps, tinit=steps // 10,
+                           tfinal=steps // 5, deltaT=max(steps // 20, 1), **common)
+    else:
+        pc = LoraConfig(r=cfg.r, use_dora=cfg.method == "dora", **common)
+    return get_peft_model(lm, pc)
+
+
+class PoolingHead(nn.Module):
+    """Predictor head: pool the prompt's hidden states (last real token, or the mean) -> linear layer, as HF's
+    ``*ForSequenceClassification`` (last non-pad token) does."""
+
+    def __init__(self, d: int, n_out: int, pooling: Literal["last", "mean"] = "last"):
+        super().__init__()
+        if pooling not in ("last", "mean"):
+            raise ForethoughtError(f"predictor pooling must be 'last' or 'mean', got '{pooling}'")
+        self.pooling = pooling
+        self.out = nn.Linear(d, n_out)
+
+    def pool(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """states (B, P, d), mask (B, P) with left padding -> (B, d)."""
+        if self.pooling == "last":
+            return states[:, -1]  # left padding: the last column is every row's last real token
+        w = mask.to(states.dtype).unsqueeze(-1)
+        return (states * w).sum(1) / w.sum(1).clamp_min(1.0)
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.out(self.pool(states, mask).float())  # (B, n_out)
+
+
+class TaskAdapter(nn.Module):
+    """PredGen's task adapter T(Z): the states that predicted the m answer tokens, (B, m, d) with a mask ->
+    attention pooling (a learned query) or the mean -> MLP -> class logits or one number."""
+
+    def __init__(self, d: int, n_out: int, pooling: Literal["attention", "mean"] = "attention", hidden: int = 256):
+        super().__init__()
+        if pooling not in ("attention", "mean"):
+            raise ForethoughtError(f"adapter pooling must be 'attention' or 'mean', got '{pooling}'")
+        self.pooling = pooling
+        self.norm = nn.LayerNorm(d)
+        self.query = nn.Parameter(torch.zeros(d))  # zero query = uniform attention at the start
+        self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, n_out))
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        z = self.norm(states.float())  # (B, m, d)
+        if self.pooling == "attention":
+            scores = (z @ self.query) / z.shape[-1] ** 0.5  # (B, m)
+        else:
+            scores = torch.zeros(z.shape[:2], device=z.device)
+        weights = torch.softmax(scores.masked_fill(~mask, -torch.inf), dim=-1)  # (B, m)
+        return self.mlp((weights.unsqueeze(-1) * z).sum(1))  # (B, n_out)
+
+
+class PredGenModel(nn.Module):
+    """The LM (with its adapter) and an optional head, as one module for the trainer and checkpoints."""
+
+    def __init__(self, lm: nn.Module, head: nn.Module | None):
+        super().__init__()
+        self.lm = lm
+        self.head = head
+
+    def forward(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(self, ...)``: losses run through ``forward`` so a DDP wrapper sees the call and syncs gradients."""
+        return fn(self, *args, **kwargs)
+
+
+def hidden_size(lm: nn.Module) -> int:
+    cfg = lm.config
+    for key in ("hidden_size", "n_embd", "d_model"):
+        if getattr(cfg, key, None):
+            return int(getattr(cfg, key))
+    raise ForethoughtError(f"cannot tell the hidden size of {type(lm).__name__}")
+
+
+def build_head(kind: str, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None) -> nn.Module | None:
+    """``predictor`` -> PoolingHead, ``predgen`` -> TaskAdapter, ``generator`` -> None. Regression heads start
+    at the mean training target (``bias_init``) so the first MSE steps are not spent on the offset."""
+    if kind == "generator":
+        return None
+    head: nn.Module = PoolingHead(d, n_out, pooling) if kind == "predictor" else TaskAdapter(d, n_out, pooling, hidden)
+    if bias_init is not None:
+        last = head.out if kind == "predictor" else head.mlp[-1]
+        with torch.no_grad():
+            last.bias.fill_(bias_init)
+    return head
+
+
+def save_model(model: PredGenModel, tokenizer: Any, folder: Path, meta: dict[str, Any], adapter: AdapterConfig) -> None:
+    """Write the adapter (or the full LM), the head and the metadata; ``predgen.json`` is written last, so a
+    folder without it is incomplete."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "predgen.json").unlink(missing_ok=True)
+    if adapter.method == "full":
+        model.lm.save_pretrained(folder / "lm")
+        tokenizer.save_pretrained(folder / "lm")
+    else:
+        model.lm.save_pretrained(folder / "adapter")
+    if model.head is not None:
+        save_file({k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()},
+                  str(folder / "head.safetensors"))
+    atomic_write_json(folder / "predgen.json", {**meta, "adapter": asdict(adapter)})
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / "predgen.json"
+    if not path.is_file():
+        where = Path(folder)
+        hint = " (pass the run folder or its model/ folder)" if not (where / "model").is_dir() else ""
+        raise ForethoughtError(f"no saved PredGen model at {where}: predgen.json is missing{hint}")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise ForethoughtError(f"{path} is corrupt: {e}") from None
+
+
+def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
+    """Rebuild a saved model (eval mode) and its tokenizer."""
+    from forethought.models.hf import load_causal_lm
+
+    folder = Path(folder)
+    adapter = AdapterConfig(**meta["adapter"])
+    try:
+        if adapter.method == "full":
+            lm, tok = load_causal_lm(str(folder / "lm"))
+        else:
+            from peft import PeftModel
+
+            base, tok = load_causal_lm(meta["base"])
+            lm = PeftModel.from_pretrained(base, str(folder / "adapter"))
+    except (OSError, ValueError, KeyError) as e:
+        raise ForethoughtError(f"cannot load the saved model in {folder}: {e}") from None
+    head = build_head(meta["method"], hidden_size(lm), meta["n_out"], meta["head"]["pooling"], meta["head"]["hidden"], None)
+    if head is not None:
+        from safetensors.torch import load_file
+
+        try:
+            head.load_state_dict(load_file(str(folder / "head.safetensors")))
+        except Exception as e:  # safetensors raises several types for bad files
+            raise ForethoughtError(f"{folder / 'head.safetensors'} is missing or corrupt: {e}") from None
+    model = PredGenModel(lm, head)
+    model.eval()
+    return model, tok
