@@ -56,3 +56,28 @@ def heatmaps(panels: dict[str, Sequence[Sequence[float]]], path: str | Path, *, 
     if title:
         fig.suptitle(title)
     return _save(fig, path)
+
+
+def bar_plot(bars: dict[str, tuple[float, float]], path: str | Path, *, title: str = "", ylabel: str = "",
+             reference: dict[str, float] | None = None, hline: float | None = None, hline_label: str = "") -> Path:
+    """Bars with error bars: name -> (value, error). ``reference`` marks a value per bar (e.g. a published
+    number); ``hline`` draws one horizontal line (e.g. an upper bound)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1.4 * len(bars) + 2.5, 4.0))
+    names = list(bars)
+    ax.bar(names, [bars[n][0] for n in names], yerr=[bars[n][1] for n in names], capsize=4, color="#4C72B0")
+    if reference:
+        xs = [i for i, n in enumerate(names) if n in reference]
+        ax.scatter(xs, [reference[names[i]] for i in xs], marker="_", s=600, color="black", zorder=3,
+                   label="reference")
+        ax.legend()
+    if hline is not None:
+        ax.axhline(hline, ls="--", color="gray", label=hline_label)
+        ax.legend()
+    values = [bars[n][0] for n in names] + list((reference or {}).values())
+    low = min(values) if values else 0.0
+    if low > 0.5:
+        ax.set_ylim(low - 0.1, min(1.0, max(values) + 0.05) if max(values) <= 1 else None)
+    ax.set(title=title, ylabel=ylabel)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
