@@ -6,6 +6,8 @@ j's block is not after i's), ``full``. Any attention module can be given an ``ov
 knowing about it. Inputs are token ids (LM) or real vectors through a linear embedding (``input_dim``);
 outputs are LM logits (head tied to the token embedding by default) or a linear regression head
 (``output_dim``). With weights copied from HF ``GPT2LMHeadModel`` (:func:`from_hf_gpt2`) the logits match.
+Callers may pass ready-made input vectors (``inputs_embeds``, e.g. memory slots before tokens) and an optional
+:class:`KVCache` for incremental decoding (new positions continue after the cached ones).
 """
 
 from __future__ import annotations
@@ -47,6 +49,33 @@ class GPTConfig:
             raise ForethoughtError("model.block_size must be > 0 for block_causal attention")
 
 
+class KVCache:
+    """Keys and values of every layer for the positions processed so far (incremental decoding).
+
+    Pass the same object to successive ``GPT.forward`` calls; each call appends its positions. Equal to one
+    full pass for causal attention (any chunking) and for block-causal attention when every call covers whole
+    blocks. Not for training (the cached tensors keep their graph) and not combined with attention overrides."""
+
+    def __init__(self, n_layer: int):
+        self.k: list[torch.Tensor | None] = [None] * n_layer  # each (B, H, T_past, hd)
+        self.v: list[torch.Tensor | None] = [None] * n_layer
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k[0] is None else self.k[0].shape[2]
+
+
+def cached_mask(mode: str, past: int, T: int, block: int, device: torch.device | None = None) -> torch.Tensor | None:
+    """(T, past+T) bool mask for T new queries after ``past`` cached positions (None = attend to everything)."""
+    if mode == "full" or (mode == "causal" and T == 1):
+        return None
+    q = torch.arange(past, past + T, device=device)
+    k = torch.arange(past + T, device=device)
+    if mode == "causal":
+        return k[None, :] <= q[:, None]
+    return (k[None, :] // block) <= (q[:, None] // block)
+
+
 AttentionOverride = Callable[["Attention", torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -72,10 +101,22 @@ class Attention(nn.Module):
         B, T, C = t.shape
         return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                cache: tuple[KVCache, int] | None = None) -> torch.Tensor:
         B, T, C = x.shape  # (B, T, C)
         q, k, v = (self.heads(t) for t in self.c_attn(x).split(C, dim=2))  # each (B, H, T, hd)
-        if self.override is not None:
+        if cache is not None:
+            if self.override is not None:
+                raise ValueError("a KV cache cannot be combined with an attention override")
+            kv, i = cache
+            past = 0 if kv.k[i] is None else kv.k[i].shape[2]
+            if kv.k[i] is not None:
+                k, v = torch.cat([kv.k[i], k], dim=2), torch.cat([kv.v[i], v], dim=2)  # (B, H, past+T, hd)
+            kv.k[i], kv.v[i] = k, v
+            if attn_mask is None:
+                attn_mask = cached_mask(self.mode, past, T, self.block_size, x.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        elif self.override is not None:
             y = self.override(self, x, q, k, v)
         elif attn_mask is not None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
@@ -108,8 +149,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), attn_mask)
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                cache: tuple[KVCache, int] | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), attn_mask, cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -150,19 +192,27 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding else n
 
-    def forward(self, inputs: torch.Tensor, attn_mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """inputs: (B, T) token ids or (B, T, input_dim). Returns logits/outputs (B, T, V|output_dim), and with
-        ``output_hidden_states`` the residual stream after the embedding and after each block (L+1 tensors,
-        each (B, T, C)); the last one is before ``ln_f``."""
-        T = inputs.shape[1]
-        if T > self.config.n_positions:
-            raise ValueError(f"sequence length {T} exceeds n_positions {self.config.n_positions}")
-        pos = torch.arange(T, device=inputs.device)
-        x = self.drop(self.wte(inputs) + self.wpe(pos))  # (B, T, C)
+    def new_cache(self) -> KVCache:
+        return KVCache(self.config.n_layer)
+
+    def forward(self, inputs: torch.Tensor | None, attn_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, inputs_embeds: torch.Tensor | None = None,
+                kv_cache: KVCache | None = None) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """inputs: (B, T) token ids or (B, T, input_dim); or ``inputs_embeds`` (B, T, C), used instead of
+        ``wte(inputs)``. Returns logits/outputs (B, T, V|output_dim), and with ``output_hidden_states`` the
+        residual stream after the embedding and after each block (L+1 tensors, each (B, T, C)); the last one is
+        before ``ln_f``. With ``kv_cache`` the new positions follow the cached ones (the cache is extended in
+        place; ``attn_mask``, if given, is (T, past+T))."""
+        emb = self.wte(inputs) if inputs_embeds is None else inputs_embeds  # (B, T, C)
+        past = 0 if kv_cache is None else kv_cache.length
+        T = emb.shape[1]
+        if past + T > self.config.n_positions:
+            raise ValueError(f"sequence length {past + T} exceeds n_positions {self.config.n_positions}")
+        pos = torch.arange(past, past + T, device=emb.device)
+        x = self.drop(emb + self.wpe(pos))  # (B, T, C)
         hidden = [x]
-        for block in self.h:
-            x = block(x, attn_mask)
+        for i, block in enumerate(self.h):
+            x = block(x, attn_mask, None if kv_cache is None else (kv_cache, i))
             hidden.append(x)
         out = self.head(self.ln_f(x))
         return (out, hidden) if output_hidden_states else out

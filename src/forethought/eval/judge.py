@@ -1,0 +1,164 @@
+"""Judge-LM metrics, one forward pass per sample set: generative perplexity, unigram entropy, MAUVE features.
+
+Conventions (MDLM / Duo / BD3-LM / ELF, see SPEC §2): samples are decoded to text (forethought.eval.text) and
+retokenised with the judge's tokenizer, without its own special tokens. A start token is prepended (the
+document separator ``<|endoftext|>`` when the judge has one, else its bos, else its eos; see
+:func:`start_token_id`) so that *every* text token is scored, the first one conditioned on the start token
+only; the start token itself is never scored. Generative perplexity is exp of the token-weighted mean NLL over
+all scored tokens of all samples (long samples weigh more).
+Unigram entropy is the entropy (nats) of each sample's histogram of judge token ids, averaged over samples.
+MAUVE features are the judge's final-layer hidden state (after its final norm) at the last text token
+(``pooling="last"``, MAUVE's own convention with gpt2-large) or the mean over text tokens (``"mean"``).
+The default judge is SmolLM2-135M (offline); any HF causal LM id works (gpt2-large is the papers' judge).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from forethought.core.errors import ForethoughtError
+
+DEFAULT_JUDGE = "smollm2-135m"
+
+
+@dataclass
+class JudgeResult:
+    gen_ppl: float  # exp(token-weighted mean NLL), nats -> perplexity
+    entropy: float  # mean over samples of the unigram entropy (nats) of judge token ids
+    n_tokens: int  # scored judge tokens over all samples
+    features: np.ndarray  # (n, d) float32 judge hidden states for MAUVE
+    entropies: np.ndarray  # (n,) per-sample unigram entropy (nats)
+    nll_per_token: np.ndarray  # (n,) each sample's mean NLL (nan for an empty sample)
+
+
+def load_judge(name: str = DEFAULT_JUDGE) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The judge LM and tokenizer by alias / hub id / folder (``smollm2-135m`` works offline); eval mode."""
+    from forethought.models.hf import load_causal_lm  # lazy: the conversion machinery is heavy
+
+    return load_causal_lm(name)
+
+
+def start_token_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The token prepended to every text before scoring: ``<|endoftext|>`` when the vocabulary has it (the
+    pretraining document separator of GPT-2 and SmolLM2 — SmolLM2-Instruct's bos is the chat marker
+    ``<|im_start|>``, which would make the first token a role name), else the bos, else the eos."""
+    eot = tokenizer.get_vocab().get("<|endoftext|>")
+    if eot is not None:
+        return int(eot)
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+
+def judge_token_ids(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase,
+                    max_tokens: int | None = None) -> list[list[int]]:
+    """Judge-tokenizer ids of each text (no special tokens), truncated to ``max_tokens`` when given."""
+    ids = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+    return [list(r[:max_tokens]) if max_tokens is not None else list(r) for r in ids]
+
+
+def unigram_entropy(ids: Sequence[int] | np.ndarray | torch.Tensor) -> float:
+    """Entropy in nats of one sample's token histogram (0 for an empty or single-token-type sample)."""
+    arr = np.asarray(ids.tolist() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64).ravel()
+    if arr.size == 0:
+        return 0.0
+    counts = np.unique(arr, return_counts=True)[1].astype(np.float64)
+    p = counts / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def mean_unigram_entropy(samples: Sequence[Sequence[int]]) -> float:
+    """Mean over samples of :func:`unigram_entropy`."""
+    if not samples:
+        raise ForethoughtError("no samples to compute unigram entropy over")
+    return float(np.mean([unigram_entropy(s) for s in samples]))
+
+
+def matched_length(tokenizer: PreTrainedTokenizerBase, *text_sets: Sequence[str], quantile: float = 0.0) -> int:
+    """One judge-token length cap for references and samples, so MAUVE compares texts of equal length.
+
+    The ``quantile`` of the judge token counts over all given texts (0 = the shortest text: every text is cut
+    to exactly that many tokens; a small quantile such as 0.05 keeps one degenerate short sample from
+    shortening everything, at the price of those few texts staying shorter). Pass it as ``max_tokens`` to
+    :func:`judge_texts` for every set that MAUVE compares.
+    """
+    counts = [len(r) for texts in text_sets for r in judge_token_ids(texts, tokenizer)]
+    if not counts:
+        raise ForethoughtError("no texts to match lengths over")
+    n = int(np.floor(np.quantile(np.asarray(counts), quantile)))
+    if n <= 0:
+        raise ForethoughtError("matched length is 0 judge tokens (empty texts); raise the quantile")
+    return n
+
+
+@torch.no_grad()
+def judge_texts(texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                max_tokens: int | None = None, batch_size: int = 16,
+                pooling: Literal["last", "mean"] = "last", prepend_start: bool = True) -> JudgeResult:
+    """Score texts under a judge causal LM: gen-PPL, unigram entropy and MAUVE features in one forward pass.
+
+    ``max_tokens`` truncates each text's judge tokens (the same cap for references and samples gives MAUVE
+    matched lengths, see :func:`matched_length`); entropy, NLL and features all use the truncated tokens.
+    With ``prepend_start`` off, nothing is prepended and the first token of each text is not scored.
+    """
+    if not texts:
+        raise ForethoughtError("no texts to judge")
+    start = start_token_id(tokenizer) if prepend_start else None
+    if prepend_start and start is None:
+        raise ForethoughtError("the judge tokenizer has no <|endoftext|>, bos or eos token to start texts with")
+    ids = judge_token_ids(texts, tokenizer, max_tokens)
+    limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    longest = max(len(r) for r in ids) + (start is not None)
+    if limit is not None and longest > limit:
+        raise ForethoughtError(f"a sample has {longest} judge tokens but the judge reads at most {limit}; "
+                               "pass max_tokens")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (start or 0)
+    device = next(model.parameters()).device
+    nll_sum, nll_count, feats = [], [], []
+    for b in range(0, len(ids), batch_size):
+        rows = [([start] if start is not None else []) + r for r in ids[b:b + batch_size]]
+        T = max(1, max(len(r) for r in rows))
+        inp = torch.full((len(rows), T), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), T), dtype=torch.long)
+        for i, r in enumerate(rows):  # right padding: positions of real tokens stay 0..n-1
+            inp[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+            mask[i, :len(r)] = 1
+        inp, mask = inp.to(device), mask.to(device)  # (B, T)
+        out = model(input_ids=inp, attention_mask=mask, output_hidden_states=True)
+        logp = F.log_softmax(out.logits[:, :-1].double(), dim=-1)  # (B, T-1, V): float64 sums over many tokens
+        nll = -logp.gather(-1, inp[:, 1:, None]).squeeze(-1)  # (B, T-1): NLL of token t+1
+        scored = mask[:, 1:].double()  # targets that are real tokens
+        nll_sum.append((nll * scored).sum(1).cpu())
+        nll_count.append(scored.sum(1).cpu())
+        h = out.hidden_states[-1].float()  # (B, T, d), after the judge's final norm
+        text_mask = mask.clone()
+        if start is not None:
+            text_mask[:, 0] = 0  # features describe the text, not the start token ...
+        empty = text_mask.sum(1) == 0
+        text_mask[empty, 0] = mask[empty, 0]  # ... unless the text is empty
+        if pooling == "last":
+            last = mask.sum(1) - 1  # (B,) index of the last real token
+            feats.append(h[torch.arange(h.shape[0], device=device), last].cpu())
+        elif pooling == "mean":
+            m = text_mask[..., None].float()
+            feats.append(((h * m).sum(1) / m.sum(1).clamp_min(1)).cpu())
+        else:
+            raise ForethoughtError(f"unknown pooling '{pooling}'; expected last or mean")
+    total = torch.cat(nll_sum)  # (n,)
+    count = torch.cat(nll_count)  # (n,)
+    n_tokens = int(count.sum().item())
+    if n_tokens == 0:
+        raise ForethoughtError("no judge tokens to score (all texts empty)")
+    gen_ppl = math.exp(total.sum().item() / n_tokens)
+    entropies = np.array([unigram_entropy(r) for r in ids])
+    per_token = (total / count.clamp_min(1)).numpy()
+    per_token[count.numpy() == 0] = np.nan
+    return JudgeResult(gen_ppl=gen_ppl, entropy=float(entropies.mean()), n_tokens=n_tokens,
+                       features=torch.cat(feats).numpy().astype(np.float32), entropies=entropies,
+                       nll_per_token=per_token)

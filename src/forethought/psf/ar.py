@@ -1,0 +1,62 @@
+"""The autoregressive baseline for PSF: our causal GPT on the same length-L windows, sampled with a KV cache.
+
+Every one of the L tokens is predicted, like PSF (whose first block is predicted from the start state): the
+input is ``[bos, x_1 .. x_{L-1}]`` with the tokenizer's eos token as ``bos`` (it marks document boundaries in
+our token arrays), the targets are ``x_1 .. x_L``. Serial depth of sampling: L decoder steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from forethought.core.config import field
+from forethought.models.gpt import GPT, GPTConfig
+from forethought.psf.sampling import sample_tokens
+
+
+@dataclass
+class ARModelConfig:
+    n_embd: int = field(768, "width")
+    n_layer: int = field(12, "transformer blocks")
+    n_head: int = field(12, "attention heads")
+    dropout: float = field(0.0, "dropout")
+
+
+def build_ar(cfg: ARModelConfig, vocab_size: int, seq_len: int) -> GPT:
+    return GPT(GPTConfig(vocab_size=vocab_size, n_positions=seq_len, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+                         n_head=cfg.n_head, dropout=cfg.dropout))
+
+
+def ar_inputs(tokens: torch.Tensor, bos_id: int) -> torch.Tensor:
+    """(B, L) targets -> (B, L) inputs [bos, x_1 .. x_{L-1}]."""
+    return torch.cat([torch.full_like(tokens[:, :1], bos_id), tokens[:, :-1]], dim=1)
+
+
+def ar_loss(model: torch.nn.Module, tokens: torch.Tensor, bos_id: int) -> torch.Tensor:
+    """Mean next-token cross-entropy over all L tokens of (B, L) windows."""
+    logits = model(ar_inputs(tokens, bos_id))  # (B, L, V)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens.reshape(-1))
+
+
+@torch.no_grad()
+def sample_ar(model: GPT, n: int, seq_len: int, bos_id: int, *, temperature: float = 1.0, top_p: float = 1.0,
+              generator: torch.Generator | None = None, prompt: torch.Tensor | None = None,
+              use_cache: bool = True) -> torch.Tensor:
+    """(n, seq_len) token ids; ``prompt`` (n, m) gives the first m tokens. Batched; KV-cached unless
+    ``use_cache`` is False (the reference path: the whole prefix is re-run every step)."""
+    model.eval()
+    dev = next(model.parameters()).device
+    seq = torch.full((n, 1), bos_id, dtype=torch.long, device=dev)
+    if prompt is not None:
+        seq = torch.cat([seq, prompt.to(dev).long()], dim=1)
+    cache = model.new_cache() if use_cache else None
+    x = seq
+    while seq.shape[1] < seq_len + 1:
+        logits = model(x, kv_cache=cache)[:, -1] if use_cache else model(seq)[:, -1]  # (n, V)
+        t = sample_tokens(logits, temperature, top_p, generator)  # (n,)
+        seq = torch.cat([seq, t[:, None]], dim=1)
+        x = t[:, None]
+    return seq[:, 1:]

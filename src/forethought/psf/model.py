@@ -1,0 +1,303 @@
+"""The Predictive State Flow model (SPEC §2): block-causal encoder -> per-block states -> block-causal decoder.
+
+A length-L sequence is cut into K blocks of n = L/K tokens.
+
+Encoder: our GPT with block-causal attention (a token sees its own block fully and all earlier blocks). Each
+block is pooled (mean or last token) into ``h_k``. Predictive states shift these right by one block,
+``s_1 = start`` (learned), ``s_k = h_{k-1}``, so a state never sees the block it helps generate; content states
+(ablation) are ``s_k = h_k``.
+
+Realization codes (optional): a second head on the pooled encoder features gives each block a diagonal Gaussian
+posterior over a ``code_dim`` code; a reparameterised sample ``c_k`` goes to branch k. Its KL to N(0, I) is
+charged with free bits: per block ``max(E_batch[KL_k], free_bits * n)`` nats, i.e. the first ``free_bits`` nats
+per token of the block are free (the batch mean is taken before the clamp, as in Kingma et al. 2016).
+
+Decoder (the mechanism we chose, "prefix slots"): every branch k is its own causal sequence, all B·K branches in
+one batched pass of shape (B·K, K + n)::
+
+    [ m_1 .. m_K | q_k | x_{k,1} .. x_{k,n-1} ]   m_j = W s_j for j <= k, a learned "empty" slot for j > k
+                                                  q_k = learned query (+ W_c c_k with codes)
+
+The output at q_k predicts x_{k,1}; the output at x_{k,i} predicts x_{k,i+1}. Branch k thus reads the state
+memory s_1..s_k (the empty slots are constants, so s_{j>k} cannot leak) and never another block's tokens. Why
+prefix slots rather than one (B, L) sequence with a block-diagonal mask: every branch gets the whole memory at
+fixed positions, and sampling is a plain KV-cached causal decode of B·K rows.
+
+Landing targets: from decode step 2 on (the inputs x_{k,1..n-1}), branch k's input embeddings get
+``W_land · wte(x_{k+1,1})`` added — the first token of the next block, through the decoder's own token table
+and a d×d map (not a second V×d table: with a GPT-2 vocabulary that would add 39M parameters at d = 768); the
+last branch gets a learned "none" vector.
+In training x_{k+1,1} is the real token; at sampling it is what branch k+1 produced at its step 1, which is
+available because all branches take step 1 together. :func:`generate_blocks` with ``force`` reproduces the
+training logits exactly (tested). The landing and code input layers start at zero, so switching them on in a
+later stage starts from the previous stage's function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
+from forethought.models.gpt import GPT, GPTConfig, block_causal_mask
+from forethought.psf.sampling import sample_tokens
+
+
+@dataclass
+class PSFModelConfig:
+    vocab_size: int = field(0, "token vocabulary (0 = from the tokenizer at run time)")
+    seq_len: int = field(1024, "L: tokens per sequence")
+    blocks: int = field(8, "K: blocks per sequence (block length L/K)")
+    max_blocks: int = field(0, "largest K the model will be used with (sizes the decoder's position table); "
+                            "0 = blocks")
+    n_embd: int = field(768, "width of encoder and decoder")
+    enc_layers: int = field(6, "encoder transformer blocks")
+    dec_layers: int = field(6, "decoder transformer blocks")
+    n_head: int = field(12, "attention heads")
+    dropout: float = field(0.0, "dropout in encoder and decoder")
+    state_dim: int = field(0, "state size (0 = n_embd)")
+    pool: Literal["mean", "last"] = field("mean", "how a block's token features become its state")
+    states: Literal["predictive", "content"] = field("predictive", "predictive: s_k sums up blocks < k "
+                                                     "(s_1 learned); content (ablation): s_k encodes block k")
+    code_dim: int = field(64, "realization code size")
+    free_bits: float = field(1.0, "KL budget in nats per token (free bits, per block)")
+    kl_weight: float = field(1.0, "weight of the (free-bits) KL term")
+
+    def validate(self) -> None:
+        check_blocks(self.seq_len, self.blocks)
+        if self.max_blocks and self.max_blocks < self.blocks:
+            raise ForethoughtError(f"model.max_blocks ({self.max_blocks}) must be >= model.blocks ({self.blocks})")
+        if self.n_embd % self.n_head:
+            raise ForethoughtError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})")
+
+
+def check_blocks(L: int, K: int) -> None:
+    if K <= 0 or L <= 0 or L % K:
+        raise ForethoughtError(f"sequence length L={L} must be a positive multiple of the block count K={K}")
+
+
+def pool_blocks(x: torch.Tensor, K: int, how: str) -> torch.Tensor:
+    """(B, T, C) -> (B, K, C): mean or last token of each of K equal blocks."""
+    B, T, C = x.shape
+    x = x.view(B, K, T // K, C)
+    return x.mean(2) if how == "mean" else x[:, :, -1]
+
+
+def shift_states(h: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """Predictive states: (B, K, S) block summaries -> s_1 = start, s_k = h_{k-1}."""
+    return torch.cat([start.expand(h.shape[0], 1, -1), h[:, :-1]], dim=1)
+
+
+def kl_free_bits(mu: torch.Tensor, logvar: torch.Tensor, budget: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL(N(mu, e^logvar) || N(0, I)) per block, (B, K, D) -> (free-bits term, raw KL), both summed over blocks
+    (nats per sequence). Each block's batch-mean KL is clamped below at ``budget`` nats."""
+    kl = 0.5 * (mu.pow(2) + logvar.exp() - 1.0 - logvar).sum(-1)  # (B, K)
+    per_block = kl.mean(0)  # (K,)
+    return per_block.clamp(min=budget).sum(), per_block.sum()
+
+
+def mix_states(clean: torch.Tensor, realized: torch.Tensor, prob: float, generator: torch.Generator | None = None
+               ) -> torch.Tensor:
+    """Self-realized prefix: per (sequence, block), with probability ``prob`` take the realized state."""
+    where = generator.device if generator is not None else clean.device
+    coin = torch.rand(clean.shape[:2], generator=generator, device=where).to(clean.device) < prob  # (B, K)
+    return torch.where(coin[..., None], realized, clean)
+
+
+class PSFModel(nn.Module):
+    def __init__(self, cfg: PSFModelConfig):
+        super().__init__()
+        cfg.validate()
+        if cfg.vocab_size <= 0:
+            raise ForethoughtError("model.vocab_size must be set (> 0)")
+        self.config = cfg
+        L, K, d = cfg.seq_len, cfg.blocks, cfg.n_embd
+        S = cfg.state_dim or d
+        self.state_dim, self.code_dim = S, cfg.code_dim
+        kmax = max(cfg.max_blocks, K)
+        self.encoder = GPT(GPTConfig(vocab_size=cfg.vocab_size, n_positions=L, n_embd=d, n_layer=cfg.enc_layers,
+                                     n_head=cfg.n_head, attention="block_causal", block_size=L // K, output_dim=S,
+                                     dropout=cfg.dropout))
+        # K memory slots + query + n-1 tokens; K + L/K <= kmax + L for every K in 1..kmax.
+        self.decoder = GPT(GPTConfig(vocab_size=cfg.vocab_size, n_positions=kmax + L, n_embd=d,
+                                     n_layer=cfg.dec_layers, n_head=cfg.n_head, dropout=cfg.dropout))
+        self.start = nn.Parameter(torch.randn(S) * 0.02)  # s_1 of predictive states
+        self.state_in = nn.Linear(S, d)
+        self.slot_empty = nn.Parameter(torch.randn(d) * 0.02)
+        self.query = nn.Parameter(torch.randn(d) * 0.02)
+        self.code_head = nn.Linear(d, 2 * cfg.code_dim)
+        self.code_in = nn.Linear(cfg.code_dim, d)
+        self.land_proj = nn.Linear(d, d)
+        self.land_none = nn.Parameter(torch.zeros(d))
+        for m in (self.code_head, self.code_in, self.land_proj):  # start as "off": posterior N(0, I), no effect
+            nn.init.zeros_(m.weight)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+        # Stage switches (the recipe turns them on stage by stage; the parameters always exist so that every
+        # stage loads the previous stage's checkpoint unchanged).
+        self.blocks = K
+        self.use_codes = False
+        self.landing = False
+
+    # ---- sizes ------------------------------------------------------------------------------------------
+    @property
+    def seq_len(self) -> int:
+        return self.config.seq_len
+
+    @property
+    def block_len(self) -> int:
+        return self.config.seq_len // self.blocks
+
+    def set_blocks(self, K: int) -> None:
+        check_blocks(self.seq_len, K)
+        if K > max(self.config.max_blocks, self.config.blocks):
+            raise ForethoughtError(f"K={K} exceeds model.max_blocks; raise model.max_blocks")
+        self.blocks = K
+
+    def num_params(self) -> dict[str, int]:
+        enc = sum(p.numel() for p in self.encoder.parameters())
+        dec = sum(p.numel() for p in self.decoder.parameters())
+        total = sum(p.numel() for p in self.parameters())
+        return {"encoder": enc, "decoder": dec, "other": total - enc - dec, "total": total}
+
+    # ---- encoder ----------------------------------------------------------------------------------------
+    def encode(self, tokens: torch.Tensor | None, embeds: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) tokens (T a multiple of the block length; or ``embeds`` (B, T, d)) -> block summaries
+        h (B, T/n, S) and pooled encoder features (B, T/n, d) for the code head."""
+        T = (tokens if embeds is None else embeds).shape[1]
+        n = self.block_len
+        if T % n:
+            raise ForethoughtError(f"encoder input of {T} tokens is not a whole number of {n}-token blocks")
+        dev = (tokens if embeds is None else embeds).device
+        out, hidden = self.encoder(tokens, attn_mask=block_causal_mask(T, n, dev), output_hidden_states=True,
+                                   inputs_embeds=embeds)  # (B, T, S), [.. (B, T, d)]
+        feats = self.encoder.ln_f(hidden[-1])  # (B, T, d)
+        return pool_blocks(out, T // n, self.config.pool), pool_blocks(feats, T // n, self.config.pool)
+
+    def states_from(self, h: torch.Tensor) -> torch.Tensor:
+        """(B, K, S) block summaries -> the decoder's states s_1..s_K."""
+        return shift_states(h, self.start) if self.config.states == "predictive" else h
+
+    def states(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.states_from(self.encode(tokens)[0])
+
+    def posterior(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, K, d) pooled features -> code posterior mean and log-variance, each (B, K, code_dim)."""
+        mu, logvar = self.code_head(feats).chunk(2, dim=-1)
+        return mu, logvar.clamp(-10.0, 10.0)
+
+    # ---- decoder ----------------------------------------------------------------------------------------
+    def prefix(self, states: torch.Tensor, codes: torch.Tensor | None) -> torch.Tensor:
+        """(B, K, S) states (+ (B, K, code_dim) codes) -> (B·K, K+1, d): memory slots and query per branch."""
+        B, K, _ = states.shape
+        m = self.state_in(states)  # (B, K, d)
+        visible = torch.arange(K, device=m.device)[None, :] <= torch.arange(K, device=m.device)[:, None]  # (k, j)
+        slots = torch.where(visible[None, :, :, None], m[:, None, :, :], self.slot_empty)  # (B, K, K, d)
+        q = self.query.expand(B, K, -1)
+        if self.use_codes and codes is not None:
+            q = q + self.code_in(codes)
+        return torch.cat([slots, q[:, :, None]], dim=2).reshape(B * K, K + 1, -1)
+
+    def landing_embeds(self, first: torch.Tensor) -> torch.Tensor:
+        """(B, K) first token of every block -> (B, K, d) landing input of each branch (zeros when off)."""
+        B, K = first.shape
+        d = self.config.n_embd
+        if not self.landing:
+            return torch.zeros(B, K, d, device=first.device, dtype=self.land_none.dtype)
+        nxt = self.land_proj(self.decoder.wte(first[:, 1:]))  # (B, K-1, d): branch k lands on block k+1's start
+        return torch.cat([nxt, self.land_none.expand(B, 1, d)], dim=1)
+
+    def decode_logits(self, tokens: torch.Tensor, states: torch.Tensor, codes: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+        """Teacher-forced decoder: (B, L) tokens, (B, K, S) states -> (B, K, n, V) logits for every token."""
+        B, L = tokens.shape
+        K, n = self.blocks, self.block_len
+        tok = tokens.view(B, K, n)
+        inp = self.decoder.wte(tok[:, :, :-1]) + self.landing_embeds(tok[:, :, 0])[:, :, None]  # (B, K, n-1, d)
+        seq = torch.cat([self.prefix(states, codes), inp.reshape(B * K, n - 1, -1)], dim=1)  # (B·K, K+n, d)
+        logits = self.decoder(None, inputs_embeds=seq)[:, K:]  # (B·K, n, V)
+        return logits.view(B, K, n, -1)
+
+    def forward(self, tokens: torch.Tensor, realized: torch.Tensor | None = None, mix_prob: float = 0.5,
+                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """Teacher-forced loss on (B, L) tokens: cross-entropy over all L tokens (+ free-bits KL per token with
+        codes). ``realized`` (B, K, S): states of the model's own rollout; each block takes it instead of the
+        clean state with probability ``mix_prob`` (self-realized prefix training; the target stays the real
+        block)."""
+        if tokens.shape[1] != self.seq_len:
+            raise ForethoughtError(f"PSF model expects sequences of {self.seq_len} tokens, got {tokens.shape[1]}")
+        h, feats = self.encode(tokens)
+        s = self.states_from(h)
+        if realized is not None:
+            s = mix_states(s, realized, mix_prob, generator)
+        out: dict[str, torch.Tensor] = {"states": s}
+        codes = None
+        if self.use_codes:
+            mu, logvar = self.posterior(feats)
+            codes = mu + (0.5 * logvar).exp() * torch.randn_like(mu)  # reparameterised sample
+            kl_term, kl_raw = kl_free_bits(mu, logvar, self.config.free_bits * self.block_len)
+            out.update(codes=codes, kl=kl_raw / self.seq_len, kl_term=kl_term / self.seq_len)
+        logits = self.decode_logits(tokens, s, codes)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens.reshape(-1))
+        out["ce"] = ce
+        out["loss"] = ce + self.config.kl_weight * out["kl_term"] if self.use_codes else ce
+        return out
+
+
+@torch.no_grad()
+def generate_blocks(model: PSFModel, states: torch.Tensor, codes: torch.Tensor | None = None, *,
+                    temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
+                    force: torch.Tensor | None = None, force_blocks: torch.Tensor | None = None,
+                    return_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Write all K blocks in parallel, n = L/K KV-cached steps (serial depth n).
+
+    states: (B, K, S); codes: (B, K, code_dim) or None. ``force`` (B, L) with ``force_blocks`` (B, K) bool
+    (default: all) feeds given tokens instead of sampled ones in those blocks (prompted generation, and the
+    training-equals-sampling test). Returns (B, L) tokens (and (B, K, n, V) logits)."""
+    B, K, _ = states.shape
+    n = model.block_len
+    if K != model.blocks:
+        raise ForethoughtError(f"got {K} states, the model decodes {model.blocks} blocks")
+    if force is not None and force_blocks is None:
+        force_blocks = torch.ones(B, K, dtype=torch.bool, device=states.device)
+    cache = model.decoder.new_cache()
+    x = model.prefix(states, codes)  # (B·K, K+1, d)
+    toks: list[torch.Tensor] = []
+    all_logits: list[torch.Tensor] = []
+    land = None
+    for i in range(n):
+        logits = model.decoder(None, inputs_embeds=x, kv_cache=cache)[:, -1].view(B, K, -1)  # (B, K, V)
+        t = sample_tokens(logits, temperature, top_p, generator)  # (B, K)
+        if force is not None:
+            t = torch.where(force_blocks, force.view(B, K, n)[:, :, i], t)
+        toks.append(t)
+        if return_logits:
+            all_logits.append(logits)
+        if i + 1 < n:
+            if land is None:  # after step 1 every branch knows the next branch's first token
+                land = model.landing_embeds(t)  # (B, K, d)
+            x = (model.decoder.wte(t) + land).reshape(B * K, 1, -1)
+    out = torch.stack(toks, dim=2).reshape(B, K * n)
+    return (out, torch.stack(all_logits, dim=2)) if return_logits else out
+
+
+def realized_states(model: PSFModel, tokens: torch.Tensor, temperature: float = 0.65, top_p: float = 0.95,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+    """Self-realized prefix: decode every block from the clean states of ``tokens`` (no gradient), re-encode
+    the generated text and return its states (B, K, S). The re-encoding keeps its gradient, so the encoder also
+    learns to summarise generated text usefully."""
+    was_training = model.training
+    model.eval()  # no dropout in the rollout
+    with torch.no_grad():
+        h, feats = model.encode(tokens)
+        codes = model.posterior(feats)[0] if model.use_codes else None  # posterior mean: the block's own code
+        generated = generate_blocks(model, model.states_from(h), codes, temperature=temperature, top_p=top_p,
+                                    generator=generator)
+    model.train(was_training)
+    return model.states(generated)

@@ -1,0 +1,225 @@
+"""Token-level continuous flow baseline in the style of ELF (SPEC §2): rectified flow over all L token embeddings.
+
+- **Space**: the token table of a trained autoregressive model, frozen. Normalised by subtracting the mean
+  embedding over the vocabulary (AR tables share a large common direction, which would make all tokens look
+  alike) and rescaling every row to norm √D, so each coordinate has unit RMS like the N(0, I) noise, and the
+  nearest embedding is simply the largest dot product.
+- **Flow**: the same conventions and pure functions as the PSF prior (forethought.psf.prior), so the two
+  flows differ only in what they model: ``x_t = (1 - t)·noise + t·x`` (t = 1 is data), logit-normal time
+  (mu = 0, sigma = 1 by default), x-prediction with the velocity loss ``(x̂ - x_t)/(1 - t)`` against
+  ``(x - x_t)/(1 - t)``, 1 - t clamped at 0.05; Euler from t = 0 to 1 in ``steps`` uniform steps (default 32).
+- **Denoiser**: our GPT with full attention over the L positions. Its input per position is
+  ``[x_t, self-conditioning x̂, time features]`` through the linear input embedding (``input_dim`` = D + D +
+  ``time_dim``): time enters as fixed sinusoidal features of t concatenated to every position, so no change
+  to the GPT is needed. Output (``head``): ``logits`` (default) — an LM head over the vocabulary, and
+  x̂ = softmax(logits)·E (the expected normalised embedding, so the prediction stays on the data's span);
+  or ``embedding`` — a linear regression head giving x̂ directly.
+- **Self-conditioning** (Chen et al., Analog Bits): in training, for a random half of the examples a first
+  no-grad pass with a zero self-conditioning input gives x̂, which is fed (detached) to the second pass; the
+  other half gets zeros. At sampling every step is fed the previous step's x̂ (zeros at the first step).
+- **Rounding** the final x̂ to tokens: ``lm_head`` (argmax of the last step's logits; needs ``head=logits``)
+  or ``nearest`` (nearest normalised embedding). With ``temperature > 0`` tokens are instead sampled from
+  softmax(scores / temperature) in float64 (the knob for an entropy sweep); for ``nearest`` the scores are
+  dot products with the table, whose scale is about D, so its temperatures are not comparable with lm_head's.
+- **Cost**: ``steps`` evaluations of one full L-position pass per document; serial depth = ``steps``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
+from forethought.core.run import Run
+from forethought.core.runtime import Runtime, step_generator
+from forethought.core.trainer import TrainConfig, train
+from forethought.models.gpt import GPT, GPTConfig
+from forethought.psf.prior import euler_step, flow_loss, interpolate, logit_normal_t, time_embedding
+
+
+@dataclass
+class TokenFlowConfig:
+    seq_len: int = field(64, "tokens per sequence L")
+    n_embd: int = field(256, "denoiser width")
+    n_layer: int = field(4, "denoiser transformer blocks")
+    n_head: int = field(4, "denoiser attention heads")
+    head: Literal["logits", "embedding"] = field("logits", "logits: LM head, x̂ = softmax·E; embedding: x̂ directly")
+    rounding: Literal["lm_head", "nearest"] = field("lm_head", "final x̂ -> tokens: LM head argmax or nearest embedding")
+    self_cond: bool = field(True, "self-conditioning on the previous x̂")
+    self_cond_prob: float = field(0.5, "training: fraction of examples that get a self-conditioning estimate")
+    time_dim: int = field(32, "sinusoidal time features concatenated to every position's input")
+    time_mu: float = field(0.0, "logit-normal time: mean of the logit (t = 1 is data)")
+    time_sigma: float = field(1.0, "logit-normal time: std of the logit")
+    min_gap: float = field(0.05, "clamp 1 - t below at this value in the velocity loss")
+    ce_weight: float = field(0.0, "weight of an extra cross-entropy loss on the logits (head=logits only)")
+    steps: int = field(32, "Euler steps at sampling")
+
+    def validate(self) -> None:
+        if self.rounding == "lm_head" and self.head != "logits":
+            raise ForethoughtError("token_flow.rounding=lm_head needs token_flow.head=logits; use rounding=nearest")
+        if self.ce_weight and self.head != "logits":
+            raise ForethoughtError("token_flow.ce_weight > 0 needs token_flow.head=logits")
+        if not 0.0 <= self.self_cond_prob <= 1.0:
+            raise ForethoughtError(f"token_flow.self_cond_prob must be in [0, 1], got {self.self_cond_prob}")
+
+
+def embedding_table(model: nn.Module) -> torch.Tensor:
+    """(V, D) token table of a trained AR model (our GPT or any HF model), detached."""
+    if isinstance(model, GPT):
+        if not isinstance(model.wte, nn.Embedding):
+            raise ForethoughtError("the AR model has real-valued inputs, not a token table")
+        return model.wte.weight.detach().clone()
+    get = getattr(model, "get_input_embeddings", None)
+    if get is None or get() is None:
+        raise ForethoughtError(f"{type(model).__name__} has no token embedding table")
+    return get().weight.detach().clone()
+
+
+def normalise_table(table: torch.Tensor) -> torch.Tensor:
+    """(V, D) -> (V, D): centred on the vocabulary mean, every row rescaled to norm √D."""
+    centred = table.float() - table.float().mean(0, keepdim=True)
+    return centred * (table.shape[1] ** 0.5) / centred.norm(dim=1, keepdim=True).clamp_min(1e-8)
+
+
+class TokenFlow(nn.Module):
+    """x-predictor over (B, L, D) noisy normalised token embeddings, with the frozen table as a buffer."""
+
+    def __init__(self, cfg: TokenFlowConfig, table: torch.Tensor):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        vocab, dim = table.shape
+        self.vocab_size, self.dim = vocab, dim
+        self.register_buffer("table", normalise_table(table))  # (V, D) frozen, saved with the weights
+        in_dim = dim * (2 if cfg.self_cond else 1) + cfg.time_dim
+        self.net = GPT(GPTConfig(vocab_size=vocab, n_positions=cfg.seq_len, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+                                 n_head=cfg.n_head, attention="full", input_dim=in_dim,
+                                 output_dim=dim if cfg.head == "embedding" else 0))
+
+    def num_params(self) -> int:
+        """Trained parameters (the frozen embedding table is a buffer and not counted)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor, self_cond: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x_t (B, L, D), t (B,), self_cond (B, L, D) or None (= zeros) -> x̂ (B, L, D), logits (B, L, V) | None."""
+        B, L, _ = x_t.shape
+        parts = [x_t]
+        if self.config.self_cond:
+            parts.append(torch.zeros_like(x_t) if self_cond is None else self_cond)
+        parts.append(time_embedding(t, self.config.time_dim)[:, None].expand(B, L, -1))  # (B, L, time_dim)
+        out = self.net(torch.cat(parts, dim=-1))  # (B, L, V) or (B, L, D)
+        if self.config.head == "embedding":
+            return out, None
+        x_hat = F.softmax(out.float(), dim=-1) @ self.table  # (B, L, D): expected embedding
+        return x_hat, out
+
+    def config_dict(self) -> dict[str, Any]:
+        return {"model_type": "forethought-token-flow", "vocab_size": self.vocab_size, "dim": self.dim,
+                **asdict(self.config)}
+
+
+def _unwrap(model: nn.Module) -> TokenFlow:
+    return getattr(model, "module", model)  # DDP / accelerate wrappers keep the module in .module
+
+
+def token_flow_loss(model: nn.Module, tokens: torch.Tensor, generator: torch.Generator | None = None
+                    ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Training loss on a (B, L) batch of token ids; returns (loss, metrics) as the trainer expects.
+
+    Randomness (noise, time, self-conditioning coin) comes from ``generator`` when given, else the global RNG
+    (which the trainer saves and restores, so resumed runs stay exact).
+    """
+    core = _unwrap(model)
+    cfg = core.config
+    dev = tokens.device
+    x = core.table[tokens]  # (B, L, D)
+    B = x.shape[0]
+    noise = torch.randn(x.shape, generator=generator).to(dev)
+    t = logit_normal_t(B, cfg.time_mu, cfg.time_sigma, generator=generator, device=dev)  # (B,)
+    x_t = interpolate(x, noise, t)
+    sc = None
+    if cfg.self_cond and cfg.self_cond_prob > 0:
+        use = (torch.rand(B, generator=generator) < cfg.self_cond_prob).to(dev)  # (B,)
+        if bool(use.any()):
+            with torch.no_grad():  # the estimate is an input, not a path for gradients
+                first, _ = model(x_t, t, None)
+            sc = torch.where(use[:, None, None], first.detach(), torch.zeros_like(first))
+    x_hat, logits = model(x_t, t, sc)
+    flow = flow_loss(x_hat, x, x_t, t, cfg.min_gap)
+    loss = flow
+    metrics = {"flow": float(flow.detach())}
+    if logits is not None:
+        metrics["acc"] = float((logits.argmax(-1) == tokens).float().mean())
+        if cfg.ce_weight:
+            ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+            loss = loss + cfg.ce_weight * ce
+            metrics["ce"] = float(ce.detach())
+    return loss, metrics
+
+
+def round_to_tokens(model: TokenFlow, x_hat: torch.Tensor, logits: torch.Tensor | None, temperature: float = 0.0,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+    """Final x̂ (B, L, D) (+ logits) -> (B, L) token ids: argmax, or float64 sampling at ``temperature``."""
+    if model.config.rounding == "lm_head":
+        if logits is None:
+            raise ForethoughtError("rounding=lm_head needs a logits head")
+        scores = logits
+    else:
+        scores = x_hat @ model.table.T  # (B, L, V): equal row norms, so the largest is the nearest
+    if temperature <= 0:
+        return scores.argmax(-1)
+    probs = F.softmax(scores.double() / temperature, dim=-1).reshape(-1, scores.shape[-1]).cpu()
+    ids = torch.multinomial(probs, 1, generator=generator)  # float64: no fp32 sampling artefacts
+    return ids.view(scores.shape[:-1]).to(scores.device)
+
+
+@torch.no_grad()
+def sample_token_flow(model: TokenFlow, n: int, steps: int | None = None, generator: torch.Generator | None = None,
+                      temperature: float = 0.0, batch_size: int | None = None) -> torch.Tensor:
+    """(n, L) token ids: Euler from noise (t = 0) to data (t = 1) in ``steps`` network passes, then rounding.
+
+    ``generator`` is a CPU generator (noise is drawn on CPU and moved, so results do not depend on the device).
+    ``batch_size`` splits n into sequential batches (memory only; each document still costs ``steps`` passes).
+    """
+    model.eval()
+    steps = steps or model.config.steps
+    if steps <= 0 or n <= 0:
+        raise ForethoughtError(f"sampling needs n > 0 and steps > 0, got n={n}, steps={steps}")
+    dev = model.table.device
+    out = []
+    for start in range(0, n, batch_size or n):
+        b = min(batch_size or n, n - start)
+        x = torch.randn(b, model.config.seq_len, model.dim, generator=generator).to(dev)  # (b, L, D) at t = 0
+        x_hat, logits = x, None
+        for i in range(steps):
+            t = i / steps
+            x_hat, logits = model(x, torch.full((b,), t, device=dev), x_hat if (i and model.config.self_cond) else None)
+            x = euler_step(x, x_hat, t, 1.0 / steps)  # the last step lands on x̂ exactly
+        out.append(round_to_tokens(model, x_hat, logits, temperature, generator))
+    return torch.cat(out)  # (n, L)
+
+
+def train_token_flow(model: TokenFlow, tokens: torch.Tensor, cfg: TrainConfig, run: Run, rt: Runtime, *,
+                     seed: int = 0, resume: str | None = None) -> dict[str, Any]:
+    """Train on (N, L) token windows with the shared trainer (checkpoints, --resume auto, metrics).
+
+    Batch for step s: ``cfg.batch_size`` windows drawn with replacement by ``step_generator(seed, s)``, a pure
+    function of the step. Returns the trainer's summary (loss curve, wall time, ...).
+    """
+    if tokens.dim() != 2 or tokens.shape[1] != model.config.seq_len:
+        raise ForethoughtError(f"token windows must be (N, {model.config.seq_len}), got {tuple(tokens.shape)}")
+    if int(tokens.max()) >= model.vocab_size:
+        raise ForethoughtError(f"token id {int(tokens.max())} is outside the embedding table ({model.vocab_size})")
+
+    def batch_fn(step: int) -> torch.Tensor:
+        idx = torch.randint(len(tokens), (cfg.batch_size,), generator=step_generator(seed, step))
+        return tokens[idx]  # (B, L)
+
+    return train(model, lambda m, batch: token_flow_loss(m, batch), batch_fn, cfg, run, rt, resume=resume,
+                 desc="token-flow", model_config=model.config_dict())

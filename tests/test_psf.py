@@ -1,0 +1,311 @@
+"""Predictive State Flow: masks, the state shift, landing-target alignment, flow prior, sampler, KV cache, CLI."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from forethought import cli
+from forethought.core.checkpoint import latest_checkpoint
+from forethought.core.errors import ForethoughtError
+from forethought.models.gpt import GPT, GPTConfig
+from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
+from forethought.psf.model import (PSFModel, PSFModelConfig, generate_blocks, kl_free_bits, mix_states,
+                                   realized_states)
+from forethought.psf.prior import (FlowPrior, PriorConfig, euler_step, flow_loss, interpolate, logit_normal_t,
+                                   sample_prior)
+from forethought.psf.recipe import load_recipe, sample_psf
+from forethought.psf.sampling import sample_tokens, top_p_probs
+
+V = 23
+
+
+def tiny_psf(states: str = "predictive", pool: str = "mean", seed: int = 0) -> PSFModel:
+    torch.manual_seed(seed)
+    m = PSFModel(PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, n_embd=16, enc_layers=2, dec_layers=2,
+                                n_head=2, code_dim=4, states=states, pool=pool)).double()
+    with torch.no_grad():  # the landing / code layers start at zero; give them values so the tests can see them
+        for mod in (m.land_proj, m.code_in, m.code_head):
+            mod.weight.normal_(0, 0.3)
+        m.land_none.normal_(0, 0.3)
+    return m.eval()
+
+
+# ---- encoder: mask and state shift -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pool", ["mean", "last"])
+def test_predictive_state_never_sees_its_own_block(pool):
+    m = tiny_psf(pool=pool)
+    tokens = torch.randint(0, V, (2, 12))
+    emb = m.encoder.wte(tokens).detach().requires_grad_(True)  # (B, L, d)
+    s = m.states_from(m.encode(None, embeds=emb)[0])  # (B, K, S)
+    n = m.block_len
+    for k in range(m.blocks):
+        (g,) = torch.autograd.grad(s[:, k].sum(), emb, retain_graph=True)
+        assert torch.all(g[:, k * n:] == 0), f"s_{k + 1} depends on block {k + 1} or later"
+        if k > 0:
+            assert g[:, (k - 1) * n:k * n].abs().sum() > 0  # but it does read the previous block
+    torch.testing.assert_close(s[:, 0], m.start.expand(2, -1))
+
+
+def test_content_states_see_their_own_block():
+    m = tiny_psf(states="content")
+    emb = m.encoder.wte(torch.randint(0, V, (1, 12))).detach().requires_grad_(True)
+    s = m.states_from(m.encode(None, embeds=emb)[0])
+    n = m.block_len
+    for k in range(m.blocks):
+        (g,) = torch.autograd.grad(s[:, k].sum(), emb, retain_graph=True)
+        assert g[:, k * n:(k + 1) * n].abs().sum() > 0
+        assert torch.all(g[:, (k + 1) * n:] == 0)
+
+
+# ---- decoder: branches, landing targets, training == sampling ---------------------------------------------
+
+def test_branch_reads_only_states_up_to_its_block():
+    m = tiny_psf()
+    tokens = torch.randint(0, V, (2, 12))
+    s = torch.randn(2, 4, m.state_dim, dtype=torch.float64)
+    base = m.decode_logits(tokens, s)
+    s2 = s.clone()
+    s2[:, 2] += 1.0  # only branches 3 and 4 may react
+    changed = m.decode_logits(tokens, s2)
+    torch.testing.assert_close(changed[:, :2], base[:, :2])
+    assert not torch.allclose(changed[:, 2], base[:, 2])
+
+
+def test_landing_target_conditioning():
+    m = tiny_psf()
+    m.landing = True
+    tokens = torch.randint(0, V, (1, 12))
+    s = torch.randn(1, 4, m.state_dim, dtype=torch.float64)
+    base = m.decode_logits(tokens, s)  # (B, K, n, V)
+    t2 = tokens.clone()
+    t2[0, 3] = (t2[0, 3] + 1) % V  # first token of block 2
+    out = m.decode_logits(t2, s)
+    torch.testing.assert_close(out[:, 0, 0], base[:, 0, 0])  # step 1 of branch 1: no landing yet
+    assert not torch.allclose(out[:, 0, 1:], base[:, 0, 1:])  # steps 2.. of branch 1 land on it
+    torch.testing.assert_close(out[:, 2:], base[:, 2:])
+    t3 = tokens.clone()
+    t3[0, 4] = (t3[0, 4] + 1) % V  # second token of block 2: invisible to branch 1
+    torch.testing.assert_close(m.decode_logits(t3, s)[:, 0], base[:, 0])
+
+
+@pytest.mark.parametrize("landing,codes", [(False, False), (True, False), (True, True)])
+def test_training_logits_equal_sampling_logits(landing, codes):
+    """Teacher-forced training sees exactly what the KV-cached parallel sampler feeds (landing = the next
+    branch's step-1 token)."""
+    m = tiny_psf()
+    m.landing, m.use_codes = landing, codes
+    tokens = torch.randint(0, V, (3, 12))
+    s = m.states(tokens)
+    c = torch.randn(3, 4, 4, dtype=torch.float64) if codes else None
+    train_logits = m.decode_logits(tokens, s, c)
+    ids, sample_logits = generate_blocks(m, s, c, force=tokens, return_logits=True)
+    assert torch.equal(ids, tokens)
+    torch.testing.assert_close(sample_logits, train_logits, rtol=1e-10, atol=1e-10)
+    # free sampling: landing embeddings come from what the next branch produced at its step 1
+    g = torch.Generator().manual_seed(0)
+    free, free_logits = generate_blocks(m, s, c, generator=g, return_logits=True)
+    torch.testing.assert_close(m.decode_logits(free, s, c), free_logits, rtol=1e-10, atol=1e-10)
+
+
+def test_forward_loss_codes_kl_and_self_realized():
+    m = tiny_psf().float()
+    m.train()
+    m.landing = m.use_codes = True
+    tokens = torch.randint(0, V, (2, 12))
+    out = m(tokens)
+    assert out["loss"] >= out["ce"] and out["kl"] >= 0
+    out["loss"].backward()
+    assert m.code_head.weight.grad is not None
+    real = realized_states(m, tokens, generator=torch.Generator().manual_seed(1))
+    assert real.shape == (2, 4, m.state_dim) and real.requires_grad
+    assert torch.isfinite(m(tokens, realized=real)["loss"])
+
+
+def test_kl_free_bits_and_state_mixing():
+    mu, logvar = torch.zeros(3, 4, 2), torch.zeros(3, 4, 2)
+    term, raw = kl_free_bits(mu, logvar, budget=0.5)
+    assert raw == 0 and term == pytest.approx(4 * 0.5)  # each of 4 blocks charged its free budget
+    mu[:, 1] = 3.0  # block 2: 0.5·(9+9) = 9 nats > budget
+    term, raw = kl_free_bits(mu, logvar, budget=0.5)
+    assert raw == pytest.approx(9.0) and term == pytest.approx(9.0 + 3 * 0.5)
+    clean, real = torch.zeros(5, 4, 3), torch.ones(5, 4, 3)
+    assert torch.equal(mix_states(clean, real, 0.0), clean) and torch.equal(mix_states(clean, real, 1.0), real)
+    mixed = mix_states(clean, real, 0.5, torch.Generator().manual_seed(0))
+    assert 0 < mixed.mean() < 1 and torch.all(mixed.std(-1) == 0)  # whole blocks are swapped
+
+
+# ---- rectified-flow prior ----------------------------------------------------------------------------------
+
+def test_flow_loss_zero_for_true_x_and_time_samples():
+    x, noise = torch.randn(6, 4, 3), torch.randn(6, 4, 3)
+    t = torch.tensor([0.01, 0.3, 0.5, 0.9, 0.97, 0.999999])  # includes 1 - t below the 0.05 clamp
+    x_t = interpolate(x, noise, t)
+    assert flow_loss(x, x, x_t, t) == 0
+    assert flow_loss(x + 0.1, x, x_t, t) > 0
+    c = (1 - t[:3]).view(-1, 1, 1)
+    torch.testing.assert_close((x[:3] - x_t[:3]) / c, x[:3] - noise[:3])  # v = x - noise above the clamp
+    ts = logit_normal_t(10_000, 0.0, 1.0, generator=torch.Generator().manual_seed(0))
+    assert ts.min() > 0 and ts.max() < 1 and abs(ts.median() - 0.5) < 0.02
+    ts = logit_normal_t(10_000, 1.0, 1.0, generator=torch.Generator().manual_seed(0))
+    assert abs(ts.median() - torch.sigmoid(torch.tensor(1.0))) < 0.02
+
+
+def test_euler_with_exact_predictor_lands_on_the_data_point():
+    x = torch.randn(1, 4, 3)
+    z = torch.randn(1, 4, 3)
+    steps = 7
+    for i in range(steps):
+        z = euler_step(z, x, i / steps, 1 / steps)
+    torch.testing.assert_close(z, x)
+
+
+def test_prior_network_sampling_and_standardisation():
+    torch.manual_seed(0)
+    prior = FlowPrior(PriorConfig(n_embd=16, n_layer=1, n_head=2, steps=5), dim=3, blocks=4)
+    data = torch.randn(50, 4, 3) * 5 + 2
+    prior.set_stats(data)
+    torch.testing.assert_close(prior.unstandardise(prior.standardise(data)), data)
+    assert torch.isfinite(prior.loss(data[:8]))
+    known = torch.full((2, 4, 3), 7.0)
+    mask = torch.zeros(2, 4, 3, dtype=torch.bool)
+    mask[:, 0] = True
+    out = sample_prior(prior, 2, generator=torch.Generator().manual_seed(0), known=known, known_mask=mask)
+    assert out.shape == (2, 4, 3)
+    torch.testing.assert_close(out[:, 0], known[:, 0])
+
+
+# ---- token sampling, KV cache, AR baseline -----------------------------------------------------------------
+
+def test_top_p_float64_and_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    p = top_p_probs(logits, 1.0, 0.7)
+    assert p.dtype == torch.float64
+    torch.testing.assert_close(p, torch.tensor([[0.625, 0.375, 0.0, 0.0]], dtype=torch.float64))
+    g = torch.Generator().manual_seed(0)
+    draws = sample_tokens(logits.expand(4000, 4), 1.0, 0.7, g)
+    assert set(draws.tolist()) == {0, 1} and abs((draws == 0).float().mean() - 0.625) < 0.03
+    assert set(sample_tokens(logits.expand(50, 4), 1.0, 0.4, g).tolist()) == {0}  # most likely always kept
+    assert sample_tokens(logits, 0.0).item() == 0
+    a = sample_tokens(logits.expand(20, 4), 1.0, 1.0, torch.Generator().manual_seed(5))
+    b = sample_tokens(logits.expand(20, 4), 1.0, 1.0, torch.Generator().manual_seed(5))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("attention,chunks", [("causal", (4, 1, 4)), ("causal", (1,) * 9),
+                                              ("block_causal", (3, 3, 3)), ("block_causal", (6, 3))])
+def test_gpt_kv_cache_matches_full_forward(attention, chunks):
+    """Exact for causal attention with any chunking, and for block-causal attention with whole-block chunks."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, n_positions=16, n_embd=16, n_layer=2, n_head=2, attention=attention,
+                          block_size=3)).double().eval()
+    ids = torch.randint(0, V, (2, 9))
+    full = model(ids)
+    cache = model.new_cache()
+    parts, start = [], 0
+    for c in chunks:
+        parts.append(model(ids[:, start:start + c], kv_cache=cache))
+        start += c
+    assert cache.length == 9
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-10, atol=1e-10)
+    assert model(ids).shape == full.shape  # no cache: unchanged behaviour
+
+
+def test_ar_cached_sampling_equals_uncached():
+    torch.manual_seed(0)
+    ar = build_ar(ARModelConfig(n_embd=16, n_layer=2, n_head=2), V, 12).eval()
+    a = sample_ar(ar, 3, 12, bos_id=0, temperature=0)
+    b = sample_ar(ar, 3, 12, bos_id=0, temperature=0, use_cache=False)
+    assert a.shape == (3, 12) and torch.equal(a, b)
+    prompt = torch.randint(0, V, (3, 4))
+    c = sample_ar(ar, 3, 12, 0, temperature=1.0, top_p=0.9, generator=torch.Generator().manual_seed(0), prompt=prompt)
+    d = sample_ar(ar, 3, 12, 0, temperature=1.0, top_p=0.9, generator=torch.Generator().manual_seed(0), prompt=prompt,
+                  use_cache=False)
+    assert torch.equal(c[:, :4], prompt) and torch.equal(c, d)
+
+
+def test_sample_psf_unconditional_prompted_and_mean():
+    m = tiny_psf().float()
+    m.landing = m.use_codes = True
+    prior = FlowPrior(PriorConfig(n_embd=16, n_layer=1, n_head=2, steps=3), dim=m.state_dim + 4, blocks=4)
+    g = torch.Generator().manual_seed(0)
+    ids = sample_psf(m, prior, 5, generator=g, batch_size=2)
+    assert ids.shape == (5, 12) and ids.max() < V
+    prompt = torch.randint(0, V, (5, 6))
+    ids = sample_psf(m, prior, 5, generator=g, prompt=prompt, top_p=0.9)
+    assert torch.equal(ids[:, :6], prompt)
+    assert sample_psf(m, prior, 2, trajectory="mean", temperature=0).shape == (2, 12)
+    state_only = FlowPrior(PriorConfig(n_embd=16, n_layer=1, n_head=2, steps=3), dim=m.state_dim, blocks=4)
+    assert sample_psf(m, state_only, 2, generator=g).shape == (2, 12)  # the decoder gets zero codes
+
+
+# ---- the commands ------------------------------------------------------------------------------------------
+
+def test_recipe_and_sample_end_to_end(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("FORETHOUGHT_DATA", raising=False)
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "runs"
+    args = ["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out)]
+    assert cli.main(args) == 0
+    run = out / "psf-tiny"
+    res = json.loads((run / "results.json").read_text())
+    assert set(res["stages"]) == {"base", "landing", "self_realized", "codes", "prior", "blocks2",
+                                  "prior_blocks2", "ar"}
+    assert res["final_stage"] == "blocks2" and res["params"]["psf"]["total"] > 0 and res["params"]["ar"] > 0
+    assert res["stages"]["ar"]["training_tokens"] >= res["model_training_tokens"]
+    assert res["stages"]["codes"]["features"] == {"landing": True, "self_realized": True, "codes": True}
+    for stage in res["stages"]:
+        assert (run / stage / "results.json").is_file()
+
+    # rerun with --resume auto: every stage is complete, nothing is retrained
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("model.safetensors")}
+    metrics = {p: p.read_text() for p in run.rglob("metrics.jsonl")}
+    capsys.readouterr()
+    assert cli.main([*args, "--resume", "auto"]) == 0
+    assert "complete, skipped" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("model.safetensors")} == before
+    assert {p: p.read_text() for p in run.rglob("metrics.jsonl")} == metrics
+    # without --resume an existing stage is not silently overwritten
+    assert cli.main(args) == 2
+
+    # interrupted in the middle of the first stage: --resume auto reaches the same final weights
+    run2 = out / "psf-tiny-cut"
+    shutil.copytree(run, run2)
+    shutil.rmtree(run2 / "base" / "step-000006")
+    (run2 / "base" / "results.json").unlink()
+    for stage in res["stages"]:
+        if stage != "base":
+            shutil.rmtree(run2 / stage)
+    assert cli.main([*args, "--run.name", "psf-tiny-cut", "--resume", "auto"]) == 0
+    for stage in ("blocks2", "prior_blocks2", "ar"):
+        a = load_file(str(latest_checkpoint(run / stage) / "model.safetensors"))
+        b = load_file(str(latest_checkpoint(run2 / stage) / "model.safetensors"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), stage
+
+    assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "3", "--batch_size", "2",
+                     "--prompt_blocks", "1", "--top_p", "0.9"]) == 0
+    lines = (run / "samples" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and json.loads(lines[0])["prompt_tokens"] == 16
+    assert (run / "samples" / "samples.txt").read_text().strip()
+    assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "2", "--model", "ar", "--name", "ar"]) == 0
+    assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "2", "--stage", "codes",
+                     "--trajectory", "mean", "--name", "mean"]) == 0
+    art = load_recipe(run, stage="codes")
+    assert art.prior is not None and art.model.blocks == 4 and art.ar is not None
+    assert load_recipe(run, stage="base").prior is None  # the prior was trained on later states
+    ids = sample_psf(art.model, art.prior, 2, steps=2, generator=torch.Generator().manual_seed(0))
+    assert ids.shape == (2, 32)
+
+
+def test_bad_inputs(tmp_path, capsys):
+    assert cli.main(["psf", "recipe", "--config", "tiny", "--model.blocks", "5", "--run.out_dir", str(tmp_path)]) == 2
+    assert "multiple of the block count" in capsys.readouterr().err
+    assert cli.main(["psf", "sample", "--recipe_run", str(tmp_path / "nothing")]) == 2
+    with pytest.raises(ForethoughtError):
+        PSFModel(PSFModelConfig(vocab_size=V, seq_len=10, blocks=4))
+    assert cli.main(["psf", "recipe", "--config", "tiny", "--longer_blocks.blocks", "[8]",
+                     "--run.out_dir", str(tmp_path)]) == 2
+    assert "max_blocks" in capsys.readouterr().err
