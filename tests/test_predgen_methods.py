@@ -251,3 +251,31 @@ def test_bad_inputs(world: dict, tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert main([*base, "--task.name", "sst2", "--task.target_field", "x"]) == 2
     assert "built in" in capsys.readouterr().err
     assert not list(tmp_path.glob("predgen*"))  # nothing half-written
+
+
+def test_mine_estimator_separates_informative_from_independent() -> None:
+    from forethought.predgen.mine import dv_bound, label_entropy, mine_estimate
+
+    assert float(dv_bound(torch.zeros(5), torch.zeros(7))) == pytest.approx(0.0, abs=1e-6)
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(2, (800,), generator=g)
+    informative = torch.nn.functional.one_hot(y, 2).float() * 2 + 0.3 * torch.randn(800, 2, generator=g)
+    noise = torch.randn(800, 2, generator=g)
+    kw = dict(steps=300, batch_size=128, lr=1e-3, hidden=32)
+    good = mine_estimate(informative[:400], y[:400], informative[400:], y[400:], 2, **kw)
+    bad = mine_estimate(noise[:400], y[:400], noise[400:], y[400:], 2, **kw)
+    h = label_entropy(y.tolist())
+    assert good["eval"] > 0.5 * h and abs(bad["eval"]) < 0.1
+    assert good["eval"] <= h + 0.05  # a lower bound on I(Y;Z) <= H(Y), up to estimation noise
+
+
+def test_cli_mine(world: dict, tmp_path: Path) -> None:
+    _cli_train(world, tmp_path, "predgen")
+    code = main(["predgen", "mine", "--model", str(tmp_path / "predgen"), "--steps", "20", "--seeds", "[0, 1]",
+                 "--batch_size", "8"])
+    assert code == 0
+    res = json.loads((tmp_path / "predgen" / "mine.json").read_text())
+    assert set(res["estimates"]) == {"pooled_last", "pooled_mean", "tokens"}
+    assert res["estimates"]["tokens"]["dim"] > res["estimates"]["pooled_last"]["dim"]
+    assert len(res["estimates"]["tokens"]["heldout"]["per_seed"]) == 2 and res["H_Y"] > 0
+    assert (tmp_path / "predgen" / "mine.png").is_file()
