@@ -52,11 +52,20 @@ def test_future_lens_last_layer_k1_is_the_model_itself():
 def test_demo_end_to_end(tmp_path, monkeypatch):
     monkeypatch.delenv("FORETHOUGHT_DATA", raising=False)
     monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
-    code = main(["demo", "--run.out_dir", str(tmp_path), "--synthetic_steps", "10", "--lm_steps", "6"])
+    from forethought.data.corpora import load_corpus_text
+    from forethought.data.tokenizers import load_tokenizer
+    from forethought.models.hf import tiny_llama
+
+    folder = tmp_path / "tiny-llama"  # a tiny random LM stands in for SmolLM2 in the PredGen part
+    tok = load_tokenizer("bpe:300", corpus_text=load_corpus_text("generated", "train"), cache_dir=tmp_path / "tok")
+    tok.save_pretrained(folder)
+    tiny_llama(vocab_size=len(tok), hidden_size=32, layers=2, eos_token_id=tok.eos_token_id).save_pretrained(folder)
+    code = main(["demo", "--run.out_dir", str(tmp_path), "--synthetic_steps", "10", "--lm_steps", "6",
+                 "--predgen_base", str(folder), "--predgen_steps", "2", "--psf_steps", "6"])
     assert code == 0
     report = (tmp_path / "demo" / "report.md").read_text()
     for section in ("synthetic pre-caching", "language modelling", "future-token probes", "gap:",
-                    "transformer bigram"):
+                    "transformer bigram", "PredGen", "| predgen |", "PSF recipe", "Unconditional samples"):
         assert section in report
     for png in ("synthetic/probe_r2.png", "lm/per_position.png", "probe/future_lens.png"):
         assert (tmp_path / "demo" / png).stat().st_size > 1000

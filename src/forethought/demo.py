@@ -1,8 +1,13 @@
 """``forethought demo``: a tiny end-to-end run of each system on CPU in a few minutes, with a markdown report.
 
-Myopia: the synthetic pre-caching task (vanilla vs myopic, probes), language modelling (vanilla, myopic,
-local-myopic, transformer bigram) and future-token probes. Data is generated unless ``FORETHOUGHT_DATA`` points
-at a data root with WikiText-2, which is then used. Numbers at this size prove the pipeline, not the science.
+* Myopia: the synthetic pre-caching task (vanilla vs myopic, probes), language modelling (vanilla, myopic,
+  local-myopic, transformer bigram) and future-token probes.
+* PredGen: Predictor, Generator and PredGen fine-tuned for a few steps (SmolLM2-135M offline + LoRA) on SST-2
+  when the data root has it, else on a generated review-sentiment file.
+* PSF: the whole multi-stage recipe at toy size (plus the AR baseline), then a few decoded samples.
+
+Data is generated unless ``FORETHOUGHT_DATA`` points at a data root (WikiText-2, SST-2), which is then used.
+Numbers at this size prove the pipeline, not the science.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 
 from forethought.cli import resolve_config_path
 from forethought.core.config import field, load_config
+from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.run import Run, RunConfig
 
@@ -24,6 +30,10 @@ class DemoConfig:
     synthetic_steps: int = field(600, "training steps per model on the synthetic task")
     lm_steps: int = field(300, "training steps per language-model variant")
     corpus: str = field("auto", "'auto' = wikitext-2 when FORETHOUGHT_DATA has it, else the generated corpus")
+    systems: list[str] = field(["myopia", "predgen", "psf"], "which systems to run")
+    predgen_base: str = field("smollm2-135m", "HF causal LM for the PredGen part")
+    predgen_steps: int = field(16, "training steps per PredGen method (batch 8)")
+    psf_steps: int = field(300, "PSF base-stage steps (the other stages keep the tiny preset's)")
 
 
 def _corpus(cfg: DemoConfig) -> tuple[str, str]:
@@ -38,14 +48,39 @@ def _corpus(cfg: DemoConfig) -> tuple[str, str]:
 
 
 def run(cfg: DemoConfig, resume: str | None = None) -> dict:
-    from forethought.myopia import lm, probe, synthetic
-
     t0 = time.perf_counter()
     previous = Path(cfg.run.out_dir) / cfg.run.name
     if resume is None and (previous / "env.json").is_file():
         shutil.rmtree(previous)  # the demo starts over unless asked to resume (only ever a forethought run folder)
     root = Run.create(cfg.run.out_dir, cfg.run.name, cfg)
     sub = [f"--run.out_dir={root.dir}", f"--run.seed={cfg.run.seed}", f"--run.device={cfg.run.device}"]
+    unknown = sorted(set(cfg.systems) - {"myopia", "predgen", "psf"})
+    if unknown:
+        raise ForethoughtError(f"demo: unknown system(s) {unknown}; choose from myopia, predgen, psf")
+    sections = []
+    if "myopia" in cfg.systems:
+        _myopia(cfg, root, sub, resume)
+        sections += ["synthetic", "lm", "probe"]
+    if "predgen" in cfg.systems:
+        _predgen(cfg, root, sub, resume)
+        sections.append("predgen")
+    if "psf" in cfg.systems:
+        _psf(cfg, root, sub, resume)
+        sections.append("psf")
+    parts = ["# forethought demo", "",
+             f"Tiny CPU run of every system ({time.perf_counter() - t0:.0f} s). Numbers at this size prove the "
+             "pipeline, not the science; see README for the benchmarks.", ""]
+    for name in sections:
+        text = (root.dir / name / "report.md").read_text()
+        parts.append(_relink(text, name))
+    atomic_write_text(root.path("report.md"), "\n".join(parts))
+    print(f"\ndemo report: {root.path('report.md')}")
+    return {"report": str(root.path("report.md")), "wall_s": time.perf_counter() - t0}
+
+
+def _myopia(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> None:
+    from forethought.myopia import lm, probe, synthetic
+
     scfg = load_config(synthetic.SyntheticConfig, resolve_config_path("myopia", "synthetic", "tiny"),
                        sub + ["--run.name=synthetic", f"--train.steps={cfg.synthetic_steps}"])
     synthetic.run(scfg, resume=resume)
@@ -57,15 +92,85 @@ def run(cfg: DemoConfig, resume: str | None = None) -> dict:
     pcfg = load_config(probe.ProbeConfig, None, sub + ["--run.name=probe", f"--lm_run={root.dir / 'lm'}",
                                                         "--k_max=3", "--fit_sequences=128", "--eval_sequences=32"])
     probe.run(pcfg)
-    parts = ["# forethought demo", "",
-             f"Tiny CPU run of every system ({time.perf_counter() - t0:.0f} s). Numbers at this size prove the "
-             "pipeline, not the science; see README for the benchmarks.", ""]
-    for name in ("synthetic", "lm", "probe"):
-        text = (root.dir / name / "report.md").read_text()
-        parts.append(_relink(text, name))
-    atomic_write_text(root.path("report.md"), "\n".join(parts))
-    print(f"\ndemo report: {root.path('report.md')}")
-    return {"report": str(root.path("report.md")), "wall_s": time.perf_counter() - t0}
+
+
+def review_file(path: Path, n: int = 400, seed: int = 0) -> Path:
+    """A generated sentiment task (CSV: text, label) whose label follows the review's words."""
+    import csv
+    import random
+
+    rng = random.Random(seed)
+    good = ["wonderful", "moving", "brilliant", "funny", "charming", "smart", "beautiful", "gripping"]
+    bad = ["boring", "clumsy", "dull", "tedious", "awful", "shallow", "predictable", "messy"]
+    nouns = ["film", "story", "cast", "script", "ending", "soundtrack", "pacing", "director"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        for _ in range(n):
+            positive = rng.random() < 0.5
+            main, other = (good, bad) if positive else (bad, good)
+            words = [f"the {rng.choice(nouns)} is {rng.choice(main)}", f"the {rng.choice(nouns)} feels "
+                     f"{rng.choice(main)}"]
+            if rng.random() < 0.4:
+                words.append(f"though the {rng.choice(nouns)} is a bit {rng.choice(other)}")
+            rng.shuffle(words)
+            w.writerow([", ".join(words).capitalize() + ".", "positive" if positive else "negative"])
+    return path
+
+
+def _predgen(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> None:
+    import json
+
+    from forethought.data.corpora import data_root
+    from forethought.predgen import commands
+
+    data = data_root()
+    if data is not None and (data / "sst2" / "train.tsv").is_file():
+        task = ["--task.name=sst2", "--task.max_eval_examples=48"]
+        what = "SST-2 (a 48-example dev subset)"
+    else:
+        path = review_file(root.dir / "predgen" / "reviews.csv")
+        task = [f"--task.name={path}", "--task.target_field=label", "--task.max_eval_examples=48"]
+        what = "generated review sentiment (48 held-out examples)"
+    rows = []
+    for method in ("predictor", "generator", "predgen"):
+        pcfg = load_config(commands.PredGenConfig, resolve_config_path("predgen", "train", "tiny"),
+                           sub + task + [f"--run.out_dir={root.dir / 'predgen'}", f"--run.name={method}",
+                                         f"--method={method}", f"--base={cfg.predgen_base}",
+                                         f"--train.steps={cfg.predgen_steps}", "--train.batch_size=8",
+                                         "--train.lr=5e-4"])
+        if "reviews.csv" in pcfg.task.name:
+            pcfg.task.template = "Review: {text}\nSentiment:"
+        r = commands.run_train(pcfg, resume=resume)
+        rows.append((method, r))
+    lines = ["# PredGen", "", f"{cfg.predgen_base} + LoRA r=4, {cfg.predgen_steps} steps x 8 examples per method, "
+             f"on {what}.", "", "| method | accuracy | decoded answer accuracy | train (s) | examples/s |",
+             "|---|---|---|---|---|"]
+    for method, r in rows:
+        dec = f"{r['decoded']['accuracy']:.3f}" if "decoded" in r else "-"
+        lines.append(f"| {method} | {r['accuracy']:.3f} | {dec} | {r['train_wall_s']:.0f} | "
+                     f"{r['examples_per_s']:.1f} |")
+    atomic_write_text(root.dir / "predgen" / "report.md", "\n".join(lines) + "\n")
+    atomic_write_text(root.dir / "predgen" / "results.json", json.dumps(dict(rows), indent=1))
+
+
+def _psf(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> None:
+    from forethought.psf import recipe
+
+    corpus, tok = _corpus(cfg)
+    rcfg = load_config(recipe.RecipeConfig, resolve_config_path("psf", "recipe", "tiny"),
+                       sub + ["--run.name=psf", f"--base.train.steps={cfg.psf_steps}"]
+                       + ([] if corpus == "generated" else [f"--data.corpus={corpus}"]))
+    recipe.run(rcfg, resume=resume)
+    scfg = load_config(recipe.SampleConfig, None, [f"--recipe_run={root.dir / 'psf'}", "--n=4", "--temperature=0.8",
+                                                   f"--seed={cfg.run.seed}", f"--device={cfg.run.device}"])
+    recipe.sample(scfg)
+    samples = (root.dir / "psf" / "samples" / "samples.txt").read_text().split("\n\n==========\n\n")
+    report = (root.dir / "psf" / "report.md").read_text().rstrip()
+    shown = "\n".join(f"{i + 1}. `{t.strip()[:300]!r}`" for i, t in enumerate(samples))
+    atomic_write_text(root.dir / "psf" / "report.md",
+                      f"{report}\n\nUnconditional samples (prior -> states -> all blocks in parallel):\n\n{shown}\n")
 
 
 def _relink(markdown: str, folder: str) -> str:

@@ -9,6 +9,7 @@ evaluate it, or predict on new inputs with a saved model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import statistics
 import time
@@ -128,25 +129,32 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     spec, train_ex, eval_ex = load_data(cfg)
     lm, tok = load_causal_lm(cfg.base, trust_remote_code=cfg.trust_remote_code)
     enc = Encoder(spec, tok, cfg.prompt)
-    train_items, eval_items = enc.encode(train_ex), enc.encode(eval_ex)
+    eval_items = enc.encode(eval_ex)
+    encoded: dict[int, dict[str, Any]] = {}  # training examples are tokenised when first drawn (SST-2: 67k)
+
+    def train_item(i: int) -> dict[str, Any]:
+        if i not in encoded:
+            encoded[i] = enc.encode([train_ex[i]])[0]
+        return encoded[i]
+
     torch.manual_seed(cfg.run.seed)  # adapter and head initialisation
     lm = apply_adapter(lm, cfg.adapter, cfg.train.steps)
     bias = None
     if spec.task_type == "regression":
-        bias = statistics.fmean(float(i["target"]) for i in train_items)
+        bias = statistics.fmean(float(enc.target(ex)) for ex in train_ex)
     pooling = _pooling(cfg.head.pooling, cfg.method)
     head = build_head(cfg.method, hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias)
     model = PredGenModel(lm, head)
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
-    n, bs = len(train_items), cfg.train.batch_size
+    n, bs = len(train_ex), cfg.train.batch_size
 
     def batch_fn(step: int) -> dict[str, Any]:
         # Epoch-wise seeded permutations: every method sees the same examples in the same order.
         picks = []
         for pos in range(step * bs, (step + 1) * bs):
             epoch, k = divmod(pos, n)
-            perm = _perm(n, cfg.run.seed, epoch)
-            picks.append(train_items[perm[k]])
+            perm = _perm(n, cfg.run.seed, epoch)  # lru-cached
+            picks.append(train_item(perm[k]))
         batch = enc.collate(picks)
         batch["p"] = sampling_p(cfg.predgen, step, cfg.train.steps)
         batch["seed"] = cfg.run.seed * 1_000_003 + step
@@ -190,6 +198,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     return results
 
 
+@functools.lru_cache(maxsize=4)
 def _perm(n: int, seed: int, epoch: int) -> list[int]:
     g = torch.Generator().manual_seed(seed * 7_919 + epoch)
     return torch.randperm(n, generator=g).tolist()
