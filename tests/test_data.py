@@ -31,19 +31,7 @@ from forethought.data.tokenizers import gpt2_tiktoken_file, load_tokenizer
 _USER_DATA_ROOT = os.environ.get("FORETHOUGHT_DATA")  # read before the fixtures below hide it
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache per module, so the GPT-2 tokenizer is converted once for all tests here."""
-    return tmp_path_factory.mktemp("forethought-cache")
-
-
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
-    """No data root, no home-dir cache and no hub access unless a test sets them."""
-    monkeypatch.delenv("FORETHOUGHT_DATA", raising=False)
-    monkeypatch.setenv("FORETHOUGHT_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    corpora._hub_splits.cache_clear()
+pytestmark = pytest.mark.usefixtures("isolated_env")  # conftest.py: no data root, no hub, a private cache
 
 
 needs_gpt2_file = pytest.mark.skipif(

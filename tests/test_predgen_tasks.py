@@ -26,17 +26,7 @@ from forethought.predgen.tasks import (
 
 _USER_DATA_ROOT = os.environ.get("FORETHOUGHT_DATA")  # read before the fixtures below hide it
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("forethought-cache")
-
-
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
-    """No data root and no hub access unless a test sets them."""
-    monkeypatch.delenv("FORETHOUGHT_DATA", raising=False)
-    monkeypatch.setenv("FORETHOUGHT_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("isolated_env")  # conftest.py: no data root, no hub, a private cache
 
 
 @pytest.fixture(scope="module")
