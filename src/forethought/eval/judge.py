@@ -131,8 +131,9 @@ def judge_texts(texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrai
             mask[i, :len(r)] = 1
         inp, mask = inp.to(device), mask.to(device)  # (B, T)
         out = model(input_ids=inp, attention_mask=mask, output_hidden_states=True)
-        logp = F.log_softmax(out.logits[:, :-1].double(), dim=-1)  # (B, T-1, V): float64 sums over many tokens
-        nll = -logp.gather(-1, inp[:, 1:, None]).squeeze(-1)  # (B, T-1): NLL of token t+1
+        # (B, T-1) NLL of token t+1. Per-token cross-entropy in float32 (a float64 copy of the (B, T, V) logits
+        # would cost gigabytes at V = 49k); the sums over many tokens are taken in float64 below.
+        nll = F.cross_entropy(out.logits[:, :-1].float().transpose(1, 2), inp[:, 1:], reduction="none").double()
         scored = mask[:, 1:].double()  # targets that are real tokens
         nll_sum.append((nll * scored).sum(1).cpu())
         nll_count.append(scored.sum(1).cpu())
