@@ -279,3 +279,16 @@ def test_cli_mine(world: dict, tmp_path: Path) -> None:
     assert res["estimates"]["tokens"]["dim"] > res["estimates"]["pooled_last"]["dim"]
     assert len(res["estimates"]["tokens"]["heldout"]["per_seed"]) == 2 and res["H_Y"] > 0
     assert (tmp_path / "predgen" / "mine.png").is_file()
+
+
+def test_corrupt_saved_model_is_a_clear_error(world: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _cli_train(world, tmp_path, "predgen", "--train.steps", "1", "--task.max_eval_examples", "2")
+    model = tmp_path / "predgen" / "model"
+    head = model / "head.safetensors"
+    head.write_bytes(head.read_bytes()[:40])
+    assert main(["predgen", "eval", "--model", str(tmp_path / "predgen")]) == 2
+    assert "head.safetensors is missing or corrupt" in capsys.readouterr().err
+    adapter = next((model / "adapter").glob("*.safetensors"))
+    adapter.write_bytes(b"\0" * 16)
+    assert main(["predgen", "eval", "--model", str(tmp_path / "predgen")]) == 2
+    assert "cannot load the saved model" in capsys.readouterr().err

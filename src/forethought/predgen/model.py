@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from forethought.core.config import field
-from forethought.core.errors import ForethoughtError
+from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json
 
 PEFT_METHODS = ("lora", "adalora", "dora", "full")
@@ -181,8 +181,10 @@ def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
 
             base, tok = load_causal_lm(meta["base"])
             lm = PeftModel.from_pretrained(base, str(folder / "adapter"))
-    except (OSError, ValueError, KeyError) as e:
-        raise ForethoughtError(f"cannot load the saved model in {folder}: {e}") from None
+    except ForethoughtError:
+        raise
+    except Exception as e:  # peft / safetensors / transformers raise many types for missing or corrupt files
+        raise ForethoughtError(f"cannot load the saved model in {folder}: {first_line(e)}") from None
     head = build_head(meta["method"], hidden_size(lm), meta["n_out"], meta["head"]["pooling"], meta["head"]["hidden"], None)
     if head is not None:
         from safetensors.torch import load_file
