@@ -292,3 +292,20 @@ def test_corrupt_saved_model_is_a_clear_error(world: dict, tmp_path: Path, capsy
     adapter.write_bytes(b"\0" * 16)
     assert main(["predgen", "eval", "--model", str(tmp_path / "predgen")]) == 2
     assert "cannot load the saved model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task", ["sst2", "boolq", "arc-easy", "arc-challenge", "piqa", "stsb", "sick", "wassa",
+                                  "wassa-joy"])
+def test_every_builtin_task_trains_and_evaluates(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 task: str) -> None:
+    from test_predgen_tasks import _make_root  # the fake data root with the real file layouts
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    code = main(["predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--task.name", task,
+                 "--train.steps", "1", "--eval.latency_examples", "0", "--eval.decoder", "expected",
+                 "--run.out_dir", str(tmp_path), "--run.name", task])
+    assert code == 0
+    res = json.loads((tmp_path / task / "results.json").read_text())
+    assert res["parse_failure_rate"] == 0 and res["eval_examples"] > 0
+    assert ("accuracy" in res) != ("mse" in res)
+    assert ("expected_value" in res) == ("mse" in res)
