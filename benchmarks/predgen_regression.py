@@ -1,0 +1,87 @@
+"""Benchmark: regression with the three methods (SmolLM2-135M + LoRA), STS-B and WASSA-2017 (all four emotions),
+and the expected-value decoder beside each generating method's greedy answer.
+
+Each (task, method) is one ``forethought predgen train --config small --task.name <task> --eval.decoder
+expected`` run (seed 0; the same adapter, examples and steps for every method), ``--jobs`` at a time with one
+thread each, resumable. Collects ``benchmarks/results/predgen_regression.json``: ``[task][method]`` holds MSE,
+MAE, Pearson and Spearman of the method's prediction (PredGen: the adapter's), of the decoded number
+(``decoded``), of the expected value (``expected_value``), and the parse-failure rate.
+
+    python benchmarks/predgen_regression.py [--tasks stsb wassa] [--steps 150] [--jobs 2] [--collect-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+RUNS = ROOT / "runs" / "bench-predgen-regression"
+METHODS = ("predictor", "generator", "predgen")
+KEYS = ("mse", "mae", "pearson", "spearman")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", nargs="+", default=["stsb", "wassa"])
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--collect-only", action="store_true")
+    args = ap.parse_args()
+    t0 = time.time()
+    if not args.collect_only:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        pending = [(t, m) for t in args.tasks for m in METHODS
+                   if not (RUNS / f"{t}-{m}" / "results.json").is_file()]
+        running: list[subprocess.Popen] = []
+        RUNS.mkdir(parents=True, exist_ok=True)
+        while pending or running:
+            while pending and len(running) < args.jobs:
+                task, method = pending.pop(0)
+                cmd = [sys.executable, "-m", "forethought.cli", "predgen", "train", "--config", "small",
+                       "--method", method, "--task.name", task, "--eval.decoder", "expected",
+                       "--train.steps", str(args.steps), "--run.out_dir", str(RUNS), "--run.name", f"{task}-{method}",
+                       "--resume", "auto"]
+                log = open(RUNS / f"{task}-{method}.log", "a")
+                running.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+            time.sleep(10)
+            for proc in list(running):
+                if proc.poll() is not None:
+                    running.remove(proc)
+                    if proc.returncode != 0:
+                        sys.exit(f"a run failed ({' '.join(proc.args)}); see {RUNS}/*.log")
+    res: dict = {"command": " ".join(["python", *sys.argv]), "wall_s": time.time() - t0,
+                 "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1,
+                             "parallel_runs": args.jobs},
+                 "base": "smollm2-135m + LoRA r=16 (configs/predgen/train_small.yaml)"}
+    for task in args.tasks:
+        for method in METHODS:
+            f = RUNS / f"{task}-{method}" / "results.json"
+            if not f.is_file():
+                continue
+            r = json.loads(f.read_text())
+            row = {k: r[k] for k in KEYS}
+            row.update(train_wall_s=r["train_wall_s"], steps=r["steps"], batch_size=r["batch_size"],
+                       eval_examples=r["eval_examples"], examples_per_s=r["examples_per_s"],
+                       command=json.loads((f.parent / "env.json").read_text())["command"])
+            for extra in ("decoded", "expected_value"):
+                if extra in r:
+                    row[extra] = {k: r[extra][k] for k in KEYS}
+            if "parse_failure_rate" in r:
+                row["parse_failure_rate"] = r["parse_failure_rate"]
+            res.setdefault(task, {})[method] = row
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "predgen_regression.json").write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps({t: {m: {k: v[k] for k in KEYS} for m, v in res[t].items()} for t in args.tasks if t in res},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
