@@ -70,8 +70,49 @@ def myopia_lm() -> list[str]:
     return out
 
 
+def predgen_sst2() -> list[str]:
+    r = _load("predgen_sst2.json")
+    if r is None:
+        return ["(predgen_sst2.json not yet produced)"]
+    b = r.get("budget", {})
+    out = [f"SmolLM2-135M + LoRA r=16 (all linear layers), {b.get('steps')} steps × {b.get('batch_size')} examples "
+           f"per run (the same examples in the same order for every method), SST-2 dev (872).", "",
+           "| method | accuracy (mean ± std) | per seed | train wall per run (min) | reference code (SmolLM-135M) |",
+           "|---|---|---|---|---|"]
+    for m in ("predictor", "generator", "predgen"):
+        if m not in r:
+            out.append(f"| {m} | – | – | – | {r['anchor_reference_code_smollm_135m'][m]} |")
+            continue
+        row = r[m]
+        seeds = ", ".join(f"{a:.3f}" for a in row["per_seed"])
+        out.append(f"| {m} | {row['accuracy']:.3f} ± {row['std']:.3f} | {seeds} | "
+                   f"{row['train_wall_s_mean'] / 60:.1f} | {r['anchor_reference_code_smollm_135m'][m]} |")
+    d = r.get("predgen_minus_predictor")
+    if d:
+        out.append(f"\nPredGen − Predictor: {d['mean']:+.3f} ± {d['stderr']:.3f} (standard error over "
+                   f"{len(d['per_seed'])} seeds).")
+    return out
+
+
+def predgen_speed() -> list[str]:
+    r = _load("predgen_speed.json")
+    if r is None:
+        return ["(predgen_speed.json not yet produced)"]
+    d = r["decode"]
+    return [f"{r['model']}, batch {r['batch_size']}, prompts of {r['prompt_tokens_mean']:.0f} tokens on average, "
+            f"{r['machine']['torch_threads']} thread(s).", "",
+            "| measure | value |", "|---|---|",
+            f"| training step, generator (s, median) | {r['train_step_s']['generator']:.2f} |",
+            f"| training step, predgen (s, median) | {r['train_step_s']['predgen']:.2f} |",
+            f"| **train_step_ratio** predgen / generator | **{r['train_step_ratio']:.2f}** |",
+            f"| decoding {d['generated_tokens']} tokens, KV-cached (examples/s) | {d['examples_per_s_cached']:.2f} |",
+            f"| decoding, full re-run per token (examples/s) | {d['examples_per_s_rerun']:.2f} |",
+            f"| **decode_speedup** | **{r['decode_speedup']:.2f}** (same tokens: {d['same_tokens']}) |"]
+
+
 if __name__ == "__main__":
-    for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm)):
+    for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm),
+                      ("predgen sst2", predgen_sst2), ("predgen speed", predgen_speed)):
         print(f"### {title}\n")
         print("\n".join(fn()))
         print()
