@@ -196,14 +196,15 @@ def save_yaml(cfg: Any, path: Path) -> None:
     atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
-def describe(cls: type, prefix: str = "") -> list[str]:
-    """One line per key: ``section.key = default  help`` (for --help)."""
+def describe(cls: type, prefix: str = "", inst: Any = None) -> list[str]:
+    """One line per key: ``section.key = default  help`` (for --help). Nested sections show the defaults the
+    command gives them (e.g. its own run name), not their class's."""
     lines = []
-    inst = cls()
+    inst = cls() if inst is None else inst
     for f in dataclasses.fields(cls):
         t = _hints(cls)[f.name]
         if dataclasses.is_dataclass(t):
-            lines += describe(t, f"{prefix}{f.name}.")
+            lines += describe(t, f"{prefix}{f.name}.", getattr(inst, f.name))
         else:
             lines.append(f"  --{prefix}{f.name} {getattr(inst, f.name)!r}  {f.metadata.get('help', '')}".rstrip())
     return lines
