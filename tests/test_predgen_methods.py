@@ -230,6 +230,11 @@ def test_other_adapters_train(world: dict, tmp_path: Path, adapter: str) -> None
     assert res["adapter"]["method"] == adapter
     assert main(["predgen", "eval", "--model", str(tmp_path / "generator"), "--max_examples", "4",
                  "--eval.latency_examples", "0"]) == 0
+    # the reloaded adapter decodes exactly as the trained one did
+    run = tmp_path / "generator"
+    before = [json.loads(x)["decoded_text"] for x in (run / "predictions.jsonl").read_text().splitlines()]
+    after = [json.loads(x)["decoded_text"] for x in (run / "eval-eval.predictions.jsonl").read_text().splitlines()]
+    assert after == before
 
 
 def test_bad_inputs(world: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
