@@ -13,12 +13,14 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _queue import run_queue  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-synthetic"
 
@@ -33,25 +35,15 @@ def main() -> None:
     args = ap.parse_args()
     jobs = [(p, mode) for p in args.p for mode in ("vanilla", "detach_hidden")]
     if not args.collect_only:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        pending = list(jobs)
-        running: list[subprocess.Popen] = []
-        while pending or running:
-            while pending and len(running) < args.jobs:
-                p, mode = pending.pop(0)
-                steps = args.steps_p1 if p == 1.0 else args.steps_other
-                cmd = [sys.executable, "-m", "forethought.cli", "myopia", "synthetic", "--config", "small",
-                       "--run.out_dir", str(RUNS), "--run.name", f"p={p:g}-{mode}", "--p_values", f"[{p}]",
-                       "--modes", f"[{mode}]", "--train.steps", str(steps), "--resume", "auto"]
-                RUNS.mkdir(parents=True, exist_ok=True)
-                log = open(RUNS.parent / f"bench-myopia-synthetic-p={p:g}-{mode}.log", "a")
-                running.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
-            time.sleep(5)
-            for proc in list(running):
-                if proc.poll() is not None:
-                    running.remove(proc)
-                    if proc.returncode != 0:
-                        sys.exit(f"a run failed ({proc.args}); see runs/bench-myopia-synthetic-*.log")
+        queue = []
+        for p, mode in jobs:
+            steps = args.steps_p1 if p == 1.0 else args.steps_other
+            queue.append((f"bench-myopia-synthetic-p={p:g}-{mode}",
+                          [sys.executable, "-m", "forethought.cli", "myopia", "synthetic", "--config", "small",
+                           "--run.out_dir", str(RUNS), "--run.name", f"p={p:g}-{mode}", "--p_values", f"[{p}]",
+                           "--modes", f"[{mode}]", "--train.steps", str(steps), "--resume", "auto"]))
+        RUNS.mkdir(parents=True, exist_ok=True)
+        run_queue(queue, args.jobs, RUNS.parent, ROOT)
     collect(" ".join(["python", *sys.argv]))
 
 

@@ -16,12 +16,14 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _queue import run_queue  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-regression"
 METHODS = ("predictor", "generator", "predgen")
@@ -37,26 +39,12 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.time()
     if not args.collect_only:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        pending = [(t, m) for t in args.tasks for m in METHODS
-                   if not (RUNS / f"{t}-{m}" / "results.json").is_file()]
-        running: list[subprocess.Popen] = []
-        RUNS.mkdir(parents=True, exist_ok=True)
-        while pending or running:
-            while pending and len(running) < args.jobs:
-                task, method = pending.pop(0)
-                cmd = [sys.executable, "-m", "forethought.cli", "predgen", "train", "--config", "small",
-                       "--method", method, "--task.name", task, "--eval.decoder", "expected",
-                       "--train.steps", str(args.steps), "--run.out_dir", str(RUNS), "--run.name", f"{task}-{method}",
-                       "--resume", "auto"]
-                log = open(RUNS / f"{task}-{method}.log", "a")
-                running.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
-            time.sleep(10)
-            for proc in list(running):
-                if proc.poll() is not None:
-                    running.remove(proc)
-                    if proc.returncode != 0:
-                        sys.exit(f"a run failed ({' '.join(proc.args)}); see {RUNS}/*.log")
+        jobs = [(f"{t}-{m}", [sys.executable, "-m", "forethought.cli", "predgen", "train", "--config", "small",
+                              "--method", m, "--task.name", t, "--eval.decoder", "expected", "--train.steps",
+                              str(args.steps), "--run.out_dir", str(RUNS), "--run.name", f"{t}-{m}", "--resume",
+                              "auto"])
+                for t in args.tasks for m in METHODS if not (RUNS / f"{t}-{m}" / "results.json").is_file()]
+        run_queue(jobs, args.jobs, RUNS, ROOT)
     res: dict = {"command": " ".join(["python", *sys.argv]), "wall_s": time.time() - t0,
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1,
                              "parallel_runs": args.jobs},

@@ -16,12 +16,13 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _queue import run_queue  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-sst2"
 METHODS = ("predictor", "generator", "predgen")
@@ -36,25 +37,12 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="extra config overrides for every run (after --)")
     args = ap.parse_args()
     if not args.collect_only:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        pending = [(s, m) for s in args.seeds for m in args.methods]  # seed-major: partial results stay balanced
-        pending = [(s, m) for s, m in pending if not (RUNS / f"{m}-s{s}" / "results.json").is_file()]
-        running: list[subprocess.Popen] = []
-        RUNS.mkdir(parents=True, exist_ok=True)
-        while pending or running:
-            while pending and len(running) < args.jobs:
-                seed, method = pending.pop(0)
-                cmd = [sys.executable, "-m", "forethought.cli", "predgen", "train", "--config", "small",
-                       "--method", method, "--run.seed", str(seed), "--run.out_dir", str(RUNS),
-                       "--run.name", f"{method}-s{seed}", "--resume", "auto", *args.overrides]
-                log = open(RUNS / f"{method}-s{seed}.log", "a")
-                running.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
-            time.sleep(10)
-            for proc in list(running):
-                if proc.poll() is not None:
-                    running.remove(proc)
-                    if proc.returncode != 0:
-                        sys.exit(f"a run failed ({' '.join(proc.args)}); see {RUNS}/*.log")
+        jobs = [(f"{m}-s{s}", [sys.executable, "-m", "forethought.cli", "predgen", "train", "--config", "small",
+                                "--method", m, "--run.seed", str(s), "--run.out_dir", str(RUNS), "--run.name",
+                                f"{m}-s{s}", "--resume", "auto", *args.overrides])
+                for s in args.seeds for m in args.methods  # seed-major: partial results stay balanced
+                if not (RUNS / f"{m}-s{s}" / "results.json").is_file()]
+        run_queue(jobs, args.jobs, RUNS, ROOT)
     collect(" ".join(["python", *sys.argv]), args.seeds)
 
 

@@ -29,7 +29,8 @@ def detokenize_wikitext(text: str, unk: str | None = "<unk>") -> str:
 
     - ``@-@``, ``@,@``, ``@.@`` join their neighbours (``state @-@ of`` -> ``state-of``, ``1 @,@ 000`` -> ``1,000``).
     - No space before ``. , : ; ! ? ) ] }`` or ``'s 're 've 'm 'll 'd 't n't`` (WikiText writes ``don 't``),
-      none after ``( [ {``; a double-quote pair hugs its contents (``" word "`` -> ``"word"``, paired left to right within a line).
+      none after ``( [ {``; a double-quote pair hugs its contents (``" word "`` -> ``"word"``, paired left to
+      right within a line).
     - Heading markers ``= = x = =`` become ``== x ==``; spaces at line starts and ends are dropped.
     - ``<unk>``: replaced by ``unk`` (default: kept as the literal ``<unk>``, which WikiText-trained models also
       emit, so references and samples are treated alike); ``unk=None`` drops it and the space before it.

@@ -136,7 +136,8 @@ class Encoder:
             item: dict[str, Any] = {"prompt": self.prompt_tokens(ex), "id": ex.id}
             if with_targets:
                 item["target"] = self.target(ex)
-                item["answer"] = self.answer_tokens(format_target(self.spec, ex.target, self.cfg.decimals)) + [self.eos_id]
+                answer = format_target(self.spec, ex.target, self.cfg.decimals)
+                item["answer"] = self.answer_tokens(answer) + [self.eos_id]
             out.append(item)
         return out
 

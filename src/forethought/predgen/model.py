@@ -185,7 +185,8 @@ def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
         raise
     except Exception as e:  # peft / safetensors / transformers raise many types for missing or corrupt files
         raise ForethoughtError(f"cannot load the saved model in {folder}: {first_line(e)}") from None
-    head = build_head(meta["method"], hidden_size(lm), meta["n_out"], meta["head"]["pooling"], meta["head"]["hidden"], None)
+    hs = meta["head"]
+    head = build_head(meta["method"], hidden_size(lm), meta["n_out"], hs["pooling"], hs["hidden"], None)
     if head is not None:
         from safetensors.torch import load_file
 

@@ -1,0 +1,30 @@
+"""Run benchmark commands as subprocesses, a few at a time, single-threaded each (2 cores -> 2 at once)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def run_queue(jobs: list[tuple[str, list[str]]], parallel: int, log_dir: Path, cwd: Path, threads: int = 1) -> None:
+    """Run ``(name, argv)`` jobs in order, ``parallel`` at a time, each logging to ``log_dir/<name>.log`` with
+    ``threads`` torch threads. Stops the script (exit message) when a job fails."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "TOKENIZERS_PARALLELISM": "false"}
+    log_dir.mkdir(parents=True, exist_ok=True)
+    pending = list(jobs)
+    running: list[tuple[str, subprocess.Popen]] = []
+    while pending or running:
+        while pending and len(running) < parallel:
+            name, argv = pending.pop(0)
+            log = open(log_dir / f"{name}.log", "a")
+            running.append((name, subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)))
+        time.sleep(2)
+        for name, proc in list(running):
+            if proc.poll() is not None:
+                running.remove((name, proc))
+                if proc.returncode != 0:
+                    sys.exit(f"{name} failed (exit {proc.returncode}); see {log_dir / (name + '.log')}")
