@@ -314,3 +314,35 @@ def test_every_builtin_task_trains_and_evaluates(world: dict, tmp_path: Path, mo
     assert res["parse_failure_rate"] == 0 and res["eval_examples"] > 0
     assert ("accuracy" in res) != ("mse" in res)
     assert ("expected_value" in res) == ("mse" in res)
+
+
+def test_two_process_training(world: dict, tmp_path: Path) -> None:
+    """torchrun, 2 CPU processes (gloo): the Predictor's losses (a mean over examples, so the mean of the two
+    ranks' means is the global mean) match the 1-process run on the same global batch; PredGen runs under DDP.
+    (Token-averaged losses are averaged per rank, as HF's Trainer does: not identical when answers differ in
+    length.)"""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    torchrun = Path(sys.executable).parent / "torchrun"
+    base = ["predgen", "train", "--base", str(world["model"]), "--task.name", str(world["data"]),
+            "--task.target_field", "label", "--task.text_fields", "[text]", "--adapter.r", "4", "--train.steps", "4",
+            "--train.batch_size", "8", "--train.log_every", "1", "--task.max_eval_examples", "4",
+            "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path)]
+    curves = {}
+    for name, launcher in (("one", [sys.executable, "-m", "forethought.cli"]),
+                           ("two", [str(torchrun), "--nproc-per-node", "2", "--master-port", "29547", "-m",
+                                    "forethought.cli"])):
+        proc = subprocess.run([*launcher, *base, "--method", "predictor", "--run.name", name], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        curves[name] = [r["loss"] for r in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())]
+    assert len(curves["one"]) == len(curves["two"]) == 4
+    assert max(abs(a - b) for a, b in zip(curves["one"], curves["two"])) < 1e-4
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "29548", "-m", "forethought.cli",
+                           *base, "--method", "predgen", "--run.name", "pg"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "pg" / "results.json").read_text())["parse_failure_rate"] == 0
