@@ -32,7 +32,7 @@ class DemoConfig:
     corpus: str = field("auto", "'auto' = wikitext-2 when FORETHOUGHT_DATA has it, else the generated corpus")
     systems: list[str] = field(["myopia", "predgen", "psf"], "which systems to run")
     predgen_base: str = field("smollm2-135m", "HF causal LM for the PredGen part")
-    predgen_steps: int = field(16, "training steps per PredGen method (batch 8)")
+    predgen_steps: int = field(12, "training steps per PredGen method (batch 8)")
     psf_steps: int = field(300, "PSF base-stage steps (the other stages keep the tiny preset's)")
 
 
@@ -127,12 +127,12 @@ def _predgen(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> 
 
     data = data_root()
     if data is not None and (data / "sst2" / "train.tsv").is_file():
-        task = ["--task.name=sst2", "--task.max_eval_examples=48"]
-        what = "SST-2 (a 48-example dev subset)"
+        task = ["--task.name=sst2", "--task.max_eval_examples=32"]
+        what = "SST-2 (a 32-example dev subset)"
     else:
         path = review_file(root.dir / "predgen" / "reviews.csv")
-        task = [f"--task.name={path}", "--task.target_field=label", "--task.max_eval_examples=48"]
-        what = "generated review sentiment (48 held-out examples)"
+        task = [f"--task.name={path}", "--task.target_field=label", "--task.max_eval_examples=32"]
+        what = "generated review sentiment (32 held-out examples)"
     rows = []
     for method in ("predictor", "generator", "predgen"):
         pcfg = load_config(commands.PredGenConfig, resolve_config_path("predgen", "train", "tiny"),
