@@ -17,6 +17,7 @@ import math
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +96,14 @@ def collect(command: str, seeds: list[int]) -> None:
         if diffs:
             m, sd = _mean_std(diffs)
             res["predgen_minus_predictor"] = {"mean": m, "stderr": sd / math.sqrt(len(diffs)), "per_seed": diffs}
+    # Wall time of the whole benchmark: first run's start to the last results file (runs may span invocations).
+    starts, ends = [], []
+    for d in RUNS.glob("*-s*"):
+        if (d / "env.json").is_file() and (d / "results.json").is_file():
+            started = json.loads((d / "env.json").read_text())["started"][:19]
+            starts.append(time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S")))
+            ends.append((d / "results.json").stat().st_mtime)
+    res["wall_s"] = max(ends) - min(starts) if starts else None
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "predgen_sst2.json").write_text(json.dumps(res, indent=2) + "\n")
     _plot(res)
