@@ -338,7 +338,8 @@ def test_two_process_training(world: dict, tmp_path: Path) -> None:
         proc = subprocess.run([*launcher, *base, "--method", "predictor", "--run.name", name], env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        curves[name] = [r["loss"] for r in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())]
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        curves[name] = [json.loads(line)["loss"] for line in lines]
     assert len(curves["one"]) == len(curves["two"]) == 4
     assert max(abs(a - b) for a, b in zip(curves["one"], curves["two"])) < 1e-4
     proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "29548", "-m", "forethought.cli",

@@ -128,11 +128,11 @@ def _predgen(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> 
     data = data_root()
     if data is not None and (data / "sst2" / "train.tsv").is_file():
         task = ["--task.name=sst2", "--task.max_eval_examples=32"]
-        what = "SST-2 (a 32-example dev subset)"
+        what, template = "SST-2 (a 32-example dev subset)", ""
     else:
         path = review_file(root.dir / "predgen" / "reviews.csv")
         task = [f"--task.name={path}", "--task.target_field=label", "--task.max_eval_examples=32"]
-        what = "generated review sentiment (32 held-out examples)"
+        what, template = "generated review sentiment (32 held-out examples)", "Review: {text}\nSentiment:"
     rows = []
     for method in ("predictor", "generator", "predgen"):
         pcfg = load_config(commands.PredGenConfig, resolve_config_path("predgen", "train", "tiny"),
@@ -140,8 +140,7 @@ def _predgen(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> 
                                          f"--method={method}", f"--base={cfg.predgen_base}",
                                          f"--train.steps={cfg.predgen_steps}", "--train.batch_size=8",
                                          "--train.lr=5e-4"])
-        if "reviews.csv" in pcfg.task.name:
-            pcfg.task.template = "Review: {text}\nSentiment:"
+        pcfg.task.template = template  # set here: a YAML-parsed override would turn "Review: {text}" into a dict
         r = commands.run_train(pcfg, resume=resume)
         rows.append((method, r))
     lines = ["# PredGen", "", f"{cfg.predgen_base} + LoRA r=4, {cfg.predgen_steps} steps x 8 examples per method, "

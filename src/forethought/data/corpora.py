@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+import torch
 
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_bytes
@@ -552,3 +553,9 @@ def _story(rng: random.Random) -> str:
     else:
         sentences.append(f"{name} never forgot the {animal} at {place}.")
     return " ".join(sentences)
+
+
+def eval_windows(tokens: np.ndarray, n: int, length: int) -> torch.Tensor:
+    """Non-overlapping windows from the start of a split (deterministic; as many as fit, at most n): (n, length)."""
+    n = min(n, len(tokens) // length)
+    return torch.from_numpy(np.asarray(tokens[:n * length], dtype=np.int64).reshape(n, length))

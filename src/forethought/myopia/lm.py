@@ -31,6 +31,7 @@ from forethought.core.plots import line_plot
 from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import compute_init, step_generator
 from forethought.core.trainer import TrainConfig, train
+from forethought.data.corpora import eval_windows
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.wrap import make_myopic
 
@@ -130,12 +131,6 @@ def lm_loss(model: torch.nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, 
 def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator) -> torch.Tensor:
     starts = torch.randint(0, len(tokens) - length, (n,), generator=g).numpy()
     return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
-
-
-def eval_windows(tokens: np.ndarray, n: int, length: int) -> torch.Tensor:
-    """Non-overlapping windows from the start of the split (deterministic; as many as fit, at most n)."""
-    n = min(n, len(tokens) // length)
-    return torch.from_numpy(np.asarray(tokens[:n * length], dtype=np.int64).reshape(n, length))
 
 
 @torch.no_grad()

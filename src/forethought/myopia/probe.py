@@ -108,7 +108,8 @@ def future_lens_accuracy(model: torch.nn.Module, fit_ids: torch.Tensor, eval_ids
 
 
 def run(cfg: ProbeConfig, resume: str | None = None) -> dict:
-    from forethought.myopia.lm import eval_windows, load_tokens, load_variant, random_windows
+    from forethought.data.corpora import eval_windows
+    from forethought.myopia.lm import load_tokens, load_variant, random_windows
 
     rt = compute_init(cfg.run.device, cfg.run.seed)
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)

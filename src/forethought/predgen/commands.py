@@ -291,21 +291,26 @@ def _load_saved(path: str, device: str) -> tuple[PredGenModel, Encoder, dict[str
     return model.to(dev), enc, meta, dev
 
 
-def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
-    model, enc, meta, dev = _load_saved(cfg.model, cfg.device)
-    folder = _model_folder(cfg.model)
-    saved_cfg = folder.parent / "config.yaml"
-    task_name = meta["task_spec"]["name"]
-    if saved_cfg.is_file():  # the run's own task settings (data files, template)
+def saved_split(model: str, meta: dict[str, Any], split: str, max_examples: int, seed: int) -> list[Example]:
+    """The examples of one split of a saved model's task, read with the run's own task settings (data files,
+    template) when its config.yaml is there; at most ``max_examples`` (a seeded subset; 0 = all)."""
+    saved_cfg = _model_folder(model).parent / "config.yaml"
+    if saved_cfg.is_file():
         from forethought.core.config import load_config
 
         task_cfg = load_config(PredGenConfig, saved_cfg).task
     else:
-        task_cfg = TaskConfig(name=task_name)
-    task_cfg.max_eval_examples = task_cfg.max_train_examples = cfg.max_examples
-    tc = PredGenConfig(task=task_cfg, run=RunConfig(seed=cfg.seed))
-    _, train_ex, eval_ex = load_data(tc)
-    items = enc.encode(train_ex if cfg.split == "train" else eval_ex)
+        task_cfg = TaskConfig(name=meta["task_spec"]["name"])
+    task_cfg.max_eval_examples = task_cfg.max_train_examples = max_examples
+    _, train_ex, eval_ex = load_data(PredGenConfig(task=task_cfg, run=RunConfig(seed=seed)))
+    return train_ex if split == "train" else eval_ex
+
+
+def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
+    model, enc, meta, dev = _load_saved(cfg.model, cfg.device)
+    folder = _model_folder(cfg.model)
+    task_name = meta["task_spec"]["name"]
+    items = enc.encode(saved_split(cfg.model, meta, cfg.split, cfg.max_examples, cfg.seed))
     metrics, preds = evaluate(model, meta["method"], enc, items, cfg.eval, meta["layer"], dev)
     results = {"method": meta["method"], "task": task_name, "split": cfg.split, "examples": len(items), **metrics}
     out = Path(cfg.out) if cfg.out else folder.parent / f"eval-{cfg.split}.json"

@@ -192,13 +192,13 @@ def constrained_greedy(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, prom
 
 @torch.no_grad()
 def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                        chunk: int = 64) -> torch.Tensor:
+                        chunk: int = 64, prompt: PromptPass | None = None) -> torch.Tensor:
     """(B, n_candidates) probability of each well-formed answer under the model, conditioned on the answer
     being well-formed: exact, by scoring every internal node of the trie with the prompt's KV cache.
 
     Only the deepest internal nodes' paths are fed (each pass scores all of its prefixes too), ``chunk`` paths
     per forward. For numbers 0.00-5.00 with one token per character that is ~51 paths of 4 tokens."""
-    pp = prompt_pass(lm, prompt_ids, prompt_mask)
+    pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask)
     B, dev = prompt_ids.shape[0], prompt_ids.device
     root_lp = F.log_softmax(pp.last_logits.double(), -1)  # (B, V)
     inner = trie.internal_nodes()

@@ -299,11 +299,11 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
     for chunk in batches(items, batch_size):
         b = enc.collate([{"prompt": i["prompt"]} for i in chunk])
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
+        pp = prompt_pass(m.lm, ids, mask, layer)  # one prompt pass serves the head, the decoder and E[y]
         if method == "predictor":
-            pp = prompt_pass(m.lm, ids, mask, layer)
             pred += _from_head(m.head(pp.states, mask), task_type)
             continue
-        d = constrained_greedy(m.lm, enc.trie, ids, mask, layer, enc.pad_id)
+        d = constrained_greedy(m.lm, enc.trie, ids, mask, layer, enc.pad_id, prompt=pp)
         values = [enc.values[c] for c in d.choice]
         for row, tok in zip(d.mask.cpu(), d.tokens.cpu()):
             text = enc.tok.decode(tok[row].tolist(), skip_special_tokens=True)
@@ -312,7 +312,7 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
         decoded += values
         pred += _from_head(m.head(d.states, d.mask), task_type) if method == "predgen" else values
         if expected and task_type == "regression":
-            dist = answer_distribution(m.lm, enc.number_trie, ids, mask)  # (B, n_candidates)
+            dist = answer_distribution(m.lm, enc.number_trie, ids, mask, prompt=pp)  # (B, n_candidates)
             ev += (dist @ torch.tensor(enc.values, dtype=torch.float64, device=dist.device)).tolist()
     seconds = time.perf_counter() - t0
     gen = method != "predictor"

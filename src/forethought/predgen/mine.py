@@ -147,9 +147,7 @@ def extract(model: Any, enc: Encoder, items: list[dict[str, Any]], layer: int, w
 
 
 def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
-    from forethought.core.config import load_config
-    from forethought.predgen.commands import PredGenConfig, TaskConfig, _load_saved, _model_folder, load_data
-    from forethought.core.run import RunConfig
+    from forethought.predgen.commands import _load_saved, _model_folder, saved_split
 
     bad = sorted(set(cfg.representations) - set(REPRESENTATIONS))
     if bad or not cfg.representations:
@@ -160,11 +158,7 @@ def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
         raise ForethoughtError("seeds: give at least one seed")
     model, enc, meta, dev = _load_saved(cfg.model, cfg.device)
     folder = _model_folder(cfg.model)
-    saved = folder.parent / "config.yaml"
-    task_cfg = load_config(PredGenConfig, saved).task if saved.is_file() else TaskConfig(name=meta["task_spec"]["name"])
-    task_cfg.max_train_examples = task_cfg.max_eval_examples = cfg.max_examples
-    _, train_ex, eval_ex = load_data(PredGenConfig(task=task_cfg, run=RunConfig(seed=0)))
-    items = enc.encode(train_ex if cfg.split == "train" else eval_ex)
+    items = enc.encode(saved_split(cfg.model, meta, cfg.split, cfg.max_examples, seed=0))
     if len(items) < 8:
         raise ForethoughtError(f"MINE needs at least 8 examples, the {cfg.split} split has {len(items)}")
     feats = extract(model, enc, items, meta["layer"], list(cfg.representations), cfg.feature_batch_size, dev)

@@ -38,6 +38,7 @@ from forethought.core.io import atomic_write_text
 from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import Runtime, compute_init, step_generator
 from forethought.core.trainer import TrainConfig, train
+from forethought.data.corpora import eval_windows
 from forethought.models.gpt import GPT
 from forethought.psf.ar import ARModelConfig, ar_loss, build_ar, sample_ar
 from forethought.psf.model import PSFModel, PSFModelConfig, check_blocks, generate_blocks, realized_states
@@ -146,11 +147,6 @@ def load_data(cfg: PSFDataConfig, seq_len: int) -> tuple[np.ndarray, np.ndarray,
 def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator) -> torch.Tensor:
     starts = torch.randint(0, len(tokens) - length + 1, (n,), generator=g).numpy()
     return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
-
-
-def eval_windows(tokens: np.ndarray, n: int, length: int) -> torch.Tensor:
-    n = min(n, len(tokens) // length)
-    return torch.from_numpy(np.asarray(tokens[:n * length], dtype=np.int64).reshape(n, length))
 
 
 # ---- stage helpers -------------------------------------------------------------------------------------------
