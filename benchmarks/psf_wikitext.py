@@ -38,12 +38,18 @@ Evaluation (in this process, ``--eval-threads`` torch threads):
   hooks: prior steps + decoder steps for PSF, L for AR, Euler steps for the token flow).
 
 Writes ``--out`` (default ``benchmarks/results/psf_wikitext.json``) and ``<out stem>_curves.png`` beside it and
-prints a markdown table. ``--collect-only`` evaluates finished runs without training. ``--preset tiny`` runs
-the whole pipeline at toy size (generated corpus, L=32, K=4; the smoke test), and then the default run folder
-and output are ``runs/bench-psf-wikitext-tiny/`` and ``benchmarks/results/psf_wikitext_tiny.json``.
+prints a markdown table. ``--collect-only`` evaluates finished runs without training. Every sample set and
+judge pass is cached in ``<runs>/eval-cache/`` (keyed by the run's results.json, seed, sweep point, sample count
+and judge; a judge pass keeps every position's NLL and final state, so the common length cap is applied
+afterwards), so an interrupted evaluation resumes, and ``--prepare MODEL ...`` samples and judges finished models
+while others still train; ``wall_s`` is the final invocation's, ``evaluation_walls`` lists every evaluating
+invocation. ``--preset tiny`` runs the whole pipeline at toy size (generated corpus, L=32, K=4; the smoke
+test), and then the default run folder and output are ``runs/bench-psf-wikitext-tiny/`` and
+``benchmarks/results/psf_wikitext_tiny.json``.
 
     FORETHOUGHT_DATA=../shared/data python benchmarks/psf_wikitext.py [--jobs 2] [--samples 128]
-        [--sweep 1.2:1.0 1.0:1.0 0.8:0.9] [--judge smollm2-135m] [--collect-only | --train-only] [-- overrides]
+        [--sweep 1.2:1.0 1.0:1.0 0.8:0.9] [--judge smollm2-135m]
+        [--collect-only | --train-only | --prepare MODEL ...] [-- overrides]
 
 (FORETHOUGHT_DATA defaults to ../shared/data when that folder holds wikitext-2/.)
 
@@ -76,6 +82,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import hashlib
 import json
 import os
 import platform
@@ -127,6 +134,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cpu", help="evaluation device")
     ap.add_argument("--collect-only", action="store_true", help="evaluate finished runs only (no training)")
     ap.add_argument("--train-only", action="store_true", help="train (or skip finished runs), do not evaluate")
+    ap.add_argument("--prepare", nargs="+", choices=ROWS, metavar="MODEL",
+                    help="sample and judge only these finished models (and the references) into the evaluation "
+                         "cache, write no results: lets evaluation start while other models still train")
     ap.add_argument("--ar-layers", default="auto",
                     help="AR baseline depth: auto (the depth whose parameters are closest to PSF encoder + "
                          "decoder; the preset's 6 layers give 0.75x), preset, or a number")
@@ -387,7 +397,8 @@ class Sampler:
     extra: dict
 
 
-def build_samplers(args: argparse.Namespace) -> tuple[dict[str, Sampler], Any, dict]:
+def build_samplers(args: argparse.Namespace, names: tuple[str, ...] = ROWS) -> tuple[dict[str, Sampler], Any, dict]:
+    """Samplers for ``names`` only (a model that is not needed need not have finished training)."""
     import torch
 
     from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
@@ -396,15 +407,7 @@ def build_samplers(args: argparse.Namespace) -> tuple[dict[str, Sampler], Any, d
 
     dev = args.device
     psf = load_recipe(args.runs / "psf", device=dev)
-    content = load_recipe(args.runs / "psf_content", device=dev)
-    tf_res = json.loads((args.runs / "token_flow" / "results.json").read_text())
-    tf = TokenFlow(TokenFlowConfig(**tf_res["config"]), torch.zeros(psf.results["vocab_size"],
-                                                                     psf.ar.config.n_embd))
-    load_checkpoint(latest_checkpoint(args.runs / "token_flow"), tf)
-    tf = tf.to(dev).eval()
     L = psf.cfg.model.seq_len
-    if psf.prior is None or content.prior is None:
-        sys.exit("a PSF run has no trained prior for its final stage")
     batch = 32
 
     def psf_fn(art: Any, trajectory: str) -> Callable:
@@ -417,10 +420,6 @@ def build_samplers(args: argparse.Namespace) -> tuple[dict[str, Sampler], Any, d
         return torch.cat([sample_ar(psf.ar, min(batch, n - i), L, psf.bos_id, temperature=temperature, top_p=top_p,
                                     generator=g) for i in range(0, n, batch)])
 
-    def tf_fn(n: int, temperature: float, top_p: float, g: Any) -> Any:
-        del top_p  # the token flow samples its final logits at the temperature; it has no nucleus
-        return sample_token_flow(tf, n, TOKEN_FLOW_STEPS, g, temperature=temperature, batch_size=batch)
-
     def psf_params(art: Any) -> tuple[int, dict]:
         c = art.model.num_params()
         prior = sum(p.numel() for p in art.prior.parameters())
@@ -429,9 +428,15 @@ def build_samplers(args: argparse.Namespace) -> tuple[dict[str, Sampler], Any, d
 
     enc_dec = psf.model.num_params()
     enc_dec = enc_dec["encoder"] + enc_dec["decoder"]
-    samplers = {}
-    for name, art, traj in (("psf", psf, "prior"), ("psf_content", content, "prior"),
-                            ("psf_mean_trajectory", psf, "mean")):
+    samplers, train_info = {}, {}
+    arts = {"psf": (psf, "prior"), "psf_mean_trajectory": (psf, "mean")}
+    if "psf_content" in names:
+        arts["psf_content"] = (load_recipe(args.runs / "psf_content", device=dev), "prior")
+    for name, (art, traj) in arts.items():
+        if name not in names:
+            continue
+        if art.prior is None:
+            sys.exit(f"{name}: the PSF run has no trained prior for its final stage")
         total, extra = psf_params(art)
         steps = art.prior.config.steps
         extra.update(prior_steps=0 if traj == "mean" else steps, blocks=art.model.blocks,
@@ -440,20 +445,69 @@ def build_samplers(args: argparse.Namespace) -> tuple[dict[str, Sampler], Any, d
         samplers[name] = Sampler(name, psf_fn(art, traj),
                                  ([art.prior] if traj == "prior" else []) + [art.model.decoder],
                                  analytic_psf(art.model, art.prior, steps, traj == "mean"), total, extra)
-    samplers["ar"] = Sampler("ar", ar_fn, [psf.ar], analytic_ar(psf.ar, L), psf.ar.num_params(),
-                             {"kv_cache": True, "params_ratio_to_psf_encoder_decoder": psf.ar.num_params() / enc_dec})
-    samplers["token_flow"] = Sampler("token_flow", tf_fn, [tf], analytic_token_flow(tf), tf.num_params(),
-                                     {"steps": TOKEN_FLOW_STEPS, "params_ratio_to_psf_encoder_decoder":
-                                      tf.num_params() / enc_dec, "config": tf_res["config"],
-                                      "top_p": "ignored (no nucleus)", "frozen_table_params": tf.table.numel()})
-    train_info = {
-        "psf": _psf_train(psf.results), "psf_content": _psf_train(content.results),
-        "ar": {"train_tokens": psf.results["stages"]["ar"]["training_tokens"],
-               "train_wall_s": psf.results["stages"]["ar"]["train_wall_s"]},
-        "token_flow": {"train_tokens": tf_res["training_tokens"], "train_wall_s": tf_res["train_wall_s"]},
-    }
-    train_info["psf_mean_trajectory"] = {**train_info["psf"], "note": "the psf model and prior (no training)"}
+        train_info[name] = _psf_train(art.results)
+    if "psf_mean_trajectory" in train_info:
+        train_info["psf_mean_trajectory"]["note"] = "the psf model and prior (no training)"
+    if "ar" in names:
+        samplers["ar"] = Sampler("ar", ar_fn, [psf.ar], analytic_ar(psf.ar, L), psf.ar.num_params(),
+                                 {"kv_cache": True,
+                                  "params_ratio_to_psf_encoder_decoder": psf.ar.num_params() / enc_dec})
+        train_info["ar"] = {"train_tokens": psf.results["stages"]["ar"]["training_tokens"],
+                            "train_wall_s": psf.results["stages"]["ar"]["train_wall_s"]}
+    if "token_flow" in names:
+        tf_res = json.loads((args.runs / "token_flow" / "results.json").read_text())
+        tf = TokenFlow(TokenFlowConfig(**tf_res["config"]), torch.zeros(psf.results["vocab_size"],
+                                                                         psf.ar.config.n_embd))
+        load_checkpoint(latest_checkpoint(args.runs / "token_flow"), tf)
+        tf = tf.to(dev).eval()
+
+        def tf_fn(n: int, temperature: float, top_p: float, g: Any) -> Any:
+            del top_p  # the token flow samples its final logits at the temperature; it has no nucleus
+            return sample_token_flow(tf, n, TOKEN_FLOW_STEPS, g, temperature=temperature, batch_size=batch)
+
+        samplers["token_flow"] = Sampler("token_flow", tf_fn, [tf], analytic_token_flow(tf), tf.num_params(),
+                                         {"steps": TOKEN_FLOW_STEPS, "params_ratio_to_psf_encoder_decoder":
+                                          tf.num_params() / enc_dec, "config": tf_res["config"],
+                                          "top_p": "ignored (no nucleus)", "frozen_table_params": tf.table.numel()})
+        train_info["token_flow"] = {"train_tokens": tf_res["training_tokens"], "train_wall_s": tf_res["train_wall_s"]}
     return samplers, psf, train_info
+
+
+def _run_fingerprint(args: argparse.Namespace, name: str) -> str:
+    """The trained run a sample set comes from: its results.json (rewritten whenever a stage finishes)."""
+    folder = {"psf_content": "psf_content", "token_flow": "token_flow"}.get(name, "psf")
+    return hashlib.sha256((args.runs / folder / "results.json").read_bytes()).hexdigest()[:16]
+
+
+def _key(**fields: Any) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def cached_texts(path: Path, make: Callable[[], list[str]]) -> tuple[list[str], float, bool]:
+    """Decoded texts from ``path`` when present, else ``make()`` written there atomically; (texts, s, cached)."""
+    if path.is_file():
+        d = json.loads(path.read_text())
+        return d["texts"], d["wall_s"], True
+    t0 = time.perf_counter()
+    texts = make()
+    wall = time.perf_counter() - t0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"texts": texts, "wall_s": wall}))
+    tmp.replace(path)
+    return texts, wall, False
+
+
+def cached_pass(path: Path, make: Callable[[], Any]) -> tuple[Any, bool]:
+    """A judge pass (forethought.eval.judge.JudgePass) from ``path`` when present, else ``make()`` saved there."""
+    from forethought.eval.judge import JudgePass
+
+    if path.is_file():
+        return JudgePass.load(path), True
+    jp = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    jp.save(path)
+    return jp, False
 
 
 def _psf_train(results: dict) -> dict:
@@ -470,14 +524,16 @@ def evaluate(args: argparse.Namespace) -> dict:
     from forethought.data.corpora import load_corpus_text, resolve_corpus
     from forethought.eval.cost import count_forward_calls, flops_per_document, samples_per_second
     from forethought.eval.curves import plot_entropy_curves, ppl_at_entropy
-    from forethought.eval.judge import judge_texts, load_judge, matched_length
+    from forethought.eval.judge import load_judge, matched_length, score_texts
     from forethought.eval.mauve import mauve_score
     from forethought.eval.text import decode_samples, reference_windows
 
     torch.set_num_threads(args.eval_threads)
+    names = tuple(args.prepare) if args.prepare else ROWS
     timings: dict[str, float] = {}
+    cache_hits: list[str] = []
     t = time.perf_counter()
-    samplers, psf, train_info = build_samplers(args)
+    samplers, psf, train_info = build_samplers(args, names)
     corpus, L = psf.cfg.data.corpus, psf.cfg.model.seq_len
     wikitext = corpus.startswith("wikitext")
     ref_split = "test"
@@ -485,33 +541,63 @@ def evaluate(args: argparse.Namespace) -> dict:
                                 documents=resolve_corpus(corpus).documents)
     ref_texts = decode_samples(ref_ids, psf.tokenizer, wikitext=wikitext)
 
+    # Every sample set and judge pass is cached under <runs>/eval-cache/, keyed by everything it depends on, so
+    # an interrupted evaluation resumes and --prepare can score finished models while others train.
+    cache = args.runs / "eval-cache"
     texts: dict[str, list[list[str]]] = {}
+    text_keys: dict[str, list[str]] = {}
     for name, s in samplers.items():
-        t0 = time.perf_counter()
-        texts[name] = []
+        texts[name], text_keys[name] = [], []
+        fp = _run_fingerprint(args, name)
         for i, (temp, top_p) in enumerate(args.sweep_points):
-            g = torch.Generator().manual_seed(args.seed + i)
-            ids = s.fn(args.samples, temp, top_p, g)
-            texts[name].append(decode_samples(ids, psf.tokenizer, wikitext=wikitext))
-        timings[f"sample_{name}"] = time.perf_counter() - t0
+            k = _key(name=name, run=fp, seed=args.seed + i, n=args.samples, temperature=temp, top_p=top_p)
+
+            def make(s: Sampler = s, i: int = i, temp: float = temp, top_p: float = top_p) -> list[str]:
+                g = torch.Generator().manual_seed(args.seed + i)
+                return decode_samples(s.fn(args.samples, temp, top_p, g), psf.tokenizer, wikitext=wikitext)
+
+            set_texts, wall, hit = cached_texts(cache / f"{name}-p{i}-{k}.json", make)
+            texts[name].append(set_texts)
+            text_keys[name].append(k)
+            timings[f"sample_{name}"] = timings.get(f"sample_{name}", 0.0) + wall
+            if hit:
+                cache_hits.append(f"{name}-p{i} samples")
     timings["load_and_sample"] = time.perf_counter() - t
 
     t0 = time.perf_counter()
     judge, jtok = load_judge(args.judge)
     judge = judge.to(args.device)
     limit = getattr(judge.config, "max_position_embeddings", None) or getattr(judge.config, "n_positions", None)
+    full = limit - 1 if limit else None  # each pass reads whole texts (up to the judge's window); cut below
+
+    def judged(tag: str, set_texts: list[str], k: str) -> Any:
+        jk = _key(texts=k, judge=args.judge, max_tokens=full)
+        jp, hit = cached_pass(cache / f"{tag}-judge-{jk}.safetensors",
+                              lambda: score_texts(set_texts, judge, jtok, max_tokens=full,
+                                                  batch_size=args.judge_batch))
+        if hit:
+            cache_hits.append(f"{tag} judge")
+        return jp
+
+    ref_pass = judged("references", ref_texts, _key(refs=ref_texts))
+    passes = {name: [judged(f"{name}-p{i}", x, text_keys[name][i]) for i, x in enumerate(texts[name])]
+              for name in samplers}
+    timings["judge_passes"] = time.perf_counter() - t0
+    if args.prepare:
+        return {"prepared": list(names), "timings": timings, "cache_hits": cache_hits}
+    t0 = time.perf_counter()
     cap = matched_length(jtok, ref_texts, *[x for sets in texts.values() for x in sets],
                          quantile=args.length_quantile)
-    if limit:
-        cap = min(cap, limit - 1)
-    refs = judge_texts(ref_texts, judge, jtok, max_tokens=cap, batch_size=args.judge_batch)
+    if full:
+        cap = min(cap, full)
+    refs = ref_pass.result(cap)
     target = refs.entropy
     rows: dict[str, dict] = {}
     curves: dict[str, list[tuple[float, float]]] = {}
     for name, s in samplers.items():
         sweep = []
-        for (temp, top_p), set_texts in zip(args.sweep_points, texts[name]):
-            j = judge_texts(set_texts, judge, jtok, max_tokens=cap, batch_size=args.judge_batch)
+        for (temp, top_p), set_texts, jp in zip(args.sweep_points, texts[name], passes[name]):
+            j = jp.result(cap)
             sweep.append({"temperature": temp, "top_p": top_p, "entropy": j.entropy, "gen_ppl": j.gen_ppl,
                           "judge_tokens": j.n_tokens, "_features": j.features, "example": set_texts[0][:300]})
         curves[name] = [(p["entropy"], p["gen_ppl"]) for p in sweep]
@@ -523,7 +609,7 @@ def evaluate(args: argparse.Namespace) -> dict:
                       "entropy": near["entropy"], "gen_ppl": near["gen_ppl"], "mauve": near["mauve"],
                       "reported_point": {"temperature": near["temperature"], "top_p": near["top_p"]},
                       "sweep": sweep}
-    timings["judge_and_mauve"] = time.perf_counter() - t0
+    timings["cut_and_mauve"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     for name, s in samplers.items():
@@ -591,7 +677,8 @@ def evaluate(args: argparse.Namespace) -> dict:
             "train_tokens": "psf rows: all PSF model stages (the AR budget); the prior's steps are separate",
         },
     }
-    return {"rows": rows, "checks": checks, "settings": settings, "timings": timings, "png": png}
+    return {"rows": rows, "checks": checks, "settings": settings, "timings": timings, "png": png,
+            "cache_hits": cache_hits}
 
 
 def _beats(a: dict, b: dict) -> dict:
@@ -633,7 +720,7 @@ def main(argv: list[str] | None = None) -> None:
         train_token_flow_job(args)
         return
     t0 = time.time()
-    if not args.collect_only:
+    if not args.collect_only and not args.prepare:
         train_all(args)
     if args.train_only:
         return
@@ -644,14 +731,22 @@ def main(argv: list[str] | None = None) -> None:
     if command not in seen:
         seen.append(command)
         log.write_text("\n".join(seen) + "\n")
+    walls = args.runs / "eval-cache" / "walls.jsonl"  # wall time of every evaluating invocation
+    with walls.open("a") as f:
+        f.write(json.dumps({"command": command, "wall_s": time.time() - t0, "prepared": args.prepare,
+                            "finished": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+    if args.prepare:
+        print(f"prepared {', '.join(ev['prepared'])} in {time.time() - t0:.0f} s; cached: {ev['cache_hits']}")
+        return
     import torch
 
     res = {"command": command, "invocations": seen, "wall_s": time.time() - t0,
+           "evaluation_walls": [json.loads(x) for x in walls.read_text().splitlines()],
            "machine": {"platform": platform.platform(), "processor": platform.processor(),
                        "cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                        "device": args.device},
            "settings": ev["settings"], **{name: ev["rows"][name] for name in ROWS}, "checks": ev["checks"],
-           "eval_timings_s": ev["timings"], "curves_png": ev["png"].name}
+           "eval_timings_s": ev["timings"], "eval_cache_hits": ev["cache_hits"], "curves_png": ev["png"].name}
     res["settings"]["FORETHOUGHT_DATA"] = os.environ.get("FORETHOUGHT_DATA", "")
     args.out.write_text(json.dumps(res, indent=2, default=_json_default) + "\n")
     print(markdown(res))

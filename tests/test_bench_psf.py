@@ -63,12 +63,20 @@ def test_psf_wikitext_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     assert proc.returncode == 0 and proc.stdout.count("finished, skipped") == 3, proc.stdout + proc.stderr
 
     # evaluation from the finished runs (in this process: one interpreter start less)
+    # --prepare samples and judges some models into the cache first; the full evaluation reuses them
     bench = _load_script(monkeypatch)
-    bench.main([*opts, "--collect-only", "--eval-threads", "1", "--samples", "6", "--references", "6",
-                "--sweep", "2.0:1.0", "1.0:0.9", "--judge", str(judge)])
+    ev_opts = ["--eval-threads", "1", "--samples", "6", "--references", "6", "--sweep", "2.0:1.0", "1.0:0.9",
+               "--judge", str(judge)]
+    bench.main([*opts, "--prepare", "psf", "ar", *ev_opts])
+    assert not out.exists() and "prepared psf, ar" in capsys.readouterr().out
+    bench.main([*opts, "--collect-only", *ev_opts])
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("model.safetensors")} == before
     assert "| psf |" in capsys.readouterr().out
     res = json.loads(out.read_text())
+    hits = set(res["eval_cache_hits"])
+    assert {"references judge", "psf-p0 samples", "psf-p1 judge", "ar-p1 samples", "ar-p0 judge"} <= hits
+    assert not any(h.startswith(("token_flow", "psf_content")) for h in hits)
+    assert len(res["evaluation_walls"]) == 2
     assert (out.parent / "psf_curves.png").is_file()
     for key in ("command", "machine", "wall_s", "settings", "checks"):
         assert key in res

@@ -27,9 +27,11 @@ from forethought.eval.cost import (
 )
 from forethought.eval.curves import plot_entropy_curves, ppl_at_entropy
 from forethought.eval.judge import (
+    JudgePass,
     judge_texts,
     matched_length,
     mean_unigram_entropy,
+    score_texts,
     start_token_id,
     unigram_entropy,
 )
@@ -148,6 +150,31 @@ def test_max_tokens_truncates_and_matched_length(tok) -> None:
     assert np.isnan(empty.nll_per_token[0]) and empty.features.shape[0] == 2
     no_start = judge_texts(TEXTS, model, tok, prepend_start=False)  # then first tokens are not scored
     assert no_start.n_tokens == sum(len(tok(t, add_special_tokens=False)["input_ids"]) - 1 for t in TEXTS)
+
+
+def test_one_pass_serves_every_cap_and_survives_a_cache(tok, tmp_path) -> None:
+    """A full-length pass cut afterwards equals a pass over the cut texts (the judge is causal), for both
+    poolings, with and without a start token; the pass saves and loads exactly; a corrupt cache is an error."""
+    model = tiny_llama(vocab_size=len(tok), hidden_size=32, layers=2, heads=4)
+    texts = TEXTS + [""]
+    for start in (True, False):
+        full = score_texts(texts, model, tok, batch_size=2, prepend_start=start)
+        for cap in (3, 7, None):
+            for pooling in ("last", "mean"):
+                a = full.result(cap, pooling)
+                b = judge_texts(texts, model, tok, max_tokens=cap, batch_size=3, pooling=pooling,
+                                prepend_start=start)
+                assert a.n_tokens == b.n_tokens and a.gen_ppl == pytest.approx(b.gen_ppl, rel=1e-6)
+                np.testing.assert_allclose(a.features, b.features, atol=1e-5)
+                np.testing.assert_allclose(a.entropies, b.entropies)
+        full.save(tmp_path / "pass.safetensors")
+        back = JudgePass.load(tmp_path / "pass.safetensors")
+        assert back.ids == full.ids and back.start == full.start
+        r1, r2 = full.result(5), back.result(5)
+        assert r1.gen_ppl == r2.gen_ppl and np.array_equal(r1.features, r2.features)
+    (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ForethoughtError, match="judge cache"):
+        JudgePass.load(tmp_path / "bad.safetensors")
 
 
 # ---------------------------------------------------------------------------------------------- MAUVE

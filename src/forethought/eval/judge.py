@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -97,16 +98,88 @@ def matched_length(tokenizer: PreTrainedTokenizerBase, *text_sets: Sequence[str]
     return n
 
 
-@torch.no_grad()
-def judge_texts(texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                max_tokens: int | None = None, batch_size: int = 16,
-                pooling: Literal["last", "mean"] = "last", prepend_start: bool = True) -> JudgeResult:
-    """Score texts under a judge causal LM: gen-PPL, unigram entropy and MAUVE features in one forward pass.
+@dataclass
+class JudgePass:
+    """A judge's per-position outputs for a set of texts, from which :meth:`result` derives a
+    :class:`JudgeResult` at any length cap without a second forward pass.
 
-    ``max_tokens`` truncates each text's judge tokens (the same cap for references and samples gives MAUVE
-    matched lengths, see :func:`matched_length`); entropy, NLL and features all use the truncated tokens.
-    With ``prepend_start`` off, nothing is prepended and the first token of each text is not scored.
+    The judge is causal, so its NLLs and hidden states at the first ``n`` positions of a text are those of the
+    text cut to ``n`` tokens: one pass over the full texts serves every cap (the benchmark caches passes per
+    sample set and fixes the common cap only once every set is scored). Memory: one (row length, d) float32
+    array per text.
     """
+
+    ids: list[list[int]]  # judge token ids of each text (no start token)
+    nll: list[np.ndarray]  # per text: NLL (nats, float64) of each scored token, in order
+    hidden: list[np.ndarray]  # per text: (row length, d) float32 final-layer states (row = start token + text)
+    start: bool  # whether a start token was prepended (then every text token is scored)
+
+    def result(self, max_tokens: int | None = None, pooling: Literal["last", "mean"] = "last") -> JudgeResult:
+        """Metrics of the texts cut to ``max_tokens`` judge tokens (see :func:`judge_texts`)."""
+        if pooling not in ("last", "mean"):
+            raise ForethoughtError(f"unknown pooling '{pooling}'; expected last or mean")
+        s = int(self.start)
+        totals, counts, feats, entropies = [], [], [], []
+        for ids, nll, h in zip(self.ids, self.nll, self.hidden):
+            n = len(ids) if max_tokens is None else min(len(ids), max_tokens)
+            row = n + s  # row length after the cut
+            scored = nll[:max(row - 1, 0)]
+            totals.append(float(scored.sum()))
+            counts.append(len(scored))
+            if pooling == "last":
+                feats.append(h[max(row - 1, 0)])
+            else:  # mean over the text positions (the start token's state only for an empty text)
+                feats.append(h[s:row].mean(0) if row > s else h[0])
+            entropies.append(unigram_entropy(ids[:n]))
+        n_tokens = int(sum(counts))
+        if n_tokens == 0:
+            raise ForethoughtError("no judge tokens to score (all texts empty)")
+        count = np.asarray(counts, dtype=np.float64)
+        per_token = np.asarray(totals) / np.maximum(count, 1)
+        per_token[count == 0] = np.nan
+        ent = np.asarray(entropies)
+        return JudgeResult(gen_ppl=math.exp(float(np.sum(totals)) / n_tokens), entropy=float(ent.mean()),
+                           n_tokens=n_tokens, features=np.stack(feats).astype(np.float32), entropies=ent,
+                           nll_per_token=per_token)
+
+    def save(self, path: Path) -> None:
+        """Flat arrays + row offsets in one safetensors file, written atomically."""
+        from safetensors.numpy import save_file
+
+        lengths = np.asarray([len(r) for r in self.ids], dtype=np.int64)
+        arrays = {"lengths": lengths, "start": np.asarray([int(self.start)], dtype=np.int64),
+                  "ids": np.asarray([t for r in self.ids for t in r], dtype=np.int64),
+                  "nll": np.concatenate(self.nll) if self.nll else np.zeros(0),
+                  "hidden": np.concatenate(self.hidden)}
+        tmp = path.with_name(path.name + ".tmp")
+        save_file(arrays, str(tmp))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> JudgePass:
+        from safetensors.numpy import load_file
+
+        try:
+            a = load_file(str(path))
+        except Exception as e:  # truncated or not safetensors
+            raise ForethoughtError(f"cannot read the judge cache {path}: {e}") from e
+        s = int(a["start"][0])
+        ids, nll, hidden = [], [], []
+        i = j = k = 0
+        for n in a["lengths"].tolist():
+            ids.append(a["ids"][i:i + n].tolist())
+            nll.append(a["nll"][j:j + n + s - 1] if n + s > 1 else a["nll"][j:j])
+            rows = max(n + s, 1)  # an empty text without a start token keeps one (padding) state
+            hidden.append(a["hidden"][k:k + rows])
+            i, j, k = i + n, j + max(n + s - 1, 0), k + rows
+        return cls(ids, nll, hidden, bool(s))
+
+
+@torch.no_grad()
+def score_texts(texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                max_tokens: int | None = None, batch_size: int = 16, prepend_start: bool = True) -> JudgePass:
+    """One judge forward pass over texts (cut to ``max_tokens`` judge tokens), keeping every position's NLL and
+    final-layer state; :meth:`JudgePass.result` turns it into metrics at any cap up to ``max_tokens``."""
     if not texts:
         raise ForethoughtError("no texts to judge")
     start = start_token_id(tokenizer) if prepend_start else None
@@ -120,7 +193,8 @@ def judge_texts(texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrai
                                "pass max_tokens")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (start or 0)
     device = next(model.parameters()).device
-    nll_sum, nll_count, feats = [], [], []
+    nll_rows: list[np.ndarray] = []
+    hidden_rows: list[np.ndarray] = []
     for b in range(0, len(ids), batch_size):
         rows = [([start] if start is not None else []) + r for r in ids[b:b + batch_size]]
         T = max(1, max(len(r) for r in rows))
@@ -132,34 +206,24 @@ def judge_texts(texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrai
         inp, mask = inp.to(device), mask.to(device)  # (B, T)
         out = model(input_ids=inp, attention_mask=mask, output_hidden_states=True)
         # (B, T-1) NLL of token t+1. Per-token cross-entropy in float32 (a float64 copy of the (B, T, V) logits
-        # would cost gigabytes at V = 49k); the sums over many tokens are taken in float64 below.
-        nll = F.cross_entropy(out.logits[:, :-1].float().transpose(1, 2), inp[:, 1:], reduction="none").double()
-        scored = mask[:, 1:].double()  # targets that are real tokens
-        nll_sum.append((nll * scored).sum(1).cpu())
-        nll_count.append(scored.sum(1).cpu())
+        # would cost gigabytes at V = 49k); sums over many tokens are taken in float64.
+        nll = F.cross_entropy(out.logits[:, :-1].float().transpose(1, 2), inp[:, 1:], reduction="none")
         h = out.hidden_states[-1].float()  # (B, T, d), after the judge's final norm
-        text_mask = mask.clone()
-        if start is not None:
-            text_mask[:, 0] = 0  # features describe the text, not the start token ...
-        empty = text_mask.sum(1) == 0
-        text_mask[empty, 0] = mask[empty, 0]  # ... unless the text is empty
-        if pooling == "last":
-            last = mask.sum(1) - 1  # (B,) index of the last real token
-            feats.append(h[torch.arange(h.shape[0], device=device), last].cpu())
-        elif pooling == "mean":
-            m = text_mask[..., None].float()
-            feats.append(((h * m).sum(1) / m.sum(1).clamp_min(1)).cpu())
-        else:
-            raise ForethoughtError(f"unknown pooling '{pooling}'; expected last or mean")
-    total = torch.cat(nll_sum)  # (n,)
-    count = torch.cat(nll_count)  # (n,)
-    n_tokens = int(count.sum().item())
-    if n_tokens == 0:
-        raise ForethoughtError("no judge tokens to score (all texts empty)")
-    gen_ppl = math.exp(total.sum().item() / n_tokens)
-    entropies = np.array([unigram_entropy(r) for r in ids])
-    per_token = (total / count.clamp_min(1)).numpy()
-    per_token[count.numpy() == 0] = np.nan
-    return JudgeResult(gen_ppl=gen_ppl, entropy=float(entropies.mean()), n_tokens=n_tokens,
-                       features=torch.cat(feats).numpy().astype(np.float32), entropies=entropies,
-                       nll_per_token=per_token)
+        for i, r in enumerate(rows):
+            nll_rows.append(nll[i, :max(len(r) - 1, 0)].double().cpu().numpy())
+            hidden_rows.append(h[i, :max(len(r), 1)].cpu().numpy())
+    return JudgePass(ids, nll_rows, hidden_rows, start is not None)
+
+
+def judge_texts(texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                max_tokens: int | None = None, batch_size: int = 16,
+                pooling: Literal["last", "mean"] = "last", prepend_start: bool = True) -> JudgeResult:
+    """Score texts under a judge causal LM: gen-PPL, unigram entropy and MAUVE features in one forward pass.
+
+    ``max_tokens`` truncates each text's judge tokens (the same cap for references and samples gives MAUVE
+    matched lengths, see :func:`matched_length`); entropy, NLL and features all use the truncated tokens.
+    With ``prepend_start`` off, nothing is prepended and the first token of each text is not scored.
+    """
+    if pooling not in ("last", "mean"):
+        raise ForethoughtError(f"unknown pooling '{pooling}'; expected last or mean")
+    return score_texts(texts, model, tokenizer, max_tokens, batch_size, prepend_start).result(max_tokens, pooling)
