@@ -110,9 +110,48 @@ def predgen_speed() -> list[str]:
             f"| **decode_speedup** | **{r['decode_speedup']:.2f}** (same tokens: {d['same_tokens']}) |"]
 
 
+def predgen_mine() -> list[str]:
+    r = _load("predgen_mine.json")
+    if r is None:
+        return ["(predgen_mine.json not yet produced)"]
+    out = [f"{r['task']}; checkpoints: {r['checkpoints']}. H(Y) = {r['h_y']:.3f} nats.", "",
+           "| method | I(Y; pooled last state) | I(Y; pooled mean) | I(Y; answer-token states) |", "|---|---|---|---|"]
+    for m in ("predictor", "generator", "predgen"):
+        if m in r:
+            x = r[m]
+            out.append(f"| {m} | {x['mi_pooled']:.3f} ± {x['mi_pooled_std']:.3f} | {x['mi_pooled_mean_pooling']:.3f} | "
+                       f"{x['mi_tokens']:.3f} ± {x['mi_tokens_std']:.3f} |")
+    return out
+
+
+def psf_wikitext() -> list[str]:
+    r = _load("psf_wikitext.json")
+    if r is None:
+        return ["(psf_wikitext.json not yet produced)"]
+    s = r["settings"]
+    out = [f"{s['corpus']}, L={s['seq_len']}, K={s['blocks']}, {s['samples_per_point']} samples per sweep point, "
+           f"judge {s['judge']} (texts cut to {s['judge_max_tokens']} judge tokens); target entropy "
+           f"{s['target_entropy']:.3f} nats (held-out references, gen-PPL {s['reference_gen_ppl']:.1f}).", "",
+           "| model | gen-PPL @ matched entropy | entropy | MAUVE | FLOPs / sample (measured) | (analytic) | "
+           "samples/s b1 | samples/s b32 | serial depth | params | train tokens | train wall (min) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in ("psf", "psf_content", "psf_mean_trajectory", "ar", "token_flow"):
+        x = r[m]
+        g = x["gen_ppl_at_matched_entropy"]
+        out.append(f"| {m} | {'not bracketed' if g is None else f'{g:.1f}'} | {x['entropy']:.3f} | "
+                   f"{x['mauve']:.3f} | {x['flops_per_sample']:.3g} | {x['flops_per_sample_analytic']:.3g} | "
+                   f"{x['samples_per_s_b1']:.2f} | {x['samples_per_s_b32']:.2f} | {x['serial_depth']} | "
+                   f"{x['params'] / 1e6:.2f}M | {x['train_tokens'] / 1e6:.2f}M | {x['train_wall_s'] / 60:.0f} |")
+    out.append("")
+    for k, v in r["checks"].items():
+        out.append(f"- {k.replace('_', ' ')}: **{'met' if v['pass'] else 'MISSED' if v['pass'] is False else 'n/a'}**")
+    return out
+
+
 if __name__ == "__main__":
     for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm),
-                      ("predgen sst2", predgen_sst2), ("predgen speed", predgen_speed)):
+                      ("predgen sst2", predgen_sst2), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
+                      ("psf wikitext", psf_wikitext)):
         print(f"### {title}\n")
         print("\n".join(fn()))
         print()

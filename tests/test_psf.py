@@ -35,10 +35,12 @@ def tiny_psf(states: str = "predictive", pool: str = "mean", seed: int = 0) -> P
 
 # ---- encoder: mask and state shift -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pool", ["mean", "last"])
-def test_predictive_state_never_sees_its_own_block(pool):
-    m = tiny_psf(pool=pool)
-    tokens = torch.randint(0, V, (2, 12))
+@pytest.mark.parametrize("pool,train", [("mean", False), ("last", False), ("mean", True)])
+def test_predictive_state_never_sees_its_own_block(pool, train):
+    """In training mode the states are standardised with batch statistics: s_k still reads no block >= k of
+    any sequence in the batch (the statistics are per block index)."""
+    m = tiny_psf(pool=pool).train(train)
+    tokens = torch.randint(0, V, (3 if train else 2, 12))
     emb = m.encoder.wte(tokens).detach().requires_grad_(True)  # (B, L, d)
     s = m.states_from(m.encode(None, embeds=emb)[0])  # (B, K, S)
     n = m.block_len
@@ -47,7 +49,31 @@ def test_predictive_state_never_sees_its_own_block(pool):
         assert torch.all(g[:, k * n:] == 0), f"s_{k + 1} depends on block {k + 1} or later"
         if k > 0:
             assert g[:, (k - 1) * n:k * n].abs().sum() > 0  # but it does read the previous block
-    torch.testing.assert_close(s[:, 0], m.start.expand(2, -1))
+    torch.testing.assert_close(s[:, 0], m.start.expand(len(tokens), -1))
+
+
+def test_state_norm_batch_statistics_running_estimates_and_off():
+    from forethought.psf.model import StateNorm
+
+    norm = StateNorm(5, 4, momentum=0.5)
+    h = torch.randn(64, 3, 5) * 3 + 7  # (B, K, S): a large shared component
+    out = norm(h)  # training: the batch's own statistics per block index
+    torch.testing.assert_close(out.mean(0), torch.zeros(3, 5), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.var(0, unbiased=False), torch.ones(3, 5), atol=1e-3, rtol=0)
+    torch.testing.assert_close(norm.running_mean[:3], h.mean(0))  # the first batch sets the estimates
+    assert torch.all(norm.running_mean[3] == 0)  # an index that was never seen keeps its initial value
+    h2 = torch.randn(64, 3, 5) + 1
+    norm(h2)
+    torch.testing.assert_close(norm.running_mean[:3], 0.5 * h.mean(0) + 0.5 * h2.mean(0))
+    one = norm(h2[:1])  # a batch of one has no spread: the running estimates are used
+    torch.testing.assert_close(one, (h2[:1] - norm.running_mean[:3]) / (norm.running_var[:3] + 1e-5).sqrt())
+    norm.eval()
+    before = norm.running_mean.clone()
+    torch.testing.assert_close(norm(h), (h - before[:3]) / (norm.running_var[:3] + 1e-5).sqrt())
+    assert torch.equal(norm.running_mean, before)  # evaluation leaves the estimates alone
+    off = PSFModel(PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, n_embd=16, enc_layers=1, dec_layers=1,
+                                  n_head=2, state_norm="none"))
+    assert isinstance(off.state_norm, torch.nn.Identity)
 
 
 def test_content_states_see_their_own_block():
