@@ -12,8 +12,8 @@ from forethought.core.checkpoint import latest_checkpoint
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
-from forethought.psf.model import (PSFModel, PSFModelConfig, generate_blocks, kl_free_bits, mix_states,
-                                   realized_states)
+from forethought.psf.model import (PSFModel, PSFModelConfig, calibrate_states, generate_blocks, kl_free_bits,
+                                   mix_states, realized_states)
 from forethought.psf.prior import (FlowPrior, PriorConfig, euler_step, flow_loss, interpolate, logit_normal_t,
                                    sample_prior)
 from forethought.psf.recipe import load_recipe, sample_psf
@@ -71,6 +71,13 @@ def test_state_norm_batch_statistics_running_estimates_and_off():
     before = norm.running_mean.clone()
     torch.testing.assert_close(norm(h), (h - before[:3]) / (norm.running_var[:3] + 1e-5).sqrt())
     assert torch.equal(norm.running_mean, before)  # evaluation leaves the estimates alone
+    m = tiny_psf().train()  # calibration: the running estimates become the exact statistics of the windows
+    windows = torch.randint(0, V, (40, 12))
+    calibrate_states(m, windows, batch=16)
+    assert m.training and m.state_norm.training  # modes restored
+    s = m.eval().encode(windows)[0]  # (40, K, S) standardised with the calibrated estimates
+    raw = m.summaries(windows)[0]
+    torch.testing.assert_close(s, (raw - raw.mean(0)) / (raw.var(0, unbiased=False) + 1e-5).sqrt())
     off = PSFModel(PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, n_embd=16, enc_layers=1, dec_layers=1,
                                   n_head=2, state_norm="none"))
     assert isinstance(off.state_norm, torch.nn.Identity)

@@ -41,7 +41,8 @@ from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows
 from forethought.models.gpt import GPT
 from forethought.psf.ar import ARModelConfig, ar_loss, build_ar, sample_ar
-from forethought.psf.model import PSFModel, PSFModelConfig, check_blocks, generate_blocks, realized_states
+from forethought.psf.model import (PSFModel, PSFModelConfig, calibrate_states, check_blocks, generate_blocks,
+                                   realized_states)
 from forethought.psf.prior import FlowPrior, PriorConfig, sample_prior
 from forethought.psf.sampling import device_generator
 
@@ -223,6 +224,9 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
     vocab = max(int(max(train_tokens.max(), valid_tokens.max())) + 1, len(tokenizer))
     L, K = cfg.model.seq_len, cfg.model.blocks
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, L)
+    # training windows on which every model stage recalibrates its state normalisation when it ends
+    calibration = random_windows(train_tokens, cfg.prior.model.stats_sequences, L,
+                                 step_generator(cfg.run.seed, 0, salt=3))
     t0 = time.perf_counter()
 
     def batch_fn_for(batch_size: int) -> Any:
@@ -255,7 +259,7 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
         torch.manual_seed(cfg.run.seed + 1000 * (index + 1))
         sub = Run.create(parent.dir, name, is_main=rt.is_main)
         res = _train_model_stage(model, name, feats, tcfg, sub, rt, cfg, batch_fn_for(tcfg.batch_size), windows,
-                                 resume, prev_ckpt)
+                                 resume, prev_ckpt, calibration)
         results["stages"][name] = res
         prev_ckpt, final_stage = latest_checkpoint(sub.dir), name
         if cfg.prior.enabled and (name.startswith("blocks") or name == _last_main_stage(cfg)):
@@ -292,7 +296,7 @@ def _model_config(model: PSFModel, feats: dict[str, bool]) -> dict:
 
 def _train_model_stage(model: PSFModel, name: str, feats: dict[str, bool], tcfg: TrainConfig, sub: Run, rt: Runtime,
                        cfg: RecipeConfig, batch_fn: Any, windows: torch.Tensor, resume: str | None,
-                       prev_ckpt: Path | None) -> dict:
+                       prev_ckpt: Path | None, calibration: torch.Tensor) -> dict:
     if resume == "auto" and _complete(sub, tcfg.steps):
         load_checkpoint(latest_checkpoint(sub.dir), model)
         if rt.is_main:
@@ -301,6 +305,10 @@ def _train_model_stage(model: PSFModel, name: str, feats: dict[str, bool], tcfg:
     if latest_checkpoint(sub.dir) is None and prev_ckpt is not None:
         load_checkpoint(prev_ckpt, model)  # warm start (trainer state of the previous stage is not used)
     ro = cfg.rollout
+
+    def after_step(m: torch.nn.Module, step: int) -> None:
+        if step + 1 == tcfg.steps:  # before the final checkpoint is written
+            calibrate_states(_unwrap(m), calibration)
 
     def loss_fn(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         tokens = batch["tokens"]
@@ -316,7 +324,7 @@ def _train_model_stage(model: PSFModel, name: str, feats: dict[str, bool], tcfg:
         return out["loss"], metrics
 
     out = train(model, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=name,
-                model_config=_model_config(model, feats))
+                model_config=_model_config(model, feats), after_step=after_step)
     res = {"blocks": model.blocks, "features": feats, "steps": tcfg.steps, "train_wall_s": out["wall_s"],
            "final_loss": out.get("final_loss"), "curve": out["curve"], **evaluate_psf(model, windows)}
     sub.write_results(res)
