@@ -115,8 +115,8 @@ class StateNorm(nn.Module):
         K = h.shape[1]
         if self.training and h.shape[0] > 1:
             mean, var = h.mean(0), h.var(0, unbiased=False)  # (K, S)
-            with torch.no_grad():
-                rate = 1.0 if self.updates.item() == 0 else self.momentum  # the first batch sets them
+            with torch.no_grad():  # the first batch sets the estimates (a tensor rate: no host sync per step)
+                rate = torch.where(self.updates == 0, 1.0, self.momentum).to(self.running_mean.dtype)
                 self.running_mean[:K].lerp_(mean.detach().to(self.running_mean.dtype), rate)
                 self.running_var[:K].lerp_(var.detach().to(self.running_var.dtype), rate)
                 self.updates += 1
