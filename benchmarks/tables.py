@@ -124,6 +124,31 @@ def predgen_mine() -> list[str]:
     return out
 
 
+def predgen_regression() -> list[str]:
+    r = _load("predgen_regression.json")
+    if r is None:
+        return ["(predgen_regression.json not yet produced)"]
+    out = [f"{r['base']}; seed 0; each method's own prediction (PredGen: the adapter's), its decoded number and the "
+           "expected value over the number format.", "",
+           "| task | method | steps × batch | train wall (min) | eval examples | MSE | Pearson | Spearman | "
+           "decoded MSE / Pearson | expected-value MSE / Pearson | parse failures |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    def pair(d: dict | None) -> str:
+        return "–" if d is None else f"{d['mse']:.3f} / {d['pearson']:.3f}"
+
+    methods = ("predictor", "generator", "predgen")
+    for task in (t for t in r if isinstance(r[t], dict) and any(m in r[t] for m in methods)):
+        for m in methods:
+            if m not in r[task]:
+                continue
+            x = r[task][m]
+            out.append(f"| {task} | {m} | {x['steps']} × {x['batch_size']} | {x['train_wall_s'] / 60:.0f} | "
+                       f"{x['eval_examples']} | {x['mse']:.3f} | {x['pearson']:.3f} | {x['spearman']:.3f} | "
+                       f"{pair(x.get('decoded'))} | {pair(x.get('expected_value'))} | "
+                       f"{_fmt(x.get('parse_failure_rate'))} |")
+    return out
+
+
 def psf_wikitext() -> list[str]:
     r = _load("psf_wikitext.json")
     if r is None:
@@ -151,6 +176,7 @@ def psf_wikitext() -> list[str]:
 if __name__ == "__main__":
     for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm),
                       ("predgen sst2", predgen_sst2), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
+                      ("predgen regression", predgen_regression),
                       ("psf wikitext", psf_wikitext)):
         print(f"### {title}\n")
         print("\n".join(fn()))

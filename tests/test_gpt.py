@@ -1,14 +1,18 @@
+import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from forethought.models.gpt import GPT, GPTConfig, block_causal_mask, from_hf_gpt2
 
 
-def test_parity_with_hf_gpt2():
+@pytest.mark.parametrize("act", ["gelu_new", "relu"])
+def test_parity_with_hf_gpt2(act):
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(vocab_size=101, n_positions=32, n_embd=32, n_layer=3, n_head=4,
-                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                    activation_function=act)).eval()
     ours = from_hf_gpt2(hf).eval()
+    assert ours.config.activation == act
     ids = torch.randint(0, 101, (3, 20))
     torch.testing.assert_close(ours(ids), hf(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
 

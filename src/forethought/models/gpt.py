@@ -39,6 +39,8 @@ class GPTConfig:
     bias: bool = field(True, "biases in linear layers and layer norms")
     layer_norm_eps: float = field(1e-5, "layer norm epsilon")
     tie_word_embeddings: bool = field(True, "share the LM head with the token embedding")
+    activation: Literal["gelu_new", "relu"] = field(
+        "gelu_new", "MLP nonlinearity: GPT-2's tanh-approximated GELU, or ReLU (the synthetic task's reference model)")
 
     def validate(self) -> None:
         from forethought.core.errors import ForethoughtError
@@ -136,9 +138,12 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.drop = nn.Dropout(cfg.dropout)
+        self.relu = cfg.activation == "relu"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))  # GPT-2's gelu_new
+        h = self.c_fc(x)
+        h = F.relu(h) if self.relu else F.gelu(h, approximate="tanh")  # GPT-2's gelu_new
+        return self.drop(self.c_proj(h))
 
 
 class Block(nn.Module):
@@ -224,8 +229,12 @@ class GPT(nn.Module):
 def from_hf_gpt2(hf_model: nn.Module) -> GPT:
     """Build our GPT with the weights of an HF ``GPT2LMHeadModel`` (Conv1D weights are transposed)."""
     c = hf_model.config
+    acts = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu"}
+    if c.activation_function not in acts:
+        raise ValueError(f"GPT-2 conversion: activation '{c.activation_function}' is not one of {sorted(acts)}")
     cfg = GPTConfig(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer,
-                    n_head=c.n_head, layer_norm_eps=c.layer_norm_epsilon, dropout=0.0)
+                    n_head=c.n_head, layer_norm_eps=c.layer_norm_epsilon, dropout=0.0,
+                    activation=acts[c.activation_function])
     model = GPT(cfg)
     sd = hf_model.state_dict()
     conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
