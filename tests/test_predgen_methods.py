@@ -96,14 +96,15 @@ def test_trie_rejects_prefixes() -> None:
         AnswerTrie([[1, 2], [1, 2, 3]], ["a", "b"])
 
 
-@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2])
-def test_expected_value_matches_brute_force(make) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("make,chunk,max_rows", [(tiny_llama, 1, 256), (tiny_gpt2, 1, 256), (tiny_llama, 64, 1),
+                                                 (tiny_llama, 2, 3)])
+def test_expected_value_matches_brute_force(make, chunk, max_rows) -> None:  # noqa: ANN001
     lm = make(vocab_size=40, hidden_size=32, layers=2, heads=4, eos_token_id=1).double()
     seqs = [[5, 6, 7], [5, 6, 8], [5, 9, 7], [10, 6, 7]]
     trie = AnswerTrie(seqs, [0.5, 1.0, 1.5, 2.0])
     ids = torch.tensor([[0, 0, 3, 4], [2, 3, 4, 11]])
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    dist = answer_distribution(lm, trie, ids, mask, chunk=1)
+    dist = answer_distribution(lm, trie, ids, mask, chunk=chunk, max_rows=max_rows)
     for b in range(2):
         prompt = ids[b, mask[b].bool()].tolist()
         scores = []

@@ -192,35 +192,51 @@ def constrained_greedy(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, prom
 
 @torch.no_grad()
 def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                        chunk: int = 64, prompt: PromptPass | None = None) -> torch.Tensor:
+                        chunk: int = 64, prompt: PromptPass | None = None, max_rows: int = 256) -> torch.Tensor:
     """(B, n_candidates) probability of each well-formed answer under the model, conditioned on the answer
     being well-formed: exact, by scoring every internal node of the trie with the prompt's KV cache.
 
     Only the deepest internal nodes' paths are fed (each pass scores all of its prefixes too), ``chunk`` paths
-    per forward. For numbers 0.00-5.00 with one token per character that is ~51 paths of 4 tokens."""
+    per forward. For numbers 0.00-5.00 with one token per character that is ~51 paths of 4 tokens. Each forward
+    holds at most about ``max_rows`` (example, path) rows, so memory stays bounded for any batch size (the prompt
+    cache is tiled once per path: 32 examples × 51 paths at once took ~20 GB with SmolLM2)."""
     pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask)
     B, dev = prompt_ids.shape[0], prompt_ids.device
     root_lp = F.log_softmax(pp.last_logits.double(), -1)  # (B, V)
     inner = trie.internal_nodes()
     node_of = {tuple(p): n for p, n in inner}
     deepest = [p for p, n in inner if all(not c.children for c in n.children.values())]
-    # each internal node's children's log-probs: path -> (B, n_children), in node.allowed order
-    child_lp: dict[tuple[int, ...], torch.Tensor] = {(): root_lp[:, trie.root.allowed.to(dev)]}
-    for s in range(0, len(deepest), chunk):
-        paths = deepest[s:s + chunk]
-        n, m = len(paths), max(len(p) for p in paths)
-        ids = torch.zeros(n, m, dtype=torch.long, device=dev)
-        for i, p in enumerate(paths):
-            ids[i, :len(p)] = torch.tensor(p)
-        ids = ids.repeat(B, 1)  # (B·n, m): rows grouped by example
-        kv = [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in pp.kv]
-        logits, _ = continue_pass(lm, kv, prompt_mask.repeat_interleave(n, 0), ids)
-        lp = F.log_softmax(logits.double(), -1).view(B, n, m, -1)
+    # which (path, depth) of which chunk scores each internal node: the first path through it
+    chunks = [deepest[s:s + chunk] for s in range(0, len(deepest), chunk)]
+    owner: list[list[tuple[tuple[int, ...], int, int]]] = []
+    seen: set[tuple[int, ...]] = {()}
+    for paths in chunks:
+        owner.append([])
         for i, p in enumerate(paths):
             for j in range(1, len(p) + 1):
-                key = tuple(p[:j])
-                if key not in child_lp:
-                    child_lp[key] = lp[:, i, j - 1][:, node_of[key].allowed.to(dev)]
+                if tuple(p[:j]) not in seen:
+                    seen.add(tuple(p[:j]))
+                    owner[-1].append((tuple(p[:j]), i, j - 1))
+    # each internal node's children's log-probs: path -> (B, n_children), in node.allowed order
+    pieces: dict[tuple[int, ...], list[torch.Tensor]] = {(): [root_lp[:, trie.root.allowed.to(dev)]]}
+    for paths, owned in zip(chunks, owner):
+        n, m = len(paths), max(len(p) for p in paths)
+        path_ids = torch.zeros(n, m, dtype=torch.long, device=dev)
+        for i, p in enumerate(paths):
+            path_ids[i, :len(p)] = torch.tensor(p)
+        g = max(1, max_rows // n)  # examples per forward
+        for b0 in range(0, B, g):
+            b1 = min(B, b0 + g)
+            kv = [(k[b0:b1].repeat_interleave(n, 0), v[b0:b1].repeat_interleave(n, 0)) for k, v in pp.kv]
+            logits, _ = continue_pass(lm, kv, prompt_mask[b0:b1].repeat_interleave(n, 0),
+                                      path_ids.repeat(b1 - b0, 1))  # rows grouped by example
+            logits = logits.view(b1 - b0, n, m, -1)  # (b, n, m, V)
+            logits = logits if logits.dtype == torch.float64 else logits.float()
+            lse = torch.logsumexp(logits, -1).double()  # (b, n, m): no full-vocab float64 copy
+            for key, i, j in owned:
+                lp = logits[:, i, j][:, node_of[key].allowed.to(dev)].double() - lse[:, i, j, None]
+                pieces.setdefault(key, []).append(lp)
+    child_lp = {key: torch.cat(v) for key, v in pieces.items()}
     scores = torch.zeros(B, len(trie.sequences), dtype=torch.float64, device=dev)
     for c, seq in enumerate(trie.sequences):
         for j, tok in enumerate(seq):
