@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
@@ -296,7 +297,9 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
     ev: list[float] = []
     failures = 0
     t0 = time.perf_counter()
-    for chunk in batches(items, batch_size):
+    n_batches = -(-len(items) // batch_size)
+    for chunk in tqdm(batches(items, batch_size), total=n_batches, desc=f"predict ({method})", mininterval=5,
+                      disable=n_batches < 2):
         b = enc.collate([{"prompt": i["prompt"]} for i in chunk])
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
         pp = prompt_pass(m.lm, ids, mask, layer)  # one prompt pass serves the head, the decoder and E[y]
