@@ -133,6 +133,7 @@ def predgen_regression() -> list[str]:
            "| task | method | steps × batch | train wall (min) | eval examples | MSE | Pearson | Spearman | "
            "decoded MSE / Pearson | expected-value MSE / Pearson | parse failures |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
+
     def pair(d: dict | None) -> str:
         return "–" if d is None else f"{d['mse']:.3f} / {d['pearson']:.3f}"
 

@@ -197,7 +197,7 @@ def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, pro
     being well-formed: exact, by scoring every internal node of the trie with the prompt's KV cache.
 
     Only the deepest internal nodes' paths are fed (each pass scores all of its prefixes too), ``chunk`` paths
-    per forward. For numbers 0.00-5.00 with one token per character that is ~51 paths of 4 tokens. Each forward
+    per forward. For numbers 0.00-5.00 with one token per character that is ~51 paths of 3 tokens. Each forward
     holds at most about ``max_rows`` (example, path) rows, so memory stays bounded for any batch size (the prompt
     cache is tiled once per path: 32 examples × 51 paths at once took ~20 GB with SmolLM2)."""
     pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask)
@@ -214,9 +214,10 @@ def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, pro
         owner.append([])
         for i, p in enumerate(paths):
             for j in range(1, len(p) + 1):
-                if tuple(p[:j]) not in seen:
-                    seen.add(tuple(p[:j]))
-                    owner[-1].append((tuple(p[:j]), i, j - 1))
+                key = tuple(p[:j])
+                if key not in seen:
+                    seen.add(key)
+                    owner[-1].append((key, i, j - 1))
     # each internal node's children's log-probs: path -> (B, n_children), in node.allowed order
     pieces: dict[tuple[int, ...], list[torch.Tensor]] = {(): [root_lp[:, trie.root.allowed.to(dev)]]}
     for paths, owned in zip(chunks, owner):
