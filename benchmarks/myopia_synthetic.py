@@ -4,7 +4,7 @@ Runs ``forethought myopia synthetic`` once per (p, model) as parallel single-thr
 two models at a time), then collects the run folders into ``benchmarks/results/myopia_synthetic.json`` and
 copies the probe heat map and loss curves next to it. Resumable: rerunning continues unfinished runs.
 
-    python benchmarks/myopia_synthetic.py [--steps-p1 12000] [--steps-other 3000] [--jobs 2]
+    python benchmarks/myopia_synthetic.py [--steps-p1 7000] [--steps-other 800] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ RUNS = ROOT / "runs" / "bench-myopia-synthetic"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps-p1", type=int, default=12000, help="training steps at p = 1")
-    ap.add_argument("--steps-other", type=int, default=3000, help="training steps at the other p values")
+    ap.add_argument("--steps-p1", type=int, default=7000, help="training steps at p = 1")
+    ap.add_argument("--steps-other", type=int, default=800, help="training steps at the other p values")
     ap.add_argument("--p", type=float, nargs="+", default=[1.0, 0.1])
     ap.add_argument("--jobs", type=int, default=2, help="parallel single-threaded processes")
     ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished runs")
