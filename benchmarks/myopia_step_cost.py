@@ -180,8 +180,9 @@ def bench_gpt(args: argparse.Namespace, device: torch.device) -> dict:
 
 
 def bench_hf(args: argparse.Namespace, device: torch.device) -> dict:
-    from forethought.models.hf import load_causal_lm, tiny_llama
+    from forethought.models.hf import load_causal_lm
     from forethought.myopia.wrap import make_myopic
+    from forethought.testing import tiny_llama
 
     if args.quick:
         vanilla = tiny_llama(vocab_size=256, hidden_size=64, layers=2, heads=4, kv_heads=2, seed=args.seed)

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 
 from forethought.data.corpora import generated_corpus
 from forethought.data.tokenizers import EOT, train_byte_level_bpe
-from forethought.models.hf import tiny_gpt2
+from forethought.testing import tiny_gpt2
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ("psf", "psf_content", "ar", "token_flow", "psf_mean_trajectory")

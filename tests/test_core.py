@@ -58,7 +58,29 @@ def test_config_bad_files(tmp_path):
 
 
 def test_parse_overrides_forms():
-    assert parse_overrides(["--a.b=2", "c=x", "--d", "[1, 2]"]) == [("a.b", 2), ("c", "x"), ("d", [1, 2])]
+    # kept as typed; the key's type decides how each is read (see test_string_overrides_keep_their_text)
+    assert parse_overrides(["--a.b=2", "c=x", "--d", "[1, 2]"]) == [("a.b", "2"), ("c", "x"), ("d", "[1, 2]")]
+
+
+@dataclass
+class _Texts:
+    template: str = field("", "")
+    labels: list[str] = field([], "")
+    sizes: list[int] = field([], "")
+    maybe: str | None = field(None, "")
+    flag: bool = field(False, "")
+    lr: float = field(0.1, "")
+
+
+def test_string_overrides_keep_their_text():
+    cfg = load_config(_Texts, None, ["--template", r"Title: {title}\nBody: {body}\nScore:", "--labels", "[no, yes]",
+                                     "--sizes", "[1, 2]", "--maybe", "Review: {text}", "--flag", "true",
+                                     "--lr", "1e-3"])
+    assert cfg.template == "Title: {title}\nBody: {body}\nScore:"  # real newlines, not backslash-n
+    assert cfg.labels == ["no", "yes"] and cfg.sizes == [1, 2] and cfg.maybe == "Review: {text}"
+    assert cfg.flag is True and cfg.lr == pytest.approx(1e-3)
+    assert load_config(_Texts, None, ["--template", r"a\\nb"]).template == "a\\nb"  # an escaped backslash
+    assert load_config(_Texts, None, ["--labels", "on"]).labels == ["on"]
 
 
 def test_lr_schedule():

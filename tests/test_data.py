@@ -15,12 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from forethought.core.env import data_root, datasets_available, default_cache_dir
 from forethought.core.errors import ForethoughtError
-from forethought.data import corpora, tokenizers
+from forethought.data import tokenizers
 from forethought.data.corpora import (
     KNOWN_CORPORA,
-    data_root,
-    default_cache_dir,
     encode_text,
     generated_corpus,
     load_corpus_text,
@@ -271,7 +270,7 @@ def test_hub_failure_names_both_places(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert "no route to host" in str(info.value)
 
 
-@pytest.mark.skipif(corpora._datasets_available(), reason="the datasets package is installed here")
+@pytest.mark.skipif(datasets_available(), reason="the datasets package is installed here")
 def test_hf_corpus_without_datasets_package() -> None:
     with pytest.raises(ForethoughtError, match="'datasets' package"):
         load_corpus_text("hf:someone/texts", "train")

@@ -38,7 +38,7 @@ from forethought.eval.judge import (
 from forethought.eval.mauve import mauve_available, mauve_score, num_clusters
 from forethought.eval.text import decode_samples, detokenize_wikitext, reference_windows
 from forethought.models.gpt import GPT, GPTConfig
-from forethought.models.hf import tiny_gpt2, tiny_llama
+from forethought.testing import tiny_gpt2, tiny_llama
 
 TEXTS = ["The cat sat on the mat.", "A story about a dog", "Once upon a time there was a small town by the sea.", "x"]
 

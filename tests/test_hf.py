@@ -13,19 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
+from forethought.core import env as hf
+from forethought.core.env import SMOLLM2_CACHE_NAME, SMOLLM2_HUB_ID, resolve_model_path, smollm2_gguf_file
 from forethought.core.errors import ForethoughtError
 from forethought.data.corpora import generated_corpus
 from forethought.data.tokenizers import load_tokenizer
-from forethought.models import hf
-from forethought.models.hf import (
-    SMOLLM2_HUB_ID,
-    load_causal_lm,
-    resolve_model_path,
-    smollm2_gguf_file,
-    tiny_gpt2,
-    tiny_llama,
-)
+from forethought.models.hf import load_causal_lm
+from forethought.testing import tiny_gpt2, tiny_llama
 
 _USER_CACHE = os.environ.get("FORETHOUGHT_CACHE")  # read before the fixture below replaces it
 
@@ -95,7 +91,7 @@ def test_resolve_passes_other_names_through() -> None:
 
 
 def test_resolve_uses_existing_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    target = tmp_path / "cache" / "models" / "smollm2-135m"
+    target = tmp_path / "cache" / "models" / SMOLLM2_CACHE_NAME
     target.mkdir(parents=True)
     (target / "config.json").write_text("{}")
     (target / "model.safetensors").write_bytes(b"")
@@ -114,7 +110,7 @@ def test_failed_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.M
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("killed mid-conversion")
 
-    monkeypatch.setattr(hf.AutoModelForCausalLM, "from_pretrained", broken)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", broken)
     target = tmp_path / "models" / "smollm2-135m"
     with pytest.raises(RuntimeError):
         hf.convert_gguf(tmp_path / "x.gguf", target)
@@ -135,7 +131,7 @@ def test_real_smollm2(slow_selected: None, monkeypatch: pytest.MonkeyPatch) -> N
     if _USER_CACHE:
         monkeypatch.setenv("FORETHOUGHT_CACHE", _USER_CACHE)
     folder = Path(resolve_model_path("smollm2-135m"))
-    assert (folder / "model.safetensors").is_file() and not list(folder.parent.glob(".smollm2-135m.*"))
+    assert (folder / "model.safetensors").is_file() and not list(folder.parent.glob(f".{SMOLLM2_CACHE_NAME}.*"))
     model, tokenizer = load_causal_lm("smollm2-135m")
     assert model.config.vocab_size == 49152 and model.dtype == torch.float32
     assert getattr(model.config, "quantization_config", None) is None

@@ -3,7 +3,7 @@
 from forethought.cli import main
 from forethought.data.corpora import load_corpus_text
 from forethought.data.tokenizers import load_tokenizer
-from forethought.models.hf import tiny_llama
+from forethought.testing import tiny_llama
 
 
 def test_lm_finetune_hf_llama_with_lora_and_probe(tmp_path, monkeypatch):

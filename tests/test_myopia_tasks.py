@@ -54,7 +54,7 @@ def test_demo_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
     from forethought.data.corpora import load_corpus_text
     from forethought.data.tokenizers import load_tokenizer
-    from forethought.models.hf import tiny_llama
+    from forethought.testing import tiny_llama
 
     folder = tmp_path / "tiny-llama"  # a tiny random LM stands in for SmolLM2 in the PredGen part
     tok = load_tokenizer("bpe:300", corpus_text=load_corpus_text("generated", "train"), cache_dir=tmp_path / "tok")

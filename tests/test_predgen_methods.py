@@ -13,12 +13,18 @@ import torch
 
 from forethought.cli import main
 from forethought.data.tokenizers import train_byte_level_bpe
-from forethought.models.hf import tiny_gpt2, tiny_llama
 from forethought.predgen.decoding import AnswerTrie, answer_distribution, constrained_greedy
-from forethought.predgen.methods import (Encoder, PredGenSettings, PromptConfig, generator_loss, predgen_loss,
-                                         predictor_loss)
+from forethought.predgen.methods import (
+    Encoder,
+    PredGenSettings,
+    PromptConfig,
+    generator_loss,
+    predgen_loss,
+    predictor_loss,
+)
 from forethought.predgen.model import AdapterConfig, PredGenModel, apply_adapter, build_head
 from forethought.predgen.tasks import load_task
+from forethought.testing import tiny_gpt2, tiny_llama
 
 WORDS = ["good", "bad", "great", "awful", "fine", "dull", "movie", "plot", "actor", "scene", "the", "a", "was"]
 

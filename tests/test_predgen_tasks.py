@@ -270,9 +270,10 @@ _FAKE_HUB = {
 
 def test_hub_fallback_conversions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a data root the hub copies are read (here a fake `datasets`) into the same fields and splits."""
+    from forethought.core import env
     from forethought.predgen import tasks
 
-    monkeypatch.setattr(tasks, "_datasets_installed", lambda: True)
+    monkeypatch.setattr(env, "datasets_available", lambda: True)
     monkeypatch.setattr(tasks, "_hub_dataset", lambda hub_id, config: _FAKE_HUB[(hub_id, config)])
     _, sst2 = load_task("sst2", "train")
     assert [(ex.fields["sentence"], ex.target) for ex in sst2] == [("great fun", "positive"), ("dull", "negative")]
@@ -292,12 +293,13 @@ def test_hub_fallback_conversions(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_hub_load_failure_names_both_places(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forethought.core import env
     from forethought.predgen import tasks
 
     def fail(hub_id: str, config: str | None) -> None:
         raise ConnectionError("offline\nmore detail")
 
-    monkeypatch.setattr(tasks, "_datasets_installed", lambda: True)
+    monkeypatch.setattr(env, "datasets_available", lambda: True)
     monkeypatch.setattr(tasks, "_hub_dataset", fail)
     with pytest.raises(ForethoughtError) as info:
         load_task("sick", "train")

@@ -12,10 +12,24 @@ from forethought.core.checkpoint import latest_checkpoint
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
-from forethought.psf.model import (PSFModel, PSFModelConfig, calibrate_states, generate_blocks, kl_free_bits,
-                                   mix_states, realized_states)
-from forethought.psf.prior import (FlowPrior, PriorConfig, euler_step, flow_loss, interpolate, logit_normal_t,
-                                   sample_prior)
+from forethought.psf.model import (
+    PSFModel,
+    PSFModelConfig,
+    calibrate_states,
+    generate_blocks,
+    kl_free_bits,
+    mix_states,
+    realized_states,
+)
+from forethought.psf.prior import (
+    FlowPrior,
+    PriorConfig,
+    euler_step,
+    flow_loss,
+    interpolate,
+    logit_normal_t,
+    sample_prior,
+)
 from forethought.psf.recipe import load_recipe, sample_psf
 from forethought.psf.sampling import sample_tokens, top_p_probs
 

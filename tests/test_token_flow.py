@@ -13,7 +13,6 @@ from forethought.core.runtime import compute_init
 from forethought.core.trainer import TrainConfig
 from forethought.eval.cost import count_forward_calls
 from forethought.models.gpt import GPT, GPTConfig
-from forethought.models.hf import tiny_llama
 from forethought.psf.token_flow import (
     TokenFlow,
     TokenFlowConfig,
@@ -23,6 +22,7 @@ from forethought.psf.token_flow import (
     token_flow_loss,
     train_token_flow,
 )
+from forethought.testing import tiny_llama
 
 V, D, L = 40, 16, 12
 

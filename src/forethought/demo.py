@@ -39,7 +39,7 @@ class DemoConfig:
 def _corpus(cfg: DemoConfig) -> tuple[str, str]:
     if cfg.corpus != "auto":
         return cfg.corpus, "gpt2"
-    from forethought.data.corpora import data_root
+    from forethought.core.env import data_root
 
     root = data_root()
     if root is not None and (root / "wikitext-2" / "train.txt").is_file():
@@ -122,17 +122,18 @@ def review_file(path: Path, n: int = 400, seed: int = 0) -> Path:
 def _predgen(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> None:
     import json
 
-    from forethought.data.corpora import data_root
+    from forethought.core.env import data_root
     from forethought.predgen import commands
 
     data = data_root()
     if data is not None and (data / "sst2" / "train.tsv").is_file():
         task = ["--task.name=sst2", "--task.max_eval_examples=32"]
-        what, template = "SST-2 (a 32-example dev subset)", ""
+        what = "SST-2 (a 32-example dev subset)"
     else:
         path = review_file(root.dir / "predgen" / "reviews.csv")
-        task = [f"--task.name={path}", "--task.target_field=label", "--task.max_eval_examples=32"]
-        what, template = "generated review sentiment (32 held-out examples)", "Review: {text}\nSentiment:"
+        task = [f"--task.name={path}", "--task.target_field=label", "--task.max_eval_examples=32",
+                "--task.template", r"Review: {text}\nSentiment:"]  # typed as on a shell: \n is decoded
+        what = "generated review sentiment (32 held-out examples)"
     rows = []
     for method in ("predictor", "generator", "predgen"):
         pcfg = load_config(commands.PredGenConfig, resolve_config_path("predgen", "train", "tiny"),
@@ -140,7 +141,6 @@ def _predgen(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> 
                                          f"--method={method}", f"--base={cfg.predgen_base}",
                                          f"--train.steps={cfg.predgen_steps}", "--train.batch_size=8",
                                          "--train.lr=5e-4"])
-        pcfg.task.template = template  # set here: a YAML-parsed override would turn "Review: {text}" into a dict
         r = commands.run_train(pcfg, resume=resume)
         rows.append((method, r))
     lines = ["# PredGen", "", f"{cfg.predgen_base} + LoRA r=4, {cfg.predgen_steps} steps x 8 examples per method, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from forethought.core.errors import ForethoughtError
+from forethought.core.errors import ForethoughtError, first_line
 
 T = TypeVar("T")
 
@@ -118,6 +119,11 @@ def _apply(obj: Any, key: str, value: Any, root_cls: type) -> None:
     if not dataclasses.is_dataclass(target) or name not in {f.name for f in dataclasses.fields(target)}:
         raise _unknown(key, root_cls)
     t = _hints(type(target))[name]
+    if isinstance(value, CliText):
+        try:
+            value = parse_cli_value(str(value), t)
+        except ForethoughtError as e:
+            raise ForethoughtError(f"config key '{key}': {e}") from None
     if dataclasses.is_dataclass(t):
         if not isinstance(value, dict):
             raise ForethoughtError(f"config key '{key}' is a section; give its keys, e.g. '{key}.<name>'")
@@ -137,8 +143,54 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
+class CliText(str):
+    """An override's text exactly as typed; parsed once the key's type is known (see :func:`parse_cli_value`)."""
+
+
+_ESCAPES = re.compile(r"\\(\\|n|t)")
+
+
+def decode_escapes(text: str) -> str:
+    """``\\n`` -> newline and ``\\t`` -> tab, as a shell cannot type them; ``\\\\`` is one backslash."""
+    return _ESCAPES.sub(lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
+
+
+def _accepts_str(t: Any) -> bool:
+    origin = typing.get_origin(t)
+    if origin in (typing.Union, types.UnionType):
+        return str in typing.get_args(t)
+    return t is str
+
+
+def _is_str_list(t: Any) -> bool:
+    return typing.get_origin(t) in (list, tuple) and _accepts_str((typing.get_args(t) or (Any,))[0])
+
+
+def parse_cli_value(text: str, t: Any) -> Any:
+    """A command-line value for a key of type ``t``: string keys keep the text as typed (escapes decoded, so
+    ``"Review: {text}"`` stays a string), string-list keys keep their items as strings (``[no, yes]`` is two
+    words, not two booleans), every other key is read as YAML (numbers, booleans, lists, null)."""
+    if _accepts_str(t):
+        return decode_escapes(text)
+    if _is_str_list(t):
+        try:
+            items = yaml.load(text, Loader=yaml.BaseLoader) if text.strip() else []  # every scalar a string
+        except yaml.YAMLError as e:
+            raise ForethoughtError(f"bad list {text!r}: {first_line(e)}") from None
+        if isinstance(items, str):
+            items = [items]
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ForethoughtError(f"expects a list of strings like [a, b], got {text!r}")
+        return [decode_escapes(i) for i in items]
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
 def parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
-    """``['--train.steps', '6', 'model.n_layer=2']`` -> ``[('train.steps', 6), ('model.n_layer', 2)]``."""
+    """``['--train.steps', '6', 'model.n_layer=2']`` -> ``[('train.steps', '6'), ('model.n_layer', '2')]``:
+    (key, :class:`CliText`) pairs, parsed by the key's type when applied."""
     out: list[tuple[str, Any]] = []
     i = 0
     while i < len(args):
@@ -154,11 +206,7 @@ def parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
             k, v = a.split("=", 1)
         else:
             raise ForethoughtError(f"unexpected argument '{a}' (config overrides look like --section.key VALUE)")
-        try:
-            parsed = yaml.safe_load(v) if v != "" else ""
-        except yaml.YAMLError:
-            parsed = v
-        out.append((k.replace("-", "_"), parsed))
+        out.append((k.replace("-", "_"), CliText(v)))
         i += 1
     return out
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from forethought.core.io import atomic_write_bytes
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (imported on first use: matplotlib is slow to import)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -18,10 +19,11 @@ def _plt():
     return plt
 
 
-def _save(fig, path: str | Path) -> Path:
+def save_figure(fig, path: str | Path) -> Path:
+    """Write a figure as PNG atomically and close it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    _plt().close(fig)
+    pyplot().close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
 
@@ -29,7 +31,7 @@ def _save(fig, path: str | Path) -> Path:
 def line_plot(series: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, *, title: str = "",
               xlabel: str = "", ylabel: str = "", logy: bool = False) -> Path:
     """One line per named (x, y) series."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for name, (x, y) in series.items():
         ax.plot(list(x), list(y), label=name, marker="." if len(x) < 40 else None)
@@ -39,13 +41,13 @@ def line_plot(series: dict[str, tuple[Sequence[float], Sequence[float]]], path: 
     ax.grid(alpha=0.3)
     if len(series) > 1:
         ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def heatmaps(panels: dict[str, Sequence[Sequence[float]]], path: str | Path, *, title: str = "",
              xlabel: str = "", ylabel: str = "", vmin: float = 0.0, vmax: float = 1.0) -> Path:
     """Side-by-side heat maps sharing one colour scale (rows = y axis)."""
-    plt = _plt()
+    plt = pyplot()
     n = len(panels)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 0.8, 3.4), squeeze=False)
     im = None
@@ -55,14 +57,14 @@ def heatmaps(panels: dict[str, Sequence[Sequence[float]]], path: str | Path, *, 
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9)
     if title:
         fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def bar_plot(bars: dict[str, tuple[float, float]], path: str | Path, *, title: str = "", ylabel: str = "",
              reference: dict[str, float] | None = None, hline: float | None = None, hline_label: str = "") -> Path:
     """Bars with error bars: name -> (value, error). ``reference`` marks a value per bar (e.g. a published
     number); ``hline`` draws one horizontal line (e.g. an upper bound)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.4 * len(bars) + 2.5, 4.0))
     names = list(bars)
     ax.bar(names, [bars[n][0] for n in names], yerr=[bars[n][1] for n in names], capsize=4, color="#4C72B0")
@@ -80,4 +82,4 @@ def bar_plot(bars: dict[str, tuple[float, float]], path: str | Path, *, title: s
         ax.set_ylim(low - 0.1, min(1.0, max(values) + 0.05) if max(values) <= 1 else None)
     ax.set(title=title, ylabel=ylabel)
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, path)
+    return save_figure(fig, path)

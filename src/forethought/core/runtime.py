@@ -10,6 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from forethought.core.errors import ForethoughtError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -25,6 +29,11 @@ def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     return g
 
 
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DDP / accelerate wrapper (which keeps it in ``.module``), or the model itself."""
+    return getattr(model, "module", model)
+
+
 @dataclass
 class Runtime:
     accelerator: "object"
@@ -37,10 +46,65 @@ class Runtime:
         return self.rank == 0
 
 
+def check_device(device: str) -> str:
+    """Validate a device name (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``) against this machine: asking for
+    an accelerator that is not there is an error, never a silent fall-back to the CPU."""
+    name = device.strip().lower()
+    kind, _, index = name.partition(":")
+    if kind not in DEVICES or (index and (kind != "cuda" or not index.isdigit())):
+        raise ForethoughtError(f"unknown device '{device}' (choose from auto, cpu, cuda, cuda:N, mps)")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ForethoughtError(f"device '{device}' was asked for, but CUDA is not available on this machine "
+                                   "(use --run.device cpu or auto)")
+        if index and int(index) >= torch.cuda.device_count():
+            raise ForethoughtError(f"device '{device}': this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ForethoughtError(f"device '{device}' was asked for, but MPS is not available on this machine")
+    return name
+
+
+def pick_device(device: str) -> torch.device:
+    """A checked device for single-process work (sampling, evaluation): ``auto`` = cuda if present, else cpu."""
+    name = check_device(device)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def rng_state() -> dict:
+    """Every RNG a run draws from: torch CPU, CUDA (all devices), numpy and Python, in types that
+    ``torch.load(weights_only=True)`` accepts (tensors, ints, strings, tuples)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)),
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore :func:`rng_state`. CUDA states are restored when this machine has as many devices as the saved
+    run (a checkpoint moved to a CPU machine resumes with exact CPU streams)."""
+    torch.set_rng_state(state["torch"])
+    cuda = list(state.get("cuda", []))
+    if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all(cuda)
+    if "numpy" in state:
+        kind, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "python" in state:
+        version, internal, gauss_next = state["python"]
+        random.setstate((version, tuple(internal), gauss_next))
+
+
 def compute_init(device: str = "auto", seed: int = 0, mixed_precision: str = "no") -> Runtime:
     """Pick the device, start distributed if launched that way, and seed every RNG."""
     from accelerate import Accelerator
 
+    device = check_device(device)
+    if device.startswith("cuda:"):
+        raise ForethoughtError(f"device '{device}': training picks its devices through accelerate; use "
+                               "--run.device cuda (with CUDA_VISIBLE_DEVICES) or cpu")
     cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     if cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")

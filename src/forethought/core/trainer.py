@@ -1,9 +1,14 @@
 """A plain training loop shared by every system: AdamW, warmup + cosine learning rate, gradient clipping,
-accelerate for devices and DDP, atomic checkpoints, exact ``--resume auto``, progress bar, metrics log.
+accelerate for devices and DDP, atomic checkpoints, ``--resume auto``, progress bar, metrics log, and an
+evaluation callback every ``eval_every`` steps.
 
 The loop is method-agnostic: a system passes ``batch_fn(step) -> global batch`` (a pure function of the step,
-so an interrupted run sees exactly the same data after resuming, and every rank can take its own slice) and
-``loss_fn(model, batch) -> (loss, metrics)``.
+so an interrupted run sees exactly the same data after resuming, and every rank can take its own slice),
+``loss_fn(model, batch) -> (loss, metrics)`` and optionally ``eval_fn(model, step) -> {name: number}``.
+
+Resume restores the weights, the optimizer and every RNG stream (torch CPU and all CUDA devices, numpy,
+Python), so a resumed run takes the same steps as an uninterrupted one. On the CPU this gives bit-identical
+weights (tested); on a GPU it is as exact as the kernels are deterministic (cuDNN / atomics may not be).
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, save
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
+from forethought.core.plots import line_plot
 from forethought.core.run import Run
-from forethought.core.runtime import Runtime
+from forethought.core.runtime import Runtime, rng_state, set_rng_state
 
 
 @dataclass
@@ -41,7 +47,8 @@ class TrainConfig:
     checkpoint_every: int = field(0, "save a checkpoint every N steps (0 = only at the end)")
     keep_checkpoints: int = field(2, "how many recent checkpoints to keep")
     log_every: int = field(10, "log the training loss every N steps")
-    eval_every: int = field(0, "run the evaluation callback every N steps (0 = only at the end)")
+    eval_every: int = field(0, "evaluate every N steps and at the last step, logged to metrics.jsonl and plotted "
+                            "to eval_curve.png (0 = off)")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -118,7 +125,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
     if ckpt is not None:
         state = load_checkpoint(ckpt, model)
         opt.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
+        set_rng_state(state["rng"] if "rng" in state else {"torch": state["torch_rng"]})
         start = int(state["step"])
         wall_before = float(state.get("train_wall_s", 0.0))
         _truncate_metrics(run, start)
@@ -135,8 +142,9 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         batch = _to(shard(batch_fn(step), rt.rank, rt.world_size), rt.device)
         wrapped.train()
         loss, metrics = loss_fn(wrapped, batch)
-        if not torch.isfinite(loss):
-            raise ForethoughtError(f"{desc}: loss became {loss.item()} at step {step}; lower the learning rate")
+        if not all_finite(loss, acc):  # every rank learns it, so all stop together instead of hanging
+            raise ForethoughtError(f"{desc}: loss became non-finite at step {step} (on at least one process); "
+                                   "lower the learning rate")
         opt.zero_grad(set_to_none=True)
         acc.backward(loss)
         if cfg.grad_clip > 0:
@@ -151,13 +159,15 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
             rec = {"step": done, "loss": mean_loss, "lr": lr_at(step, cfg), **{k: float(v) for k, v in metrics.items()}}
             run.log(rec)
             bar.set_postfix(loss=f"{mean_loss:.4f}")
-        if eval_fn is not None and cfg.eval_every and done % cfg.eval_every == 0 and done != cfg.steps:
-            run.log({"step": done, **eval_fn(acc.unwrap_model(wrapped), done)})
+        if eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
+            run.log({"step": done, "eval": True, **run_eval(eval_fn, acc.unwrap_model(wrapped), done)})
+            wrapped.train()
         if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
             acc.wait_for_everyone()
             if rt.is_main:
-                state = {"step": done, "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                         "data_position": done, "train_wall_s": wall_before + time.perf_counter() - t0}
+                # The data position is the step itself (batch_fn is a pure function of it).
+                state = {"step": done, "optimizer": opt.state_dict(), "rng": rng_state(),
+                         "train_wall_s": wall_before + time.perf_counter() - t0}
                 save_checkpoint(run.dir, done, acc.unwrap_model(wrapped), state, model_config,
                                 keep=cfg.keep_checkpoints, trainable_only=partial)
             acc.wait_for_everyone()
@@ -168,11 +178,43 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
                            "world_size": rt.world_size}
     if curve:
         out["final_loss"] = curve[-1][1]
-    if eval_fn is not None:
-        final = eval_fn(acc.unwrap_model(wrapped), cfg.steps)
-        run.log({"step": cfg.steps, **final})
-        out["eval"] = final
+    evals = eval_records(run)
+    if evals:
+        out["eval_curve"] = evals
+        if rt.is_main:
+            plot_eval_curve(evals, run.path("eval_curve.png"), title=desc)
     return out
+
+
+def all_finite(loss: torch.Tensor, acc: Any) -> bool:
+    """Whether the loss is finite on every process (one tiny all-reduce under DDP)."""
+    bad = (~torch.isfinite(loss.detach())).float().reshape(1)
+    if acc.num_processes > 1:
+        bad = acc.reduce(bad, reduction="sum")
+    return bool(bad.item() == 0)
+
+
+def run_eval(eval_fn: Callable[[torch.nn.Module, int], dict], model: torch.nn.Module, step: int) -> dict[str, float]:
+    """Call the evaluation callback without touching the training RNG streams (so evaluating does not change
+    what is trained) and check that it returns numbers."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        out = eval_fn(model, step)
+    try:
+        return {k: float(v) for k, v in out.items()}
+    except (TypeError, ValueError, AttributeError):
+        raise TypeError(f"eval_fn must return a dict of numbers, got {out!r}") from None
+
+
+def eval_records(run: Run) -> list[dict[str, float]]:
+    """The evaluation rows of a run's metrics.jsonl (this invocation's and, after a resume, the earlier ones)."""
+    return [{k: v for k, v in r.items() if k != "eval"} for r in run.metrics() if r.get("eval")]
+
+
+def plot_eval_curve(evals: list[dict[str, float]], path: Path, title: str = "") -> Path:
+    names = sorted({k for r in evals for k in r if k != "step"})
+    series = {n: ([r["step"] for r in evals if n in r], [r[n] for r in evals if n in r]) for n in names}
+    return line_plot(series, path, title=f"evaluation during training ({title})", xlabel="step", ylabel="value")
 
 
 def _truncate_metrics(run: Run, step: int) -> None:

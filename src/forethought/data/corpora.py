@@ -10,21 +10,18 @@ A corpus name is one of:
 - ``hf:<dataset_id>[:<config>]``: any hub dataset with a ``text`` column.
 
 Single-file corpora are split 90/10 into train/valid by characters (as nanoGPT does for tiny-shakespeare), and
-their test split is the valid split. This module imports only numpy at load time; the tokenizer machinery
-(transformers) is imported when a token array is first built, so listing or reading corpora stays fast.
+their test split is the valid split. The tokenizer machinery (transformers) is imported only when a token
+array is first built, so listing or reading corpora stays fast.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import io
 import json
-import os
 import random
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -32,6 +29,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
+from forethought.core.env import data_root, datasets_available, hub_dataset_unavailable_reason, load_hub_dataset
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_bytes
 
@@ -44,59 +42,6 @@ TRAIN_FRACTION = 0.9
 _TOKEN_CACHE_VERSION = 1
 # Bump when generated_corpus changes its output.
 _GENERATED_VERSION = 1
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Places: data root, cache, hub
-# ----------------------------------------------------------------------------------------------------------
-
-
-def data_root() -> Path | None:
-    """The benchmark data folder from ``$FORETHOUGHT_DATA``, or None when unset (the project must run without it)."""
-    value = os.environ.get("FORETHOUGHT_DATA", "").strip()
-    if not value:
-        return None
-    root = Path(value).expanduser()
-    if not root.is_dir():
-        raise ForethoughtError(f"FORETHOUGHT_DATA is set to '{value}', which is not a directory")
-    return root
-
-
-def default_cache_dir() -> Path:
-    """Where derived files (token arrays, tokenizers, converted models) go: ``$FORETHOUGHT_CACHE`` or
-    ``~/.cache/forethought``. Read on every call so a test can redirect it with an environment variable."""
-    value = os.environ.get("FORETHOUGHT_CACHE", "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "forethought"
-
-
-def hub_reachable(timeout_s: float = 3.0) -> bool:
-    """Whether the Hugging Face hub can be contacted right now.
-
-    Offline, ``transformers``/``datasets`` retry for about a minute before failing; checking first lets us go
-    straight to the local cache and fail fast with a clear message. Honours ``HF_HUB_OFFLINE`` and
-    ``HF_ENDPOINT``. Not cached: a long run may go on- or offline.
-    """
-    if _hf_offline_mode():
-        return False
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    match = re.match(r"^(https?)://([^/:]+)(?::(\d+))?", endpoint)
-    if match is None:
-        return False
-    scheme, host, port = match.groups()
-    try:
-        with socket.create_connection((host, int(port or (443 if scheme == "https" else 80))), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def _hf_offline_mode() -> bool:
-    """Whether the user asked the HF libraries to stay offline (they then use only their local caches)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _datasets_available() -> bool:
-    return importlib.util.find_spec("datasets") is not None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -204,18 +149,10 @@ def _resolve_known(name: str) -> CorpusSource:
         documents=known.documents,
         data_root_tried=tried_local,
     )
-    reason = _hub_unavailable_reason()
+    reason = hub_dataset_unavailable_reason()
     if reason is not None:
         raise _not_found(source, reason)
     return source
-
-
-def _hub_unavailable_reason() -> str | None:
-    if not _datasets_available():
-        return "the 'datasets' package is not installed"
-    if not _hf_offline_mode() and not hub_reachable():
-        return "the hub cannot be reached"
-    return None  # online, or offline mode where `datasets` may still find its own cache
 
 
 def _not_found(source: CorpusSource, reason: str) -> ForethoughtError:
@@ -271,16 +208,14 @@ def _read_text_file(path: Path) -> str:
 @functools.lru_cache(maxsize=8)
 def _hub_splits(source: CorpusSource) -> dict[str, str]:
     """Download a hub dataset once per process and return its text per split (train/valid/test)."""
-    if not _datasets_available():
+    if not datasets_available():
         if source.data_root_tried is not None:
             raise _not_found(source, "the 'datasets' package is not installed")
         raise ForethoughtError(
             f"corpus '{source.name}' needs the 'datasets' package (pip install datasets), which is not installed"
         )
-    import datasets  # lazy: optional dependency
-
     try:
-        loaded = datasets.load_dataset(source.hub_id, source.hub_config)
+        loaded = load_hub_dataset(source.hub_id, source.hub_config)
     except Exception as e:  # datasets raises many types (network, missing config, ...)
         reason = first_line(e)
         if source.data_root_tried is not None:
@@ -559,3 +494,29 @@ def eval_windows(tokens: np.ndarray, n: int, length: int) -> torch.Tensor:
     """Non-overlapping windows from the start of a split (deterministic; as many as fit, at most n): (n, length)."""
     n = min(n, len(tokens) // length)
     return torch.from_numpy(np.asarray(tokens[:n * length], dtype=np.int64).reshape(n, length))
+
+
+def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator) -> torch.Tensor:
+    """``n`` windows of ``length`` tokens at uniform random starts (every start, the last one included): (n, length)."""
+    starts = torch.randint(0, len(tokens) - length + 1, (n,), generator=g).numpy()
+    return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
+
+
+def load_token_splits(corpus: str, tokenizer_spec: str, cache_dir: Path, min_tokens: int,
+                      what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Train and valid token arrays of a corpus, each checked to hold at least ``min_tokens`` tokens (``what``
+    names the setting that needs them, for the error)."""
+    out = []
+    for split in ("train", "valid"):
+        arr = token_array(corpus, split, tokenizer_spec, cache_dir)
+        if len(arr) < min_tokens:
+            raise ForethoughtError(f"corpus '{corpus}' {split} split has {len(arr)} tokens; need at least "
+                                   f"{min_tokens} for {what}")
+        out.append(arr)
+    return out[0], out[1]
+
+
+def vocab_size_for(*arrays: np.ndarray, tokenizer: PreTrainedTokenizerBase | None = None) -> int:
+    """A model's vocabulary: every id seen in the token arrays and every id the tokenizer can produce."""
+    seen = max(int(a.max()) for a in arrays) + 1
+    return max(seen, len(tokenizer)) if tokenizer is not None else seen

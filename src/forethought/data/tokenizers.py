@@ -22,9 +22,9 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from forethought.core.env import default_cache_dir, hub_reachable, resolve_model_path
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_text
-from forethought.data.corpora import default_cache_dir, hub_reachable
 
 EOT = "<|endoftext|>"
 GPT2_EOS_ID = 50256
@@ -46,8 +46,6 @@ def load_tokenizer(spec: str, corpus_text: str | None = None, cache_dir: Path | 
     elif spec.startswith("bpe:"):
         tokenizer = _trained_bpe(spec, corpus_text, cache_dir)
     elif spec.lower() == "smollm2-135m":
-        from forethought.models.hf import resolve_model_path  # lazy: pulls in torch
-
         tokenizer = _from_pretrained(resolve_model_path(spec), spec)
     else:
         tokenizer = _from_pretrained(spec, spec)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from forethought.core.errors import ForethoughtError
-from forethought.core.plots import _plt, _save
+from forethought.core.plots import pyplot, save_figure
 
 
 def ppl_at_entropy(points: Sequence[tuple[float, float]], target: float) -> float | None:
@@ -41,7 +41,7 @@ def plot_entropy_curves(curves: dict[str, Sequence[tuple[float, float]]], path: 
                         judge: str = "") -> Path:
     """PNG: one line per model through its sweep points (x = unigram entropy, y = gen-PPL, log scale), with
     the target entropy as a dashed vertical line and each model's interpolated value marked on it."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, pts in curves.items():
         pts = sorted((float(e), float(p)) for e, p in pts)
@@ -56,4 +56,4 @@ def plot_entropy_curves(curves: dict[str, Sequence[tuple[float, float]]], path: 
     ax.set(title=title, xlabel="unigram entropy (nats)", ylabel=f"gen-PPL{f' ({judge})' if judge else ''}")
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -25,13 +25,14 @@ import torch.nn.functional as F
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
 from forethought.core.config import field, load_config
+from forethought.core.env import cache_dir
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import line_plot
 from forethought.core.run import Run, RunConfig
-from forethought.core.runtime import compute_init, step_generator
+from forethought.core.runtime import compute_init, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
-from forethought.data.corpora import eval_windows
+from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.wrap import make_myopic
 
@@ -71,30 +72,16 @@ class LMConfig:
             raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
 
 
-def _cache_dir(cfg: LMConfig) -> Path:
-    from forethought.data.corpora import default_cache_dir
-
-    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else default_cache_dir()
-
-
 def tokenizer_spec(cfg: LMConfig) -> str:
     return cfg.base if (cfg.data.tokenizer == "auto" and cfg.base != "gpt") else cfg.data.tokenizer
 
 
 def load_tokens(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray]:
-    from forethought.data.corpora import token_array
-
     spec = tokenizer_spec(cfg)
     if spec == "auto":
         raise ForethoughtError("data.tokenizer 'auto' needs an HF base model; with base 'gpt' name one (e.g. gpt2)")
-    tr = token_array(cfg.data.corpus, "train", spec, _cache_dir(cfg))
-    va = token_array(cfg.data.corpus, "valid", spec, _cache_dir(cfg))
-    need = cfg.data.seq_len + 2
-    for name, arr in (("train", tr), ("valid", va)):
-        if len(arr) < need:
-            raise ForethoughtError(f"corpus '{cfg.data.corpus}' {name} split has {len(arr)} tokens; "
-                                   f"need at least {need} for seq_len {cfg.data.seq_len}")
-    return tr, va
+    return load_token_splits(cfg.data.corpus, spec, cache_dir(cfg.data.cache_dir), cfg.data.seq_len + 2,
+                             f"seq_len {cfg.data.seq_len}")
 
 
 def build_model(cfg: LMConfig, vocab_size: int) -> torch.nn.Module:
@@ -117,8 +104,7 @@ def build_model(cfg: LMConfig, vocab_size: int) -> torch.nn.Module:
 
 def logits_of(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     """(B, T) ids -> (B, T, V) logits for our GPT and HF models alike."""
-    inner = getattr(model, "module", model)  # DDP
-    if isinstance(inner, GPT):
+    if isinstance(unwrap(model), GPT):
         return model(ids)
     return model(input_ids=ids, use_cache=False).logits
 
@@ -126,11 +112,6 @@ def logits_of(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 def lm_loss(model: torch.nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, dict]:
     logits = logits_of(model, batch[:, :-1])
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1)), {}
-
-
-def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator) -> torch.Tensor:
-    starts = torch.randint(0, len(tokens) - length, (n,), generator=g).numpy()
-    return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
 
 
 @torch.no_grad()
@@ -151,14 +132,15 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
     rt = compute_init(cfg.run.device, cfg.run.seed)
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     train_tokens, valid_tokens = load_tokens(cfg)
-    vocab = int(max(train_tokens.max(), valid_tokens.max())) + 1
-    if cfg.base == "gpt":
+    tokenizer = None
+    if cfg.base == "gpt":  # our GPT's vocabulary covers every id its tokenizer can emit
         from forethought.data.corpora import load_corpus_text
         from forethought.data.tokenizers import load_tokenizer
 
         spec = tokenizer_spec(cfg)
         text = load_corpus_text(cfg.data.corpus, "train") if spec.startswith("bpe:") else None
-        vocab = max(vocab, len(load_tokenizer(spec, corpus_text=text, cache_dir=_cache_dir(cfg) / "tokenizers")))
+        tokenizer = load_tokenizer(spec, corpus_text=text, cache_dir=cache_dir(cfg.data.cache_dir) / "tokenizers")
+    vocab = vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, cfg.data.seq_len + 1)
     L = cfg.data.seq_len + 1
 

@@ -23,13 +23,31 @@ from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json, atomic_write_text
 from forethought.core.run import Run, RunConfig
-from forethought.core.runtime import compute_init
+from forethought.core.runtime import compute_init, unwrap
 from forethought.core.trainer import TrainConfig, train
-from forethought.predgen.methods import (METHODS, Encoder, PredGenSettings, PromptConfig, Predictions,
-                                         generator_loss, predgen_loss, predict, predictor_loss, sampling_p)
+from forethought.predgen.methods import (
+    METHODS,
+    Encoder,
+    PredGenSettings,
+    Predictions,
+    PromptConfig,
+    generator_loss,
+    predgen_loss,
+    predict,
+    predictor_loss,
+    sampling_p,
+)
 from forethought.predgen.metrics import classification_metrics, regression_metrics
-from forethought.predgen.model import (AdapterConfig, PredGenModel, apply_adapter, build_head, hidden_size,
-                                       load_model, read_meta, save_model)
+from forethought.predgen.model import (
+    AdapterConfig,
+    PredGenModel,
+    apply_adapter,
+    build_head,
+    hidden_size,
+    load_model,
+    read_meta,
+    save_model,
+)
 from forethought.predgen.tasks import Example, TaskSpec, load_task, read_inputs
 
 
@@ -174,7 +192,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     after_step = None
     if cfg.adapter.method == "adalora":
         def after_step(m: Any, step: int) -> None:  # AdaLoRA's rank budget needs the gradients of each step
-            getattr(m, "module", m).lm.base_model.update_and_allocate(step)
+            unwrap(m).lm.base_model.update_and_allocate(step)
 
     out = train(model, loss_fn, batch_fn, cfg.train, run, rt, resume=resume, desc=f"predgen {cfg.method}",
                 after_step=after_step)

@@ -26,8 +26,15 @@ from tqdm.auto import tqdm
 
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
-from forethought.predgen.decoding import (AnswerTrie, PromptPass, answer_distribution, constrained_greedy,
-                                          continue_pass, detach_kv, prompt_pass)
+from forethought.predgen.decoding import (
+    AnswerTrie,
+    PromptPass,
+    answer_distribution,
+    constrained_greedy,
+    continue_pass,
+    detach_kv,
+    prompt_pass,
+)
 from forethought.predgen.losses import mix_tokens, sampling_probability, wdal_paper, wdal_reference
 from forethought.predgen.model import PredGenModel
 from forethought.predgen.tasks import Example, TaskSpec, format_target, parse_target, render_prompt

@@ -39,10 +39,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
-import importlib.util
 import json
 import math
-import os
 import random
 import re
 import string
@@ -51,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from forethought.core.env import data_root, hub_dataset_unavailable_reason, load_hub_dataset
 from forethought.core.errors import ForethoughtError, first_line
-from forethought.data.corpora import data_root, hub_reachable
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -538,11 +536,9 @@ def _read_from_hub(name: str, builtin: _Builtin, root: Path | None, split: str, 
             f"Set FORETHOUGHT_DATA to a data folder holding {layout}"
         )
 
-    if not _datasets_installed():
-        raise not_found("the 'datasets' package is not installed")
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    if not offline and not hub_reachable():
-        raise not_found("the hub cannot be reached")
+    reason = hub_dataset_unavailable_reason()
+    if reason is not None:
+        raise not_found(reason)
     try:
         loaded = _hub_dataset(builtin.hub_id, builtin.hub_config)
     except Exception as e:  # datasets raises many types (network, missing config, scripts, ...)
@@ -550,15 +546,9 @@ def _read_from_hub(name: str, builtin: _Builtin, root: Path | None, split: str, 
     return builtin.read_hub(loaded, split, seed)
 
 
-def _datasets_installed() -> bool:
-    return importlib.util.find_spec("datasets") is not None
-
-
 @functools.lru_cache(maxsize=8)
 def _hub_dataset(hub_id: str, config: str | None) -> Any:
-    import datasets  # lazy: optional dependency
-
-    return datasets.load_dataset(hub_id, config)
+    return load_hub_dataset(hub_id, config)  # cached: a task's train and eval splits come from one download
 
 
 def _hub_split(loaded: Any, hub_id: str, split_name: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -33,16 +33,23 @@ import torch
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, load_weights
 from forethought.core.config import field, load_config
+from forethought.core.env import cache_dir
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.run import Run, RunConfig
-from forethought.core.runtime import Runtime, compute_init, step_generator
+from forethought.core.runtime import Runtime, compute_init, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
-from forethought.data.corpora import eval_windows
+from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
 from forethought.models.gpt import GPT
 from forethought.psf.ar import ARModelConfig, ar_loss, build_ar, sample_ar
-from forethought.psf.model import (PSFModel, PSFModelConfig, calibrate_states, check_blocks, generate_blocks,
-                                   realized_states)
+from forethought.psf.model import (
+    PSFModel,
+    PSFModelConfig,
+    calibrate_states,
+    check_blocks,
+    generate_blocks,
+    realized_states,
+)
 from forethought.psf.prior import FlowPrior, PriorConfig, sample_prior
 from forethought.psf.sampling import device_generator
 
@@ -123,31 +130,16 @@ class RecipeConfig:
 
 # ---- data ----------------------------------------------------------------------------------------------------
 
-def _cache_dir(cfg: PSFDataConfig) -> Path:
-    from forethought.data.corpora import default_cache_dir
-
-    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
-
-
 def load_data(cfg: PSFDataConfig, seq_len: int) -> tuple[np.ndarray, np.ndarray, Any]:
     """Train/valid token arrays and the tokenizer."""
-    from forethought.data.corpora import load_corpus_text, token_array
+    from forethought.data.corpora import load_corpus_text
     from forethought.data.tokenizers import load_tokenizer
 
-    tr = token_array(cfg.corpus, "train", cfg.tokenizer, _cache_dir(cfg))
-    va = token_array(cfg.corpus, "valid", cfg.tokenizer, _cache_dir(cfg))
-    for name, arr in (("train", tr), ("valid", va)):
-        if len(arr) < seq_len + 1:
-            raise ForethoughtError(f"corpus '{cfg.corpus}' {name} split has {len(arr)} tokens; need more than "
-                                   f"{seq_len} for model.seq_len {seq_len}")
+    cache = cache_dir(cfg.cache_dir)
+    tr, va = load_token_splits(cfg.corpus, cfg.tokenizer, cache, seq_len + 1, f"model.seq_len {seq_len}")
     text = load_corpus_text(cfg.corpus, "train") if cfg.tokenizer.startswith("bpe:") else None
-    tok = load_tokenizer(cfg.tokenizer, corpus_text=text, cache_dir=_cache_dir(cfg) / "tokenizers")
+    tok = load_tokenizer(cfg.tokenizer, corpus_text=text, cache_dir=cache / "tokenizers")
     return tr, va, tok
-
-
-def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator) -> torch.Tensor:
-    starts = torch.randint(0, len(tokens) - length + 1, (n,), generator=g).numpy()
-    return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
 
 
 # ---- stage helpers -------------------------------------------------------------------------------------------
@@ -208,10 +200,6 @@ def _complete(sub: Run, steps: int) -> bool:
     return (sub.dir / "results.json").is_file() and ckpt is not None and ckpt.name == f"step-{steps:06d}"
 
 
-def _unwrap(m: torch.nn.Module) -> torch.nn.Module:
-    return getattr(m, "module", m)
-
-
 # ---- the recipe ----------------------------------------------------------------------------------------------
 
 def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
@@ -221,7 +209,7 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
                                "supported yet")
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     train_tokens, valid_tokens, tokenizer = load_data(cfg.data, cfg.model.seq_len)
-    vocab = max(int(max(train_tokens.max(), valid_tokens.max())) + 1, len(tokenizer))
+    vocab = vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
     L, K = cfg.model.seq_len, cfg.model.blocks
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, L)
     # training windows on which every model stage recalibrates its state normalisation when it ends
@@ -308,7 +296,7 @@ def _train_model_stage(model: PSFModel, name: str, feats: dict[str, bool], tcfg:
 
     def after_step(m: torch.nn.Module, step: int) -> None:
         if step + 1 == tcfg.steps:  # before the final checkpoint is written
-            calibrate_states(_unwrap(m), calibration)
+            calibrate_states(unwrap(m), calibration)
 
     def loss_fn(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         tokens = batch["tokens"]
@@ -316,7 +304,7 @@ def _train_model_stage(model: PSFModel, name: str, feats: dict[str, bool], tcfg:
         if feats["self_realized"]:
             seed = int(torch.randint(0, 2**62, (1,), generator=step_generator(cfg.run.seed, batch["step"], salt=1)))
             gen = device_generator(seed, tokens.device)
-            realized = realized_states(_unwrap(m), tokens, ro.temperature, ro.top_p, gen)
+            realized = realized_states(unwrap(m), tokens, ro.temperature, ro.top_p, gen)
         out = m(tokens, realized=realized, mix_prob=ro.prob, generator=gen)
         metrics = {"ce": out["ce"].detach()}
         if "kl" in out:
@@ -363,7 +351,7 @@ def _train_prior_stage(model: PSFModel, name: str, tcfg: TrainConfig, sub: Run, 
         prior.set_stats(data)
 
     def loss_fn(p: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-        return _unwrap(p).loss(trajectories(model, batch["tokens"], with_codes)), {}
+        return unwrap(p).loss(trajectories(model, batch["tokens"], with_codes)), {}
 
     out = train(prior, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=name,
                 model_config={"model_type": "forethought-psf-prior", **asdict(pcfg), "dim": prior.dim,

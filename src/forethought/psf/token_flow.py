@@ -36,7 +36,7 @@ from torch import nn
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.run import Run
-from forethought.core.runtime import Runtime, step_generator
+from forethought.core.runtime import Runtime, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.prior import euler_step, flow_loss, interpolate, logit_normal_t, time_embedding
@@ -124,10 +124,6 @@ class TokenFlow(nn.Module):
                 **asdict(self.config)}
 
 
-def _unwrap(model: nn.Module) -> TokenFlow:
-    return getattr(model, "module", model)  # DDP / accelerate wrappers keep the module in .module
-
-
 def token_flow_loss(model: nn.Module, tokens: torch.Tensor, generator: torch.Generator | None = None
                     ) -> tuple[torch.Tensor, dict[str, float]]:
     """Training loss on a (B, L) batch of token ids; returns (loss, metrics) as the trainer expects.
@@ -135,7 +131,7 @@ def token_flow_loss(model: nn.Module, tokens: torch.Tensor, generator: torch.Gen
     Randomness (noise, time, self-conditioning coin) comes from ``generator`` when given, else the global RNG
     (which the trainer saves and restores, so resumed runs stay exact).
     """
-    core = _unwrap(model)
+    core = unwrap(model)
     cfg = core.config
     dev = tokens.device
     x = core.table[tokens]  # (B, L, D)

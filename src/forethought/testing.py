@@ -1,0 +1,70 @@
+"""Tiny random-init Hugging Face models for tests and ``--quick`` benchmark runs (not used by the library).
+
+Built locally from a config, so they need no download; the global torch RNG is left untouched (weights come
+from ``seed`` alone).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+
+def tiny_llama(
+    vocab_size: int = 256,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    seed: int = 0,
+    max_positions: int = 512,
+    eos_token_id: int | None = None,
+) -> LlamaForCausalLM:
+    """A small random-init Llama (grouped-query attention, RoPE, SwiGLU) built locally, for fast tests.
+
+    Same architecture family as SmolLM2, so code paths tested on it carry over. The global torch RNG is left
+    untouched: weights come from ``seed`` alone.
+    """
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 8 // 3,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=eos_token_id,
+        tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.eval()
+
+
+def tiny_gpt2(
+    vocab_size: int = 256,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+    max_positions: int = 512,
+    eos_token_id: int | None = None,
+) -> GPT2LMHeadModel:
+    """A small random-init GPT-2 (learned positions, tied embeddings) built locally, for fast tests."""
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_embd=hidden_size,
+        n_layer=layers,
+        n_head=heads,
+        n_positions=max_positions,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=eos_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT2LMHeadModel(config)
+    return model.eval()
