@@ -61,13 +61,14 @@ def main() -> None:
     t_start = time.time()
     from forethought.core.config import load_config
     from forethought.models.hf import load_causal_lm
-    from forethought.predgen.commands import PredGenConfig, load_data
+    from forethought.predgen.config import PredGenConfig
+    from forethought.predgen.data import load_split
     from forethought.predgen.decoding import AnswerTrie, constrained_greedy
     from forethought.predgen.methods import Encoder, PredGenSettings, PromptConfig, generator_loss, predgen_loss
     from forethought.predgen.model import AdapterConfig, PredGenModel, apply_adapter, build_head, hidden_size
 
     cfg = load_config(PredGenConfig, None, ["--task.name=sst2", "--task.max_eval_examples=0"])
-    spec, train_ex, eval_ex = load_data(cfg)
+    spec, train_ex, eval_ex = load_split(cfg.task, cfg.run.seed)
     lm, tok = load_causal_lm(args.base)
     enc = Encoder(spec, tok, PromptConfig())
     torch.manual_seed(0)

@@ -53,28 +53,14 @@ test), and then the default run folder and output are ``runs/bench-psf-wikitext-
 
 (FORETHOUGHT_DATA defaults to ../shared/data when that folder holds wikitext-2/.)
 
-The AR baseline's depth: 6 layers at d=128 would give 1.75 M parameters, 0.75x of PSF encoder + decoder
-(2.32 M with the 4096-token BPE), outside the issue's ±20 %, so the small preset has 9 (1.01x);
-``--ar-layers auto`` (default) passes the depth closest to PSF encoder + decoder to the recipe either way.
-The token flow lands at d=128, 9 layers
-(2.38 M trained parameters, 1.02x; its frozen 4096x128 table is a buffer and not counted).
+The AR baseline's depth: ``--ar-layers auto`` (default) passes the recipe the depth whose parameter count is
+closest to PSF encoder + decoder (the issue asks for ±20 %), and the token flow's depth is chosen the same way;
+the parameter counts and ratios of a run are in its JSON (``params``, ``params_encoder_decoder``,
+``params_ratio_to_psf_encoder_decoder``; the frozen token table of the flow is a buffer and not counted).
 
-Cost estimate for the default small run on this 2-core CPU (NOT run end to end when this was written). Inputs:
-the per-step times in configs/psf/recipe_small.yaml (one busy core), SmolLM2 at about 8 ms per judge token per
-thread, and the tiny run (``--preset tiny``: about 40 s of training and 20 s of evaluation on two busy cores,
-almost all process start-up and imports, so it fixes no per-step cost at small size):
-
-- training, ``--jobs 2`` (one thread each): ``psf`` = base 400x2 s + landing 100x2 s + self-realized 80x6 s +
-  codes 100x6 s + prior 400x0.7 s ≈ 40 min, then its 9-layer AR baseline, 680 steps (as many tokens as the
-  PSF model stages) at ≈ 2.8 s ≈ 32 min: ≈ 72 min. ``psf_content`` beside it ≈ 40 min. ``token_flow`` once
-  ``psf`` is done: 680 steps of a 9-layer dense denoiser over 16x256 positions with a 4096-way head, softmax·E
-  and a self-conditioning pass ≈ 2x an AR step's FLOPs ≈ 4 s/step ≈ 45 min. Training ≈ 2 h wall.
-- evaluation (two threads): 5 models x 3 points x 128 samples + 128 references = 2,048 judge texts of about
-  200-230 SmolLM2 tokens (256 BPE-4096 tokens ≈ 175 WikiText words) ≈ 0.44 M judge tokens x 8 ms ≈ 60 min
-  on one thread, ≈ 30-35 min on two (plus ≈ 1 min converting SmolLM2 from its GGUF the first time); sampling
-  ≈ 10-20 min, dominated by the token flow (≈ 56 GFLOP per document: 32 full passes; ≈ 450 documents with the
-  throughput and FLOP measurements); PSF and AR sampling a few minutes. Evaluation ≈ 45-60 min.
-- total ≈ 3 h wall on the 2 cores (the issue's cap of 4 points x 256 samples would about double evaluation).
+Costs: the small run has been run end to end; its measured training walls (``train_wall_s`` per model),
+evaluation walls (``evaluation_walls``, ``eval_timings_s``) and machine are in
+``benchmarks/results/psf_wikitext.json`` — numbers are kept there rather than here, where they would go stale.
 """
 
 from __future__ import annotations
@@ -141,7 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "cache, write no results: lets evaluation start while other models still train")
     ap.add_argument("--ar-layers", default="auto",
                     help="AR baseline depth: auto (the depth whose parameters are closest to PSF encoder + "
-                         "decoder; the preset's 6 layers give 0.75x), preset, or a number")
+                         "decoder), preset (the config's ar.model.n_layer), or a number")
     ap.add_argument("--train-token-flow", action="store_true", help=argparse.SUPPRESS)  # internal: one job
     ap.add_argument("overrides", nargs="*", help="extra overrides for both recipes (after --)")
     args = ap.parse_args(argv)
@@ -200,7 +186,7 @@ def ar_layers(args: argparse.Namespace) -> int | None:
     if args.ar_layers != "auto":
         return int(args.ar_layers)
     from forethought.psf.ar import build_ar
-    from forethought.psf.recipe import build_psf
+    from forethought.psf.generate import build_psf
 
     cfg = _recipe_config(args)
     spec = cfg.data.tokenizer
@@ -210,7 +196,7 @@ def ar_layers(args: argparse.Namespace) -> int | None:
         from forethought.data.tokenizers import load_tokenizer
 
         vocab = len(load_tokenizer(spec))
-    counts = build_psf(cfg, vocab, 0).num_params()
+    counts = build_psf(cfg.model, vocab, 0).num_params()
     target = counts["encoder"] + counts["decoder"]
 
     def ratio(layers: int) -> float:
@@ -306,10 +292,13 @@ def train_token_flow_job(args: argparse.Namespace) -> None:
     """Subprocess body: the token flow over the finished AR model's table, on the AR baseline's batches."""
     import torch
 
+    from forethought.core.config import load_config
     from forethought.core.run import Run
     from forethought.core.runtime import compute_init, step_generator
     from forethought.core.trainer import train
-    from forethought.psf.recipe import load_data, load_recipe, random_windows
+    from forethought.data.corpora import random_windows
+    from forethought.psf.generate import load_data, load_recipe
+    from forethought.psf.recipe import RecipeConfig
     from forethought.psf.token_flow import TokenFlow, embedding_table, token_flow_loss
 
     art = load_recipe(args.runs / "psf")
@@ -319,9 +308,9 @@ def train_token_flow_job(args: argparse.Namespace) -> None:
     L = art.cfg.model.seq_len
     table = embedding_table(art.ar)
     cfg, sizes = token_flow_config(art.model, L, table.shape[1], table.shape[0])
-    tcfg = copy.deepcopy(art.cfg.ar.train)
+    tcfg = copy.deepcopy(load_config(RecipeConfig, args.runs / "psf" / "config.yaml").ar.train)
     tcfg.steps = ar_res["steps"]  # the AR baseline's steps and batch size: the same windows and tokens
-    seed = art.cfg.run.seed
+    seed = art.cfg.seed
     train_tokens = load_data(art.cfg.data, L)[0]
     rt = compute_init("cpu", seed)
     torch.manual_seed(seed)
@@ -404,7 +393,7 @@ def build_samplers(args: argparse.Namespace, names: tuple[str, ...] = ROWS) -> t
     import torch
 
     from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
-    from forethought.psf.recipe import load_recipe, sample_ar, sample_psf
+    from forethought.psf import load_recipe, sample_ar, sample_psf
     from forethought.psf.token_flow import TokenFlow, TokenFlowConfig, sample_token_flow
 
     dev = args.device
@@ -476,7 +465,8 @@ def build_samplers(args: argparse.Namespace, names: tuple[str, ...] = ROWS) -> t
 
 
 def _run_fingerprint(args: argparse.Namespace, name: str) -> str:
-    """The trained run a sample set comes from: its results.json (rewritten whenever a stage finishes)."""
+    """The trained run a sample set comes from: its results.json (rewritten whenever a stage trains; a rerun
+    that only skips finished stages leaves it as it was)."""
     folder = {"psf_content": "psf_content", "token_flow": "token_flow"}.get(name, "psf")
     return hashlib.sha256((args.runs / folder / "results.json").read_bytes()).hexdigest()[:16]
 

@@ -7,6 +7,7 @@ in README comes from a file a benchmark script wrote.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -38,6 +39,15 @@ def myopia_synthetic() -> list[str]:
     return out
 
 
+# Every table that used the offline `smollm2-135m` says which weights those are.
+SMOLLM2 = "SmolLM2-135M-Instruct dequantised from its 4-bit Q4_1 GGUF (the offline `smollm2-135m`)"
+
+
+def _smollm2(name: str) -> str:
+    """'smollm2-135m + LoRA ...' -> the full description of those weights + ' + LoRA ...'."""
+    return re.sub(r"^smollm2-135m", SMOLLM2, name.strip(), flags=re.IGNORECASE)
+
+
 def myopia_step_cost() -> list[str]:
     r = _load("myopia_step_cost.json")
     if r is None:
@@ -48,6 +58,8 @@ def myopia_step_cost() -> list[str]:
         if m:
             out.append(f"| {key} ({m.get('params', 0) / 1e6:.0f}M) | {m['batch_size']} × {m['seq_len']} | "
                        f"{_fmt(m['vanilla_median_s'])} | {_fmt(m['myopic_median_s'])} | {_fmt(m['ratio'], 2)} |")
+    if "smollm2" in r:
+        out.append(f"\nsmollm2 = {SMOLLM2}.")
     if "reference_ratio" in r.get("gpt", {}):
         out.append(f"\nThe explicit O(T²) reference form costs {r['gpt']['reference_ratio']:.2f}× vanilla on the GPT.")
     return out
@@ -75,7 +87,7 @@ def predgen_sst2() -> list[str]:
     if r is None:
         return ["(predgen_sst2.json not yet produced)"]
     b = r.get("budget", {})
-    out = [f"SmolLM2-135M + LoRA r=16 (all linear layers), {b.get('steps')} steps × {b.get('batch_size')} examples "
+    out = [f"{SMOLLM2} + LoRA r=16 (all linear layers), {b.get('steps')} steps × {b.get('batch_size')} examples "
            f"per run (the same examples in the same order for every method), SST-2 dev (872).", "",
            "| method | accuracy (mean ± std) | per seed | train wall per run (min) | reference code (SmolLM-135M) |",
            "|---|---|---|---|---|"]
@@ -99,7 +111,7 @@ def predgen_speed() -> list[str]:
     if r is None:
         return ["(predgen_speed.json not yet produced)"]
     d = r["decode"]
-    return [f"{r['model']}, batch {r['batch_size']}, prompts of {r['prompt_tokens_mean']:.0f} tokens on average, "
+    return [f"{_smollm2(r['model'])}, batch {r['batch_size']}, prompts of {r['prompt_tokens_mean']:.0f} tokens on average, "
             f"{r['machine']['torch_threads']} thread(s).", "",
             "| measure | value |", "|---|---|",
             f"| training step, generator (s, median) | {r['train_step_s']['generator']:.2f} |",
@@ -114,7 +126,7 @@ def predgen_mine() -> list[str]:
     r = _load("predgen_mine.json")
     if r is None:
         return ["(predgen_mine.json not yet produced)"]
-    out = [f"{r['task']}; checkpoints: {r['checkpoints']}. H(Y) = {r['h_y']:.3f} nats.", "",
+    out = [f"{r['task']}; checkpoints: {r['checkpoints']} ({SMOLLM2} + LoRA). H(Y) = {r['h_y']:.3f} nats.", "",
            "| method | I(Y; pooled last state) | I(Y; pooled mean) | I(Y; answer-token states) |", "|---|---|---|---|"]
     for m in ("predictor", "generator", "predgen"):
         if m in r:
@@ -128,7 +140,7 @@ def predgen_regression() -> list[str]:
     r = _load("predgen_regression.json")
     if r is None:
         return ["(predgen_regression.json not yet produced)"]
-    out = [f"{r['base']}; seed 0; each method's own prediction (PredGen: the adapter's), its decoded number and the "
+    out = [f"{_smollm2(r['base'])}; seed 0; each method's own prediction (PredGen: the adapter's), its decoded number and the "
            "expected value over the number format.", "",
            "| task | method | steps × batch | train wall (min) | eval examples | MSE | Pearson | Spearman | "
            "decoded MSE / Pearson | expected-value MSE / Pearson | parse failures |",
@@ -156,7 +168,7 @@ def psf_wikitext() -> list[str]:
         return ["(psf_wikitext.json not yet produced)"]
     s = r["settings"]
     out = [f"{s['corpus']}, L={s['seq_len']}, K={s['blocks']}, {s['samples_per_point']} samples per sweep point, "
-           f"judge {s['judge']} (texts cut to {s['judge_max_tokens']} judge tokens); target entropy "
+           f"judge {_smollm2(s['judge'])} (texts cut to {s['judge_max_tokens']} judge tokens); target entropy "
            f"{s['target_entropy']:.3f} nats (held-out references, gen-PPL {s['reference_gen_ppl']:.1f}).", "",
            "| model | gen-PPL @ matched entropy | entropy | MAUVE | FLOPs / sample (measured) | (analytic) | "
            "samples/s b1 | samples/s b32 | serial depth | params | train tokens | train wall (min) |",

@@ -112,3 +112,46 @@ def test_fresh_run_refuses_to_mix_with_existing_checkpoints(tmp_path, capsys):
     assert main(args) == 2
     assert "--resume auto" in capsys.readouterr().err
     assert main(args + ["--resume", "auto"]) == 0  # finished: nothing to redo
+
+
+def test_readme_template_example_keeps_newlines_and_strings(tmp_path):
+    """README's example, typed as on a shell: the template's ``\\n`` become newlines (not backslash-n, not YAML),
+    and a string-list override keeps its items as strings (``[no, yes]`` stays two words)."""
+    import csv
+
+    from transformers import PreTrainedTokenizerFast
+
+    from forethought.core.config import load_config
+    from forethought.data.tokenizers import train_byte_level_bpe
+    from forethought.predgen.commands import PredGenConfig
+    from forethought.predgen.tasks import load_task, render_prompt
+    from forethought.testing import tiny_llama
+
+    rows = [{"title": f"t{i}", "body": "good" if i % 2 else "bad", "score": f"{i % 5}.5"} for i in range(12)]
+    data = tmp_path / "my.csv"
+    with open(data, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    tok = PreTrainedTokenizerFast(tokenizer_object=train_byte_level_bpe("Title: t1\nBody: good\nScore: 1.5" * 20, 280),
+                                  eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    base = tmp_path / "tiny"
+    tok.save_pretrained(base)
+    tiny_llama(vocab_size=len(tok), hidden_size=16, layers=1, heads=2, kv_heads=1,
+               eos_token_id=tok.eos_token_id).save_pretrained(base)
+    # README: --task.text_fields "[title, body]" --task.template "Title: {title}\nBody: {body}\nScore:"
+    readme = ["--task.name", str(data), "--task.target_field", "score", "--task.task_type", "regression",
+              "--task.text_fields", "[title, body]", "--task.template", r"Title: {title}\nBody: {body}\nScore:"]
+    out = subprocess.run([str(BIN / "forethought"), "predgen", "train", "--method", "predictor", "--base", str(base),
+                          *readme, "--train.steps", "1", "--train.batch_size", "4", "--eval.latency_examples", "0",
+                          "--run.out_dir", str(tmp_path / "runs"), "--run.name", "readme"],
+                         env=ENV, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    saved = load_config(PredGenConfig, tmp_path / "runs" / "readme" / "config.yaml")
+    assert saved.task.template == "Title: {title}\nBody: {body}\nScore:"
+    assert saved.task.text_fields == ["title", "body"]
+    spec, examples = load_task(str(data), "train", 0, target_field="score", task_type="regression",
+                               text_fields=saved.task.text_fields, template=saved.task.template)
+    assert render_prompt(spec, examples[0]).splitlines()[1].startswith("Body: ")
+    labels = load_config(PredGenConfig, None, ["--task.labels", "[no, yes]", "--task.template", "Review: {text}"])
+    assert labels.task.labels == ["no", "yes"] and labels.task.template == "Review: {text}"

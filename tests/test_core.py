@@ -145,3 +145,130 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     (tmp_path / ".tmp-step-000002-123").mkdir()  # a run killed mid-save
     (tmp_path / "step-000003").mkdir()  # no manifest: never completed
     assert latest_checkpoint(tmp_path).name == "step-000001"
+
+
+def test_manifest_entry_without_bytes_is_clear(tmp_path):
+    import json
+
+    ck = save_checkpoint(tmp_path, 1, _model(), {"step": 1})
+    man = json.loads((ck / "manifest.json").read_text())
+    del man["files"]["model.safetensors"]["bytes"]
+    (ck / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(ForethoughtError, match="entry 'model.safetensors' lacks its bytes"):
+        load_checkpoint(ck, _model())
+
+
+def test_nested_sections_are_validated_at_load():
+    @dataclass
+    class WithTrain:
+        train: TrainConfig = field(TrainConfig(), "optimisation")
+
+    with pytest.raises(ForethoughtError, match=r"^train: steps must not be negative, got -3$"):
+        load_config(WithTrain, None, ["--train.steps", "-3"])
+    with pytest.raises(ForethoughtError, match="train: lr must be a positive"):
+        load_config(WithTrain, None, ["--train.lr", "0"])
+
+
+# ---------------------------------------------------------------------------------------------- training loop
+
+
+class _Killed(Exception):
+    pass
+
+
+def _train(tmp_path, name, steps=6, resume=None, eval_fn=None, die_at_call=0, **cfg):
+    """A tiny regression trained by core.trainer, whose loss draws from numpy's and Python's RNGs (as a data
+    augmentation would), so resuming must restore both streams to reach the same weights."""
+    import random
+
+    import numpy as np
+
+    from forethought.core.run import Run
+    from forethought.core.runtime import compute_init, step_generator
+    from forethought.core.trainer import train
+
+    rt = compute_init("cpu", seed=0)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+
+    def batch_fn(step):
+        return torch.randn(8, 4, generator=step_generator(0, step))
+
+    calls = []
+
+    def loss_fn(m, x):
+        calls.append(1)
+        if len(calls) == die_at_call:
+            raise _Killed  # as if the process were killed here
+        noise = float(np.random.normal()) + random.random() + float(torch.rand(()))
+        return ((m(x).squeeze(-1) - x.sum(-1) - noise) ** 2).mean(), {}
+
+    tcfg = TrainConfig(steps=steps, batch_size=8, lr=0.05, log_every=1, **cfg)
+    run = Run.create(tmp_path, name)
+    out = train(model, loss_fn, batch_fn, tcfg, run, rt, resume=resume, eval_fn=eval_fn)
+    return model, out, run
+
+
+def test_resume_restores_every_rng_stream(tmp_path):
+    import random
+
+    import numpy as np
+
+    ref, _, _ = _train(tmp_path, "ref", steps=6)
+    with pytest.raises(_Killed):
+        _train(tmp_path, "cut", steps=6, checkpoint_every=3, die_at_call=5)
+    # a new process would start with other RNG states: scramble all of them before resuming
+    np.random.seed(123)
+    random.seed(123)
+    torch.manual_seed(123)
+    resumed, out, _ = _train(tmp_path, "cut", steps=6, resume="auto", checkpoint_every=3)
+    assert out["resumed_from"] == 3
+    assert torch.equal(ref.weight, resumed.weight) and torch.equal(ref.bias, resumed.bias)
+
+
+def test_eval_every_logs_plots_and_does_not_change_training(tmp_path):
+    calls = []
+
+    def eval_fn(model, step):
+        calls.append(step)
+        torch.rand(100)  # evaluation that draws random numbers must not shift the training streams
+        return {"val": float(model.weight.detach().sum()), "n": 3}
+
+    plain, _, _ = _train(tmp_path, "plain", steps=5)
+    evald, out, run = _train(tmp_path, "evald", steps=5, eval_every=2, eval_fn=eval_fn)
+    assert calls == [2, 4, 5]  # every 2 steps and at the last
+    rows = [r for r in run.metrics() if r.get("eval")]
+    assert [r["step"] for r in rows] == [2, 4, 5] and all("val" in r for r in rows)
+    assert [r["step"] for r in out["eval_curve"]] == [2, 4, 5]
+    assert (run.dir / "eval_curve.png").stat().st_size > 0
+    assert torch.equal(plain.weight, evald.weight)
+    _, off, run_off = _train(tmp_path, "off", steps=3, eval_fn=eval_fn)  # eval_every 0: never called
+    assert "eval_curve" not in off and not (run_off.dir / "eval_curve.png").exists() and calls[-1] == 5
+
+
+def test_non_finite_loss_stops_every_rank():
+    from forethought.core.trainer import all_finite
+
+    class FakeAccelerator:  # two processes: this one finite, the other one not
+        num_processes = 2
+
+        def reduce(self, t, reduction):
+            return t + 1
+
+    assert not all_finite(torch.tensor(1.0), FakeAccelerator())
+    assert all_finite(torch.tensor(1.0), type("One", (), {"num_processes": 1})())
+    assert not all_finite(torch.tensor(float("nan")), type("One", (), {"num_processes": 1})())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_asking_for_cuda_without_it_is_an_error():
+    from forethought.core.runtime import check_device, compute_init, pick_device
+
+    for device in ("cuda", "cuda:0"):
+        with pytest.raises(ForethoughtError, match="CUDA is not available"):
+            pick_device(device)
+    with pytest.raises(ForethoughtError, match="CUDA is not available"):
+        compute_init("cuda")
+    with pytest.raises(ForethoughtError, match="unknown device 'tpu'"):
+        check_device("tpu")
+    assert pick_device("auto") == torch.device("cpu")

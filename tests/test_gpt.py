@@ -26,14 +26,18 @@ def test_block_causal_mask_and_attention():
                           attention="block_causal", block_size=2)).double()
     ids = torch.randint(0, 11, (1, 6))
     logits = model(ids)
-    g = torch.autograd.grad(logits[0, 2].sum(), model.wte.weight, retain_graph=True)  # sees tokens 0..3
+    # Gradient of position 2's output with respect to each position's input vector (not the tied table, whose
+    # gradient is never zero): block-causal with block 2 means positions 0..3 reach it and 4..5 do not.
+    emb = model.wte(ids).detach().requires_grad_(True)
+    (g,) = torch.autograd.grad(model(None, inputs_embeds=emb)[0, 2].sum(), emb)
+    reach = g[0].abs().sum(-1)  # (T,)
+    assert (reach[:4] > 0).all() and (reach[4:] == 0).all(), reach
     changed = ids.clone()
     changed[0, 3] = (changed[0, 3] + 1) % 11  # same block as position 2: visible
     assert not torch.allclose(model(changed)[0, 2], logits[0, 2])
     changed = ids.clone()
     changed[0, 4] = (changed[0, 4] + 1) % 11  # next block: invisible
     torch.testing.assert_close(model(changed)[0, 2], logits[0, 2])
-    assert g[0].abs().sum() > 0
 
 
 def test_continuous_inputs_and_regression_head():

@@ -1,5 +1,6 @@
 """Myopic attention: forward unchanged, zero gradient into earlier positions' states, diagonal gradient equal to
-vanilla, and parameter gradients equal to the sum of per-position backward passes (SPEC §3)."""
+vanilla, and parameter gradients equal to the sum of per-position backward passes (myopic training as defined by
+Wu et al. 2024, "Do language models plan for future tokens?")."""
 
 import pytest
 import torch

@@ -1,8 +1,11 @@
 """Myopic fine-tuning of an HF causal LM (a tiny random Llama saved locally) with LoRA, then probing it."""
 
+import torch
+
 from forethought.cli import main
-from forethought.data.corpora import load_corpus_text
+from forethought.data.corpora import eval_windows, load_corpus_text
 from forethought.data.tokenizers import load_tokenizer
+from forethought.myopia.lm import load_tokens, load_variant, logits_of
 from forethought.testing import tiny_llama
 
 
@@ -30,4 +33,13 @@ def test_lm_finetune_hf_llama_with_lora_and_probe(tmp_path, monkeypatch):
     assert code == 0
     probe = json.loads((out / "myopia-probe" / "results.json").read_text())
     assert set(probe["variants"]["vanilla"]) == {"layer 0", "layer 2"}
-    assert all(0 <= a <= 1 for a in probe["variants"]["detach_hidden"]["layer 2"])
+    # The probes decode the fine-tuned model: its trained LoRA adapters are restored (B starts at zero), and the
+    # last layer's k = 1 probe, a map from the LM head's input to itself, scores what the model itself scores on
+    # the same validation windows (to within one position of the 8 × 31 scored).
+    model, lm_cfg = load_variant(out / "myopia-lm-tiny", "detach_hidden")
+    assert all(p.abs().sum() > 0 for n, p in model.named_parameters() if "lora_B" in n)
+    ids = eval_windows(load_tokens(lm_cfg)[1], 8, lm_cfg.data.seq_len)
+    with torch.no_grad():
+        hits = logits_of(model, ids)[:, :-1].argmax(-1) == ids[:, 1:]
+    own = hits.float().mean().item()
+    assert abs(probe["variants"]["detach_hidden"]["layer 2"][0] - own) <= 1.0 / hits.numel(), (probe, own)

@@ -7,6 +7,7 @@ import csv
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -118,8 +119,11 @@ def test_expected_value_matches_brute_force(make, chunk, max_rows) -> None:  # n
             lp = torch.log_softmax(lm(input_ids=torch.tensor([prompt + seq])).logits[0], -1)
             scores.append(sum(lp[len(prompt) - 1 + j, t] for j, t in enumerate(seq)))
         assert torch.allclose(dist[b], torch.softmax(torch.stack(scores), 0).detach(), atol=1e-10)
+        # the greedy decoder's log-probability is its chosen answer's brute-force score under the full softmax
+        greedy = constrained_greedy(lm, trie, ids[b:b + 1], mask[b:b + 1])
+        assert float(greedy.logprob[0]) == pytest.approx(float(scores[greedy.choice[0]].detach()), abs=1e-9)
+        assert greedy.tokens[0].tolist() == seqs[greedy.choice[0]]
     greedy = constrained_greedy(lm, trie, ids, mask)
-    assert all(0 <= c < 4 for c in greedy.choice)
     assert greedy.states.shape[:2] == greedy.tokens.shape and greedy.mask.all()
 
 
@@ -193,13 +197,19 @@ def _cli_train(world: dict, out: Path, method: str, *extra: str) -> dict:
 @pytest.mark.parametrize("method", ["predictor", "generator", "predgen"])
 def test_cli_train_eval_predict(world: dict, tmp_path: Path, method: str) -> None:
     res = _cli_train(world, tmp_path, method)
-    assert 0 <= res["accuracy"] <= 1 and res["eval_examples"] == 24 and res["examples_per_s"] > 0
-    if method != "predictor":
-        assert res["parse_failure_rate"] == 0 and "decoded" in res
+    assert res["eval_examples"] == 24 and res["examples_per_s"] > 0
     run = tmp_path / method
     assert (run / "model" / "predgen.json").is_file() and (run / "model" / "adapter").is_dir()
     preds = [json.loads(x) for x in (run / "predictions.jsonl").read_text().splitlines()]
     assert len(preds) == 24 and {p["prediction"] for p in preds} <= {"negative", "positive"}
+    # the reported metrics are those of the written predictions against the written targets
+    assert res["accuracy"] == pytest.approx(sum(p["prediction"] == p["target"] for p in preds) / 24)
+    if method != "predictor":
+        assert res["parse_failure_rate"] == 0
+        assert res["decoded"]["accuracy"] == pytest.approx(sum(p["decoded"] == p["target"] for p in preds) / 24)
+        assert all(p["decoded_text"].strip() == p["decoded"] for p in preds)
+    if method == "generator":
+        assert all(p["prediction"] == p["decoded"] for p in preds)  # the Generator's answer is the decoded one
     # reload and re-evaluate: the same predictions
     assert main(["predgen", "eval", "--model", str(run), "--eval.latency_examples", "0"]) == 0
     again = [json.loads(x) for x in (run / "eval-eval.predictions.jsonl").read_text().splitlines()]
@@ -218,8 +228,14 @@ def test_cli_regression_expected_value_and_resume(world: dict, tmp_path: Path) -
                  "--run.out_dir", str(tmp_path), "--run.name", "reg", *extra])
     assert code == 0
     res = json.loads((tmp_path / "reg" / "results.json").read_text())
-    assert {"mse", "mae", "pearson", "spearman"} <= res.keys()
-    assert res["expected_value"]["mse"] >= 0 and res["parse_failure_rate"] == 0
+    assert {"mse", "mae", "pearson", "spearman"} <= res.keys() and res["parse_failure_rate"] == 0
+    preds = [json.loads(x) for x in (tmp_path / "reg" / "predictions.jsonl").read_text().splitlines()]
+    assert len(preds) == 6
+    for key, column in (("mse", "prediction"), ("expected_value", "expected_value")):
+        mse = sum((p[column] - p["target"]) ** 2 for p in preds) / 6
+        assert (res[key] if key == "mse" else res[key]["mse"]) == pytest.approx(mse)
+    lo, hi = json.loads((tmp_path / "reg" / "model" / "predgen.json").read_text())["task_spec"]["value_range"]
+    assert all(lo <= p["expected_value"] <= hi for p in preds)  # a mean of well-formed numbers
     # a finished run resumes without retraining and gives the same results
     code = main(["predgen", "train", "--method", "predgen", "--base", str(world["model"]), "--task.name",
                  str(world["data"]), "--task.text_fields", "[text]", "--adapter.r", "4", "--train.steps", "3",
@@ -293,9 +309,22 @@ def test_cli_mine(world: dict, tmp_path: Path) -> None:
     assert (tmp_path / "predgen" / "mine.png").is_file()
 
 
-def test_corrupt_saved_model_is_a_clear_error(world: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_corrupt_saved_model_is_a_clear_error(world: dict, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from peft import PeftModel
+
+    from forethought.predgen.model import load_model, read_meta
+
     _cli_train(world, tmp_path, "predgen", "--train.steps", "1", "--task.max_eval_examples", "2")
     model = tmp_path / "predgen" / "model"
+
+    def bug(*args: Any, **kwargs: Any) -> None:
+        raise TypeError("a bug in the loading code")
+
+    with monkeypatch.context() as patch:  # a programming error keeps its type and traceback
+        patch.setattr(PeftModel, "from_pretrained", bug)
+        with pytest.raises(TypeError, match="a bug in the loading code"):
+            load_model(model, read_meta(model))
     head = model / "head.safetensors"
     head.write_bytes(head.read_bytes()[:40])
     assert main(["predgen", "eval", "--model", str(tmp_path / "predgen")]) == 2
@@ -354,3 +383,103 @@ def test_two_process_training(world: dict, tmp_path: Path) -> None:
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((tmp_path / "pg" / "results.json").read_text())["parse_failure_rate"] == 0
+
+
+def test_eval_and_mine_use_the_runs_own_split(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture) -> None:
+    """A run seeded 1 on a file without eval_path holds out the seed-1 split; eval and mine must score exactly
+    those examples (they used seed 0, i.e. partly the training data), and refuse when the data changed."""
+    from forethought.predgen import mine
+
+    data = _csv(tmp_path / "reviews.csv", _rows(120, 0))
+    opts = dict(target_field="label", text_fields=["text"], id_field="id")
+    held_out = [ex.id for ex in load_task(str(data), "eval", 1, **opts)[1]]
+    trained = {ex.id for ex in load_task(str(data), "train", 1, **opts)[1]}
+    assert held_out != [ex.id for ex in load_task(str(data), "eval", 0, **opts)[1]]  # the seeds disagree
+    code = main(["predgen", "train", "--method", "predictor", "--base", str(world["model"]), "--task.name", str(data),
+                 "--task.target_field", "label", "--task.text_fields", "[text]", "--task.id_field", "id",
+                 "--adapter.r", "4", "--train.steps", "1", "--train.batch_size", "4", "--eval.latency_examples", "0",
+                 "--run.seed", "1", "--run.out_dir", str(tmp_path), "--run.name", "s1"])
+    assert code == 0
+    run = tmp_path / "s1"
+    ids = [json.loads(x)["id"] for x in (run / "predictions.jsonl").read_text().splitlines()]
+    assert ids == held_out
+    assert main(["predgen", "eval", "--model", str(run), "--eval.latency_examples", "0"]) == 0
+    ids = [json.loads(x)["id"] for x in (run / "eval-eval.predictions.jsonl").read_text().splitlines()]
+    assert ids == held_out and not set(ids) & trained
+    assert json.loads((run / "eval-eval.json").read_text())["split_checked"] is True
+    seen: list[list[str]] = []
+    extract = mine.extract
+
+    def spy(model: Any, enc: Any, items: list[dict], *rest: Any) -> dict:
+        seen.append([i["id"] for i in items])
+        return extract(model, enc, items, *rest)
+
+    monkeypatch.setattr(mine, "extract", spy)
+    assert main(["predgen", "mine", "--model", str(run), "--representations", "[pooled_last]", "--seeds", "[0]",
+                 "--steps", "2", "--max_examples", "0"]) == 0
+    assert seen == [held_out]
+    # a model saved before runs recorded their split falls back to its run's config.yaml (same seed)
+    meta_path = run / "model" / "predgen.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "data"}))
+    assert main(["predgen", "eval", "--model", str(run), "--eval.latency_examples", "0"]) == 0
+    ids = [json.loads(x)["id"] for x in (run / "eval-eval.predictions.jsonl").read_text().splitlines()]
+    assert ids == held_out and json.loads((run / "eval-eval.json").read_text())["split_checked"] is False
+    (run / "config.yaml").rename(run / "config.yaml.away")  # ... and without that either, it cannot tell
+    capsys.readouterr()
+    assert main(["predgen", "eval", "--model", str(run)]) == 2
+    assert "cannot tell which examples the model was trained on" in capsys.readouterr().err
+    meta_path.write_text(json.dumps(meta))
+    # the data changed since training: the recorded ids no longer match, a clear error instead of a silent split
+    _csv(data, _rows(119, 0))
+    capsys.readouterr()
+    assert main(["predgen", "eval", "--model", str(run)]) == 2
+    assert "changed since training" in capsys.readouterr().err
+
+
+def test_regression_predictor_with_a_wide_range(world: dict, tmp_path: Path) -> None:
+    """The Predictor never decodes, so it must not build the set of well-formed numbers: 0..100000 with two
+    decimals is 10 million of them (it refused the task). Its learning curve has MSE and Pearson."""
+    rng = random.Random(0)
+    data = _csv(tmp_path / "wide.csv", [{"text": " ".join(rng.choice(WORDS) for _ in range(4)),
+                                         "score": f"{rng.uniform(0, 100000):.2f}"} for _ in range(40)]
+                + [{"text": "the plot", "score": "0"}, {"text": "a scene", "score": "100000"}])
+    code = main(["predgen", "train", "--method", "predictor", "--base", str(world["model"]), "--task.name", str(data),
+                 "--task.target_field", "score", "--task.task_type", "regression", "--adapter.r", "4",
+                 "--train.steps", "2", "--train.batch_size", "4", "--train.eval_every", "1",
+                 "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path), "--run.name", "wide"])
+    assert code == 0
+    res = json.loads((tmp_path / "wide" / "results.json").read_text())
+    assert res["mse"] > 0 and [r["step"] for r in res["learning_curve"]] == [1, 2]
+    assert {"mse", "pearson", "examples_seen"} <= res["learning_curve"][0].keys()
+    assert res["learning_curve"][-1]["mse"] == pytest.approx(res["mse"])
+
+
+def test_learning_curve_and_report(world: dict, tmp_path: Path) -> None:
+    """--train.eval_every 2 over 4 steps: two curve points (steps 2 and 4) in results.json and metrics.jsonl;
+    the last one is the final evaluation (same model, same examples); report.md links the plot."""
+    res = _cli_train(world, tmp_path, "predictor", "--train.eval_every", "2", "--task.max_eval_examples", "10",
+                     "--eval.latency_examples", "0")
+    run = tmp_path / "predictor"
+    curve = res["learning_curve"]
+    assert [(r["step"], r["examples_seen"]) for r in curve] == [(2, 8), (4, 16)]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("eval")] == [2, 4]
+    assert curve[-1]["accuracy"] == pytest.approx(res["accuracy"]) and res["eval_examples"] == 10
+    assert (run / "learning_curve.png").stat().st_size > 0
+    report = (run / "report.md").read_text()
+    assert "predictor" in report and "learning_curve.png" in report and f"{res['accuracy']:.4f}" in report
+
+
+def test_check_layer_bounds() -> None:
+    from forethought.core.errors import ForethoughtError
+    from forethought.predgen.model import check_layer
+
+    lm = tiny_llama(vocab_size=40, hidden_size=16, layers=2, heads=2, eos_token_id=1)
+    n_states = len(lm(input_ids=torch.tensor([[3, 4]]), output_hidden_states=True).hidden_states)
+    for layer in range(-n_states, n_states):  # every index the hidden states accept is accepted
+        assert check_layer(layer, lm) == layer
+    for layer in (n_states, -n_states - 1, 99):
+        with pytest.raises(ForethoughtError, match=f"layer {layer} is out of range"):
+            check_layer(layer, lm)

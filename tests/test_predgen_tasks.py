@@ -271,10 +271,10 @@ _FAKE_HUB = {
 def test_hub_fallback_conversions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a data root the hub copies are read (here a fake `datasets`) into the same fields and splits."""
     from forethought.core import env
-    from forethought.predgen import tasks
+    from forethought.predgen.tasks import builtin
 
     monkeypatch.setattr(env, "datasets_available", lambda: True)
-    monkeypatch.setattr(tasks, "_hub_dataset", lambda hub_id, config: _FAKE_HUB[(hub_id, config)])
+    monkeypatch.setattr(builtin, "_hub_dataset", lambda hub_id, config: _FAKE_HUB[(hub_id, config)])
     _, sst2 = load_task("sst2", "train")
     assert [(ex.fields["sentence"], ex.target) for ex in sst2] == [("great fun", "positive"), ("dull", "negative")]
     _, train = load_task("boolq", "train")
@@ -294,13 +294,13 @@ def test_hub_fallback_conversions(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_hub_load_failure_names_both_places(monkeypatch: pytest.MonkeyPatch) -> None:
     from forethought.core import env
-    from forethought.predgen import tasks
+    from forethought.predgen.tasks import builtin
 
     def fail(hub_id: str, config: str | None) -> None:
         raise ConnectionError("offline\nmore detail")
 
     monkeypatch.setattr(env, "datasets_available", lambda: True)
-    monkeypatch.setattr(tasks, "_hub_dataset", fail)
+    monkeypatch.setattr(builtin, "_hub_dataset", fail)
     with pytest.raises(ForethoughtError) as info:
         load_task("sick", "train")
     message = str(info.value)
@@ -422,6 +422,17 @@ def test_generic_missing_field_names_line_and_fields(tmp_path: Path) -> None:
     csv_path = _write(tmp_path / "d.csv", "text,label\na,x\nb\n")
     with pytest.raises(ForethoughtError, match=r"d\.csv line 3: missing field 'label' \(fields present: text\)"):
         load_task(str(csv_path), "train", target_field="label")
+
+
+def test_generic_column_missing_from_the_header(tmp_path: Path) -> None:
+    """A column the header lacks is named once, with the header (a headerless file shows its first row there)."""
+    path = _write(tmp_path / "nohead.csv", "good movie,positive\nbad plot,negative\n")
+    with pytest.raises(ForethoughtError, match=r"no column 'label' in the header row \(good movie, positive\); "
+                                               "the first line must name the columns"):
+        load_task(str(path), "train", target_field="label")
+    path = _write(tmp_path / "cols.tsv", "text\tlabel\na\tx\nb\ty\n")
+    with pytest.raises(ForethoughtError, match=r"no column 'body', 'key' in the header row \(text, label\)"):
+        load_task(str(path), "train", target_field="label", text_fields=["body"], id_field="key")
 
 
 def test_generic_non_numeric_regression_target(tmp_path: Path) -> None:

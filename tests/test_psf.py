@@ -1,10 +1,15 @@
 """Predictive State Flow: masks, the state shift, landing-target alignment, flow prior, sampler, KV cache, CLI."""
 
 import json
+import math
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
+from cli_harness import snapshot
 from safetensors.torch import load_file
 
 from forethought import cli
@@ -12,6 +17,7 @@ from forethought.core.checkpoint import latest_checkpoint
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
+from forethought.psf.generate import load_recipe, sample_psf
 from forethought.psf.model import (
     PSFModel,
     PSFModelConfig,
@@ -30,7 +36,6 @@ from forethought.psf.prior import (
     logit_normal_t,
     sample_prior,
 )
-from forethought.psf.recipe import load_recipe, sample_psf
 from forethought.psf.sampling import sample_tokens, top_p_probs
 
 V = 23
@@ -163,8 +168,18 @@ def test_forward_loss_codes_kl_and_self_realized():
     m.train()
     m.landing = m.use_codes = True
     tokens = torch.randint(0, V, (2, 12))
+    mu, logvar = m.posterior(m.encode(tokens)[1])
+    per_block = (0.5 * (mu.pow(2) + logvar.exp() - 1 - logvar).sum(-1)).mean(0).detach()  # (K,) batch-mean KL
+    assert per_block.min() > 0
+    # loss = CE + kl_weight · sum_k max(KL_k, free_bits · n) / L, and "kl" reports the raw KL per token
+    m.config.kl_weight, m.config.free_bits = 2.0, 0.0  # no free bits: the whole KL is charged
     out = m(tokens)
-    assert out["loss"] >= out["ce"] and out["kl"] >= 0
+    torch.testing.assert_close(out["kl"], per_block.sum() / 12)
+    torch.testing.assert_close(out["loss"] - out["ce"], 2.0 * per_block.sum() / 12)
+    m.config.free_bits = float(per_block.max()) + 1.0  # every block under budget: charged its free bits only
+    out = m(tokens)
+    assert (out["loss"] - out["ce"]).item() == pytest.approx(2.0 * m.config.free_bits * 3 * 4 / 12)  # K·n / L
+    torch.testing.assert_close(out["kl"], per_block.sum() / 12)
     out["loss"].backward()
     assert m.code_head.weight.grad is not None
     real = realized_states(m, tokens, generator=torch.Generator().manual_seed(1))
@@ -307,14 +322,14 @@ def test_recipe_and_sample_end_to_end(tmp_path, monkeypatch, capsys):
     for stage in res["stages"]:
         assert (run / stage / "results.json").is_file()
 
-    # rerun with --resume auto: every stage is complete, nothing is retrained
-    before = {p: p.stat().st_mtime_ns for p in run.rglob("model.safetensors")}
-    metrics = {p: p.read_text() for p in run.rglob("metrics.jsonl")}
+    # rerun with --resume auto: every stage is complete — the AR baseline and the priors too — so nothing is
+    # retrained or re-evaluated, and no file of the run changes (results.json's hash keys the benchmark's cache)
+    before = snapshot(run)
     capsys.readouterr()
     assert cli.main([*args, "--resume", "auto"]) == 0
-    assert "complete, skipped" in capsys.readouterr().out
-    assert {p: p.stat().st_mtime_ns for p in run.rglob("model.safetensors")} == before
-    assert {p: p.read_text() for p in run.rglob("metrics.jsonl")} == metrics
+    printed = capsys.readouterr().out
+    assert all(f"{stage}: complete, skipped" in printed for stage in res["stages"])
+    assert snapshot(run) == before
     # without --resume an existing stage is not silently overwritten
     assert cli.main(args) == 2
 
@@ -337,7 +352,8 @@ def test_recipe_and_sample_end_to_end(tmp_path, monkeypatch, capsys):
     lines = (run / "samples" / "samples.jsonl").read_text().splitlines()
     assert len(lines) == 3 and json.loads(lines[0])["prompt_tokens"] == 16
     assert (run / "samples" / "samples.txt").read_text().strip()
-    assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "2", "--model", "ar", "--name", "ar"]) == 0
+    assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "2", "--model", "ar",
+                     "--name", "ar_samples"]) == 0
     assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "2", "--stage", "codes",
                      "--trajectory", "mean", "--name", "mean"]) == 0
     art = load_recipe(run, stage="codes")
@@ -345,6 +361,41 @@ def test_recipe_and_sample_end_to_end(tmp_path, monkeypatch, capsys):
     assert load_recipe(run, stage="base").prior is None  # the prior was trained on later states
     ids = sample_psf(art.model, art.prior, 2, steps=2, generator=torch.Generator().manual_seed(0))
     assert ids.shape == (2, 32)
+
+    # importing the package and sampling a run never import the training loop
+    code = ("import sys\nimport forethought.psf\nfrom forethought.psf.generate import SampleConfig, sample\n"
+            f"sample(SampleConfig(recipe_run={str(run)!r}, name='light', n=2))\n"
+            "print(sorted(m for m in sys.modules if m in ('forethought.core.trainer', 'forethought.psf.recipe', "
+            "'forethought.psf.token_flow')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "FORETHOUGHT_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    assert (run / "light" / "samples.jsonl").is_file()
+
+
+def test_eval_every_logs_validation_rows_in_every_stage(tmp_path, monkeypatch):
+    """``<stage>.train.eval_every``: PSF stages log teacher-forced CE and KL, the prior its flow loss, the AR
+    baseline its CE, every N steps and at the last step; the last row is the stage's final evaluation."""
+    monkeypatch.delenv("FORETHOUGHT_DATA", raising=False)
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
+    assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(tmp_path), "--run.name", "ev",
+                     "--landing.enabled", "false", "--self_realized.enabled", "false", "--longer_blocks.blocks", "[]",
+                     "--base.train.eval_every", "2", "--codes.train.eval_every", "2", "--prior.train.eval_every", "4",
+                     "--ar.train.eval_every", "4"]) == 0
+    run = tmp_path / "ev"
+    res = json.loads((run / "results.json").read_text())["stages"]
+    expect = {"base": ([2, 4, 6], "val_ce"), "codes": ([2, 3], "val_ce"), "prior": ([4, 6], "val_flow_loss"),
+              "ar": ([4, 8, 9], "val_ce")}  # ar: 9 steps, the tokens of base (6) + codes (3)
+    for stage, (steps, key) in expect.items():
+        rows = [json.loads(line) for line in (run / stage / "metrics.jsonl").read_text().splitlines()]
+        evals = [r for r in rows if r.get("eval")]
+        assert [r["step"] for r in evals] == steps, stage
+        assert all(math.isfinite(r[key]) for r in evals), stage
+        assert evals[-1][key] == pytest.approx(res[stage][key]), stage
+        assert (run / stage / "eval_curve.png").is_file()
+        if stage == "codes":
+            assert all(r["val_kl"] > 0 for r in evals)
 
 
 def test_bad_inputs(tmp_path, capsys):
@@ -356,3 +407,65 @@ def test_bad_inputs(tmp_path, capsys):
     assert cli.main(["psf", "recipe", "--config", "tiny", "--longer_blocks.blocks", "[8]",
                      "--run.out_dir", str(tmp_path)]) == 2
     assert "max_blocks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["--prior.model.n_head", "3"], r"^prior\.model: n_embd \(32\) must be divisible by n_head \(3\)$"),
+    (["--ar.model.n_head", "5"], r"^ar\.model: n_embd \(32\) must be divisible by n_head \(5\)$"),
+    (["--model.n_head", "3"], r"^model: n_embd \(32\) must be divisible by n_head \(3\)$"),
+    (["--prior.model.steps", "0"], r"^prior\.model: steps must be at least 1, got 0$"),
+    (["--longer_blocks.blocks", "[5]"], r"^longer_blocks\.blocks: .*multiple of the block count K=5$"),
+    (["--rollout.top_p", "0"], r"^rollout: top_p must be in \(0, 1\]"),
+    (["--data.eval_sequences", "0"], r"^data: eval_sequences must be at least 1, got 0$"),
+    (["--codes.train.steps", "0"], r"^codes\.train: steps must be at least 1, got 0$"),
+    (["--ar.train.steps", "-1"], r"^ar\.train: steps must .*-1$"),
+    (["--base.enabled", "false", "--landing.enabled", "false", "--self_realized.enabled", "false",
+      "--codes.enabled", "false"], "every PSF model stage is disabled"),
+])
+def test_every_stage_is_validated_when_the_config_loads(overrides, message):
+    """A bad setting of any stage fails at load, naming its section — not after the earlier stages trained."""
+    from forethought.core.config import load_config
+    from forethought.psf.recipe import RecipeConfig
+
+    with pytest.raises(ForethoughtError, match=message):
+        load_config(RecipeConfig, cli.resolve_config_path("psf", "recipe", "tiny"), overrides)
+
+
+def test_recipe_validates_a_config_built_in_python(tmp_path):
+    from forethought.core.config import load_config
+    from forethought.psf.recipe import RecipeConfig, run
+
+    cfg = load_config(RecipeConfig, cli.resolve_config_path("psf", "recipe", "tiny"), ["--run.out_dir", str(tmp_path)])
+    cfg.prior.model.n_head = 3
+    with pytest.raises(ForethoughtError, match="prior.model: n_embd"):
+        run(cfg)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["--temperature", "-1"], r"^temperature must be a number >= 0 \(0 = greedy\), got -1.0$"),
+    (["--temperature", "nan"], "temperature must be a number >= 0"),
+    (["--top_p", "0"], r"^top_p must be in \(0, 1\], got 0.0$"),
+    (["--top_p", "1.5"], r"^top_p must be in \(0, 1\]"),
+    (["--n", "0"], "^n must be at least 1, got 0$"),
+    (["--batch_size", "0"], "^batch_size must be at least 1, got 0$"),
+    (["--prior_steps", "-1"], "^prior_steps must not be negative, got -1$"),
+    (["--prompt_blocks", "-2"], "^prompt_blocks must not be negative, got -2$"),
+    (["--name", ""], "^name must be a plain folder name"),
+    (["--name", "../elsewhere"], "^name must be a plain folder name"),
+])
+def test_sampling_settings_are_validated_when_the_config_loads(overrides, message):
+    from forethought.core.config import load_config
+    from forethought.psf.generate import SampleConfig
+
+    with pytest.raises(ForethoughtError, match=message):
+        load_config(SampleConfig, None, ["--recipe_run", "anywhere", *overrides])
+
+
+def test_top_p_probs_rejects_what_it_cannot_sample():
+    logits = torch.zeros(1, 4)
+    with pytest.raises(ValueError, match="temperature must be > 0") as e:
+        top_p_probs(logits, temperature=-1.0)
+    assert "greedy=" not in str(e.value)  # no such parameter
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        top_p_probs(logits, top_p=0.0)

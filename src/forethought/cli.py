@@ -44,7 +44,7 @@ COMMANDS = [
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
             "forethought.psf.recipe:RecipeConfig"),
     Command("psf", "sample", "sample a 'psf recipe' run (PSF or AR; unconditional or prompted) to JSONL + text",
-            "forethought.psf.recipe:sample", "forethought.psf.recipe:SampleConfig"),
+            "forethought.psf.generate:sample", "forethought.psf.generate:SampleConfig"),
     Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
             "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head",
             "forethought.predgen.commands:run_train", "forethought.predgen.commands:PredGenConfig"),

@@ -155,16 +155,16 @@ def _predgen(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> 
 
 
 def _psf(cfg: DemoConfig, root: Run, sub: list[str], resume: str | None) -> None:
-    from forethought.psf import recipe
+    from forethought.psf import generate, recipe
 
     corpus, tok = _corpus(cfg)
     rcfg = load_config(recipe.RecipeConfig, resolve_config_path("psf", "recipe", "tiny"),
                        sub + ["--run.name=psf", f"--base.train.steps={cfg.psf_steps}"]
                        + ([] if corpus == "generated" else [f"--data.corpus={corpus}"]))
     recipe.run(rcfg, resume=resume)
-    scfg = load_config(recipe.SampleConfig, None, [f"--recipe_run={root.dir / 'psf'}", "--n=4", "--temperature=0.8",
+    scfg = load_config(generate.SampleConfig, None, [f"--recipe_run={root.dir / 'psf'}", "--n=4", "--temperature=0.8",
                                                    f"--seed={cfg.run.seed}", f"--device={cfg.run.device}"])
-    recipe.sample(scfg)
+    generate.sample(scfg)
     samples = (root.dir / "psf" / "samples" / "samples.txt").read_text().split("\n\n==========\n\n")
     report = (root.dir / "psf" / "report.md").read_text().rstrip()
     shown = "\n".join(f"{i + 1}. `{t.strip()[:300]!r}`" for i, t in enumerate(samples))

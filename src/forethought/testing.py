@@ -38,10 +38,7 @@ def tiny_llama(
         pad_token_id=eos_token_id,
         tie_word_embeddings=False,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    return model.eval()
+    return _seeded(LlamaForCausalLM, config, seed)
 
 
 def tiny_gpt2(
@@ -64,7 +61,12 @@ def tiny_gpt2(
         eos_token_id=eos_token_id,
         pad_token_id=eos_token_id,
     )
+    return _seeded(GPT2LMHeadModel, config, seed)
+
+
+def _seeded(model_cls, config, seed: int):
+    """``model_cls(config)`` initialised from ``seed`` alone, in eval mode (the global RNG is left as it was)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = GPT2LMHeadModel(config)
+        model = model_cls(config)
     return model.eval()

@@ -91,9 +91,15 @@ def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
         files = manifest["files"]
     except (OSError, ValueError, KeyError, TypeError):
         raise ForethoughtError(f"checkpoint {ckpt} is incomplete or corrupt: unreadable manifest.json") from None
+    if not isinstance(files, dict):
+        raise ForethoughtError(f"checkpoint {ckpt} is corrupt: manifest.json has no file table")
     for name, meta in files.items():
+        if (not isinstance(meta, dict) or not isinstance(meta.get("bytes"), int)
+                or not isinstance(meta.get("sha256"), str)):
+            raise ForethoughtError(f"checkpoint {ckpt} is corrupt: manifest.json entry '{name}' lacks its bytes or "
+                                   "sha256")
         p = ckpt / name
-        if not p.is_file():
+        if "/" in name or name.startswith(".") or not p.is_file():
             raise ForethoughtError(f"checkpoint {ckpt} is incomplete: {name} is missing")
         size = p.stat().st_size
         if size != meta["bytes"]:

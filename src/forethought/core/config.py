@@ -176,7 +176,7 @@ def parse_cli_value(text: str, t: Any) -> Any:
         try:
             items = yaml.load(text, Loader=yaml.BaseLoader) if text.strip() else []  # every scalar a string
         except yaml.YAMLError as e:
-            raise ForethoughtError(f"bad list {text!r}: {first_line(e)}") from None
+            raise ForethoughtError(f"bad list {text!r}: {yaml_problem(e)}") from None
         if isinstance(items, str):
             items = [items]
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
@@ -198,7 +198,7 @@ def parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
         if a.startswith("--") and "=" in a:
             k, v = a[2:].split("=", 1)
         elif a.startswith("--"):
-            if i + 1 >= len(args):
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):  # "-5" is a value, "--x" the next option
                 raise ForethoughtError(f"option '{a}' needs a value")
             k, v = a[2:], args[i + 1]
             i += 1
@@ -211,6 +211,14 @@ def parse_overrides(args: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where (PyYAML's own message spans several lines)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or first_line(e)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
     """Defaults of ``cls``, then the YAML file at ``path``, then the dotted ``overrides``."""
     cfg = cls()
@@ -221,17 +229,33 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         try:
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
-            raise ForethoughtError(f"config file {p} is not valid YAML: {e}") from None
+            raise ForethoughtError(f"config file {p} is not valid YAML: {yaml_problem(e)}") from None
         if not isinstance(data, dict):
             raise ForethoughtError(f"config file {p} must hold a mapping of keys to values")
         for k, v in _flatten(data):
             _apply(cfg, k, v, cls)
     for k, v in parse_overrides(overrides or []):
         _apply(cfg, k, v, cls)
+    validate_all(cfg)
+    return cfg
+
+
+def validate_all(cfg: Any, section: str = "") -> None:
+    """Call ``validate()`` on every section that has one, innermost first, so a bad value anywhere fails when
+    the config is loaded — before anything is trained or written. A nested section's message is prefixed with
+    its path (``ar.train: steps must not be negative``)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            validate_all(value, f"{section}{f.name}.")
     validate = getattr(cfg, "validate", None)
     if callable(validate):
-        validate()
-    return cfg
+        try:
+            validate()
+        except ForethoughtError as e:
+            if not section:
+                raise
+            raise ForethoughtError(f"{section.rstrip('.')}: {e}") from None
 
 
 def to_dict(cfg: Any) -> dict:

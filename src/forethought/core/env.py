@@ -154,7 +154,7 @@ def convert_gguf(gguf: Path, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("converting %s to safetensors in %s (one-off, about 30 s)", gguf, target)
+    log.info("converting %s to safetensors in %s (one-off)", gguf, target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     try:

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from forethought.core.errors import ForethoughtError, first_line
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
@@ -39,3 +41,20 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_json_object(path: str | Path, required: tuple[str, ...] = (), fix: str = "") -> dict[str, Any]:
+    """A JSON file that must hold an object with the ``required`` keys. Unreadable, truncated, not an object or
+    keys missing: one ForethoughtError naming the file (``fix``, when given, says how to get a good one)."""
+    path = Path(path)
+    tail = f"; {fix}" if fix else ""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ForethoughtError(f"{path} is unreadable or corrupt ({first_line(e)}){tail}") from None
+    if not isinstance(data, dict):
+        raise ForethoughtError(f"{path} is corrupt (not a JSON object){tail}")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise ForethoughtError(f"{path} is corrupt or incomplete (missing {', '.join(missing)}){tail}")
+    return data

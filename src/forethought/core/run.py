@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from forethought.core.config import field, save_yaml
 from forethought.core.io import atomic_write_json
@@ -66,25 +66,49 @@ class RunConfig:
 
 @dataclass
 class Run:
-    """A run folder. Only rank 0 writes (``is_main``)."""
+    """A run folder. Only rank 0 writes (``is_main``).
+
+    Nothing is written when a run is created: the folder, ``config.yaml`` and ``env.json`` appear when the run
+    first writes something (a metric, a result, a plot, a checkpoint through the trainer). So a command that
+    stops on bad input — a corrupt checkpoint, an unknown corpus, a bad setting found late — leaves no folder
+    behind and does not touch an existing one. Sub-runs created inside a run's folder start their parent first.
+    """
 
     dir: Path
     is_main: bool = True
+    cfg: Any = None
+    started: bool = False
+
+    # runs created but not started yet, by folder: a sub-run starting starts its pending ancestors first
+    _pending: ClassVar[dict[Path, "Run"]] = {}
 
     @classmethod
     def create(cls, root: str | Path, name: str, cfg: Any = None, is_main: bool = True) -> "Run":
-        run = cls(Path(root) / name, is_main)
-        if is_main:
-            run.dir.mkdir(parents=True, exist_ok=True)
-            if cfg is not None:
-                save_yaml(cfg, run.dir / "config.yaml")
-            atomic_write_json(run.dir / "env.json", environment())
+        run = cls(Path(root) / name, is_main, cfg)
+        cls._pending[run.dir.resolve()] = run
         return run
+
+    def start(self) -> "Run":
+        """Create the folder and write config.yaml (resolved) and env.json, once."""
+        if self.started:
+            return self
+        self.started = True
+        me = self.dir.resolve()
+        Run._pending.pop(me, None)
+        for ancestor in sorted((d for d in Run._pending if d in me.parents), key=lambda d: len(d.parts)):
+            Run._pending[ancestor].start()
+        if self.is_main:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if self.cfg is not None:
+                save_yaml(self.cfg, self.dir / "config.yaml")
+            atomic_write_json(self.dir / "env.json", environment())
+        return self
 
     def log(self, record: dict[str, Any]) -> None:
         """Append one JSON line to metrics.jsonl (lines are small, so an append is effectively atomic)."""
         if not self.is_main:
             return
+        self.start()
         with open(self.dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -103,8 +127,11 @@ class Run:
     def write_results(self, results: dict[str, Any]) -> Path:
         p = self.dir / "results.json"
         if self.is_main:
+            self.start()
             atomic_write_json(p, results)
         return p
 
     def path(self, name: str) -> Path:
+        """Where to write ``name`` in this run (starts the run: the caller is about to write there)."""
+        self.start()
         return self.dir / name

@@ -23,7 +23,7 @@ def seed_everything(seed: int) -> None:
 
 def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     """A CPU generator that depends only on (seed, step, salt): data for step s is the same whether the run
-    was interrupted or not, and on every rank, which makes resume and multi-process runs exact."""
+    was interrupted or not, and on every rank, so a resumed or multi-process run sees the same data."""
     g = torch.Generator()
     g.manual_seed((seed * 1_000_003 + step * 7_919 + salt * 104_729) % (2**63 - 1))
     return g
@@ -46,9 +46,10 @@ class Runtime:
         return self.rank == 0
 
 
-def check_device(device: str) -> str:
+def check_device(device: str, key: str = "--run.device") -> str:
     """Validate a device name (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``) against this machine: asking for
-    an accelerator that is not there is an error, never a silent fall-back to the CPU."""
+    an accelerator that is not there is an error, never a silent fall-back to the CPU. ``key`` is the option the
+    advice names."""
     name = device.strip().lower()
     kind, _, index = name.partition(":")
     if kind not in DEVICES or (index and (kind != "cuda" or not index.isdigit())):
@@ -56,7 +57,7 @@ def check_device(device: str) -> str:
     if kind == "cuda":
         if not torch.cuda.is_available():
             raise ForethoughtError(f"device '{device}' was asked for, but CUDA is not available on this machine "
-                                   "(use --run.device cpu or auto)")
+                                   f"(use {key} cpu or auto)")
         if index and int(index) >= torch.cuda.device_count():
             raise ForethoughtError(f"device '{device}': this machine has {torch.cuda.device_count()} CUDA device(s)")
     if kind == "mps" and not torch.backends.mps.is_available():
@@ -64,9 +65,9 @@ def check_device(device: str) -> str:
     return name
 
 
-def pick_device(device: str) -> torch.device:
+def pick_device(device: str, key: str = "--device") -> torch.device:
     """A checked device for single-process work (sampling, evaluation): ``auto`` = cuda if present, else cpu."""
-    name = check_device(device)
+    name = check_device(device, key)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)

@@ -50,6 +50,22 @@ class TrainConfig:
     eval_every: int = field(0, "evaluate every N steps and at the last step, logged to metrics.jsonl and plotted "
                             "to eval_curve.png (0 = off)")
 
+    def validate(self) -> None:
+        for name in ("batch_size", "log_every"):
+            if getattr(self, name) < 1:
+                raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
+        # steps 0 is allowed: some recipes read it as "choose for me" (e.g. the PSF AR baseline's budget)
+        for name in ("steps", "warmup_steps", "checkpoint_every", "eval_every", "keep_checkpoints", "weight_decay",
+                     "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ForethoughtError(f"{name} must not be negative, got {getattr(self, name)}")
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise ForethoughtError(f"lr must be a positive number, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ForethoughtError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if not 0 <= self.beta2 < 1:
+            raise ForethoughtError(f"beta2 must be in [0, 1), got {self.beta2}")
+
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate for optimizer step ``step`` (0-based): linear warmup then cosine to min_lr_ratio·lr."""
@@ -131,6 +147,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         _truncate_metrics(run, start)
         if rt.is_main:
             print(f"resumed from {ckpt} at step {start}")
+    run.start()  # inputs are valid and any checkpoint loaded: from here on the run writes
     wrapped, opt = acc.prepare(model, opt)
     curve: list[tuple[int, float]] = [(r["step"], r["loss"]) for r in run.metrics() if "loss" in r]
     t0 = time.perf_counter()

@@ -46,9 +46,9 @@ class GPTConfig:
         from forethought.core.errors import ForethoughtError
 
         if self.n_embd % self.n_head:
-            raise ForethoughtError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})")
+            raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.attention == "block_causal" and self.block_size <= 0:
-            raise ForethoughtError("model.block_size must be > 0 for block_causal attention")
+            raise ForethoughtError("block_size must be > 0 for block_causal attention")
 
 
 class KVCache:

@@ -1,4 +1,5 @@
-"""Myopic attention as pure functions (SPEC §3).
+"""Myopic attention as pure functions (myopic training as defined by Wu et al. 2024, "Do language models plan
+for future tokens?").
 
 Myopic training: the loss at position t may not shape any earlier position's state. In every attention layer a
 query attends to *other* positions' keys/values computed from detached states ("past" K/V), and to its own

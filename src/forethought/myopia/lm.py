@@ -1,4 +1,7 @@
-"""``forethought myopia lm``: vanilla vs myopic language-model training, and the myopia gap (SPEC §3).
+"""``forethought myopia lm``: vanilla vs myopic language-model training, and the myopia gap.
+
+The natural-language experiment of Wu et al. 2024, "Do language models plan for future tokens?": how much worse
+a model gets when no position's loss may shape the states that later positions read.
 
 Trains, with the same data, budget and initialisation, each of the ``variants``:
 
@@ -9,12 +12,14 @@ Trains, with the same data, budget and initialisation, each of the ``variants``:
 * ``zero_past`` — the transformer-bigram baseline (no access to other positions).
 
 The model is our GPT from scratch (``base: gpt``) or any HF causal LM fine-tuned (``base: <hub id | folder |
-smollm2-135m>``, full or LoRA through peft). Validation loss is reported overall and per position (plot).
+smollm2-135m>``, full or LoRA through peft). Validation loss is reported overall and per position (plot),
+and every ``--train.eval_every`` steps on the first ``data.curve_sequences`` validation windows.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
+from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, verify_checkpoint
 from forethought.core.config import field, load_config
 from forethought.core.env import cache_dir
 from forethought.core.errors import ForethoughtError
@@ -46,6 +51,8 @@ class LMDataConfig:
     tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id; 'auto' = the HF base model's own")
     seq_len: int = field(64, "tokens per training sequence (the paper uses 64)")
     eval_sequences: int = field(512, "validation sequences (non-overlapping windows of the valid split)")
+    curve_sequences: int = field(64, "validation windows scored every --train.eval_every steps (the first of the "
+                                 "eval_sequences windows, the same ones at every evaluation)")
     cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
 
 
@@ -66,8 +73,13 @@ class LMConfig:
         for v in self.variants:
             if v not in VARIANTS:
                 raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")
-        if "local" in self.variants and "vanilla" not in self.variants:
-            raise ForethoughtError("variants: 'local' needs 'vanilla' (its frozen past states come from it)")
+        if "local" in self.variants and "vanilla" not in self.variants[:self.variants.index("local")]:
+            raise ForethoughtError("variants: 'local' needs 'vanilla' trained before it (its frozen past states "
+                                   "come from the trained vanilla model), e.g. [vanilla, local]")
+        if self.train.steps < 1:  # every variant must leave a checkpoint for 'myopia probe'
+            raise ForethoughtError(f"train.steps must be at least 1, got {self.train.steps}")
+        if self.data.curve_sequences < 1:
+            raise ForethoughtError(f"data.curve_sequences must be at least 1, got {self.data.curve_sequences}")
         if self.base == "gpt" and self.data.seq_len > self.gpt.n_positions:
             raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
 
@@ -130,7 +142,6 @@ def per_position_loss(model: torch.nn.Module, windows: torch.Tensor, batch: int 
 
 def run(cfg: LMConfig, resume: str | None = None) -> dict:
     rt = compute_init(cfg.run.device, cfg.run.seed)
-    parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     train_tokens, valid_tokens = load_tokens(cfg)
     tokenizer = None
     if cfg.base == "gpt":  # our GPT's vocabulary covers every id its tokenizer can emit
@@ -143,9 +154,14 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
     vocab = vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, cfg.data.seq_len + 1)
     L = cfg.data.seq_len + 1
+    curve_windows = windows[:cfg.data.curve_sequences]
+    parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)  # after every input is checked
 
     def batch_fn(step: int) -> torch.Tensor:
         return random_windows(train_tokens, cfg.train.batch_size, L, step_generator(cfg.run.seed, step))
+
+    def eval_fn(model: torch.nn.Module, step: int) -> dict[str, float]:
+        return {"val_loss": float(np.mean(per_position_loss(model, curve_windows)))}
 
     results: dict = {"base": cfg.base, "corpus": cfg.data.corpus, "tokenizer": tokenizer_spec(cfg),
                      "seq_len": cfg.data.seq_len, "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
@@ -157,16 +173,14 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         model = build_model(cfg, vocab)
         results.setdefault("params", sum(p.numel() for p in model.parameters()))
         results.setdefault("trainable_params", sum(p.numel() for p in model.parameters() if p.requires_grad))
-        if variant == "local":
-            make_myopic(model, mode="local", frozen=vanilla_model)
-        elif variant != "vanilla":
-            make_myopic(model, mode=variant)
+        if variant != "vanilla":
+            make_myopic(model, mode=variant, frozen=vanilla_model if variant == "local" else None)
         sub = Run.create(parent.dir, variant, is_main=rt.is_main)
-        out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant,
+        out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant, eval_fn=eval_fn,
                     model_config=model.config_dict() if isinstance(model, GPT) else None)
         per_pos = per_position_loss(model, windows)
         res = {"val_loss": float(np.mean(per_pos)), "per_position": per_pos, "train_wall_s": out["wall_s"],
-               "curve": out["curve"]}
+               "curve": out["curve"], "eval_curve": out.get("eval_curve", [])}
         sub.write_results(res)
         results["variants"][variant] = res
         if variant == "vanilla":
@@ -211,21 +225,39 @@ def _report(results: dict, run: Run) -> None:
     print("\n".join(lines[:-3]))
 
 
-def load_variant(lm_run: str | Path, variant: str) -> tuple[torch.nn.Module, LMConfig]:
-    """Rebuild a trained variant of a ``myopia lm`` run from its folder (config.yaml + newest checkpoint)."""
-    lm_run = Path(lm_run)
+def _checked_variant(lm_run: Path, variant: str) -> tuple[LMConfig, Path, int]:
+    """Check a trained variant of a ``myopia lm`` run without building it: the run's config, the variant's newest
+    checkpoint (verified against its manifest before any of its files is read) and the vocabulary size."""
     cfg_path = lm_run / "config.yaml"
     if not cfg_path.is_file():
         raise ForethoughtError(f"{lm_run} is not a 'myopia lm' run folder (no config.yaml)")
-    cfg = load_config(LMConfig, cfg_path)
+    try:
+        cfg = load_config(LMConfig, cfg_path)
+    except ForethoughtError as e:
+        raise ForethoughtError(f"{lm_run} is not a 'myopia lm' run folder ({cfg_path.name}: {e})") from None
     ckpt = latest_checkpoint(lm_run / variant)
     if ckpt is None:
         raise ForethoughtError(f"no checkpoint for variant '{variant}' in {lm_run}")
-    import json
-
+    verify_checkpoint(ckpt)
     vocab = cfg.gpt.vocab_size
     if cfg.base == "gpt":
-        vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+        try:
+            vocab = int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise ForethoughtError(f"checkpoint {ckpt} has an unreadable config.json (no JSON object with an "
+                                   "integer vocab_size)") from None
+    return cfg, ckpt, vocab
+
+
+def load_variant(lm_run: str | Path, variant: str,
+                 device: str | torch.device = "cpu") -> tuple[torch.nn.Module, LMConfig]:
+    """Rebuild a trained variant of a ``myopia lm`` run on ``device``, with the attention it was trained with
+    (``zero_past`` and ``local`` change the forward pass; ``local`` reads the run's trained vanilla model)."""
+    cfg, ckpt, vocab = _checked_variant(Path(lm_run), variant)
     model = build_model(cfg, vocab)
     load_checkpoint(ckpt, model)
+    model.to(device)
+    if variant != "vanilla":  # the detach modes leave the forward as it is; applied anyway, as in training
+        frozen = load_variant(lm_run, "vanilla", device)[0] if variant == "local" else None
+        make_myopic(model, mode=variant, frozen=frozen)
     return model.eval(), cfg

@@ -1,4 +1,7 @@
-"""``forethought myopia probe``: Future-Lens-style probes of pre-cached future tokens (SPEC §3).
+"""``forethought myopia probe``: Future-Lens-style probes of pre-cached future tokens.
+
+The pre-caching analysis of Wu et al. 2024, "Do language models plan for future tokens?", with linear probes in
+the style of Future Lens (Pal et al. 2023).
 
 From the residual stream at layer l and position t, predict token t+k (k = 1..N): a d×d linear map, fitted by
 ridge regression, takes h_l[t] to the final-layer state (the LM head's input) at position t+k−1, and the
@@ -40,6 +43,11 @@ class ProbeConfig:
             raise ForethoughtError("probe: give the run to probe with --lm_run runs/<myopia lm run>")
         if self.k_max < 1:
             raise ForethoughtError("probe: k_max must be >= 1")
+        from forethought.myopia.lm import VARIANTS
+
+        for v in self.variants:
+            if v not in VARIANTS:
+                raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")
 
 
 def lm_head(model: torch.nn.Module) -> torch.nn.Module:
@@ -70,7 +78,9 @@ def states(model: torch.nn.Module, ids: torch.Tensor, batch: int = 32) -> tuple[
 
 
 def fit_ridge(X: torch.Tensor, Y: torch.Tensor, ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Closed-form ridge with intercept in float64: returns (W (d, d'), b (d',))."""
+    """Closed-form ridge with intercept in float64, the one solve every myopia probe uses: returns (W (d, d'),
+    b (d',)) so that ``X @ W + b`` predicts Y. The penalty is ``ridge`` times the mean diagonal of the centred
+    Gram matrix, so it does not depend on the features' scale or the number of rows; the intercept is not penalised."""
     X, Y = X.double(), Y.double()
     mu, ymu = X.mean(0), Y.mean(0)
     Xc = X - mu
@@ -86,7 +96,7 @@ def future_lens_accuracy(model: torch.nn.Module, fit_ids: torch.Tensor, eval_ids
     """{f"layer {l}": [acc k=1, ..., k=k_max]}: top-1 accuracy of decoding token t+k from layer l at t."""
     head = lm_head(model)
     fit_h, fit_final = states(model, fit_ids)
-    ev_h, ev_final = states(model, eval_ids)
+    ev_h, _ = states(model, eval_ids)
     T = fit_ids.shape[1]
     if any(l < 0 or l >= len(fit_h) for l in layers):
         raise ForethoughtError(f"probe: layers must be in 0..{len(fit_h) - 1}, got {layers}")
@@ -108,16 +118,14 @@ def future_lens_accuracy(model: torch.nn.Module, fit_ids: torch.Tensor, eval_ids
 
 
 def run(cfg: ProbeConfig, resume: str | None = None) -> dict:
-    from forethought.data.corpora import eval_windows
-    from forethought.myopia.lm import load_tokens, load_variant, random_windows
+    from forethought.data.corpora import eval_windows, random_windows
+    from forethought.myopia.lm import load_tokens, load_variant
 
     rt = compute_init(cfg.run.device, cfg.run.seed)
-    parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     t0 = time.perf_counter()
     results: dict = {"lm_run": str(Path(cfg.lm_run)), "k_max": cfg.k_max, "variants": {}}
     for variant in cfg.variants:
-        model, lm_cfg = load_variant(cfg.lm_run, variant)
-        model.to(rt.device)
+        model, lm_cfg = load_variant(cfg.lm_run, variant, rt.device)
         train_tokens, valid_tokens = load_tokens(lm_cfg)
         L = lm_cfg.data.seq_len
         fit_ids = random_windows(train_tokens, cfg.fit_sequences, L, torch.Generator().manual_seed(cfg.run.seed))
@@ -126,6 +134,7 @@ def run(cfg: ProbeConfig, resume: str | None = None) -> dict:
         layers = cfg.layers or list(range(n_layers))
         results["variants"][variant] = future_lens_accuracy(model, fit_ids, eval_ids, layers, cfg.k_max, cfg.ridge)
     results["wall_s"] = time.perf_counter() - t0
+    parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)  # every variant loaded and probed
     if rt.is_main:
         parent.write_results(results)
         _report(cfg, results, parent)

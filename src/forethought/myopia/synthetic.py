@@ -1,12 +1,14 @@
-"""The synthetic pre-caching task (SPEC §3) and ``forethought myopia synthetic``.
+"""The synthetic pre-caching task of Wu et al. 2024, "Do language models plan for future tokens?", and
+``forethought myopia synthetic``.
 
 x_n ~ N(0, 1), z_n ~ Bernoulli(p); the model sees (x_n, z_n) through a linear embedding only and must output
 y_n = z_n · Σ_{i=shift}^{shift+window−1} f(frequency · x_{n−i}) + (1 − z_n) · x_n   (history before the first
 position is zero). With the defaults (f = sin, frequency 10, shift 1, window 10) this is the paper's task: a
 model that computes sin(10·x) at step n for later use (pre-caching) wins; a myopic model cannot be trained to.
 
-Normalised loss = mean Huber loss (δ = 1) over all positions / p, on fresh sequences (predicting zero scores
-about 1.3 at p = 1). Per-layer ridge probes (R²) of f(frequency · x_{n−lag}) show the pre-cached features.
+Normalised loss = mean Huber loss (δ = 1) over all positions / p, on fresh sequences; the predict-zero
+baseline is reported beside it (``predict_zero``; measured values in benchmarks/results/myopia_synthetic.json).
+Per-layer ridge probes (R²) of f(frequency · x_{n−lag}) show the pre-cached features.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import compute_init, step_generator
 from forethought.core.trainer import TrainConfig, train
 from forethought.models.gpt import GPT, GPTConfig
+from forethought.myopia.probe import fit_ridge
 from forethought.myopia.wrap import make_myopic
 
 FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "square": torch.square}
@@ -58,6 +61,8 @@ class SyntheticConfig:
     train: TrainConfig = field(TrainConfig(steps=6000, batch_size=64, lr=1e-3, warmup_steps=200, log_every=50),
                                "optimisation")
     eval_sequences: int = field(16384, "fresh sequences for the normalised loss")
+    curve_sequences: int = field(512, "fresh sequences (seeded: the same ones at every evaluation) for the "
+                                 "normalised loss every --train.eval_every steps")
     probe: ProbeSettings = field(ProbeSettings(), "ridge probes")
 
     def validate(self) -> None:
@@ -73,6 +78,11 @@ class SyntheticConfig:
             raise ForethoughtError("task.seq_len must be <= model.n_positions")
         if self.model.input_dim != 2 or self.model.output_dim != 1:
             raise ForethoughtError("the synthetic task needs model.input_dim = 2 and model.output_dim = 1")
+        if self.train.steps < 1:
+            raise ForethoughtError(f"train.steps must be at least 1, got {self.train.steps}")
+        for name in ("eval_sequences", "curve_sequences"):  # zero sequences would report a NaN loss
+            if getattr(self, name) < 1:
+                raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 def sample_task(task: TaskConfig, p: float, batch: int, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -133,12 +143,8 @@ def probe_r2(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int) -
     te_f, te_y = collect(settings.test_sequences, 13)
     r2 = []
     for X, Xt in zip(tr_f, te_f):
-        mu, ymu = X.mean(0), tr_y.mean(0)
-        Xc = X - mu
-        gram = Xc.T @ Xc
-        lam = settings.ridge * gram.diagonal().mean()
-        W = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), Xc.T @ (tr_y - ymu))
-        pred = (Xt - mu) @ W + ymu
+        W, b = fit_ridge(X, tr_y, settings.ridge)
+        pred = Xt @ W + b
         ss_res = ((te_y - pred) ** 2).sum(0)
         ss_tot = ((te_y - te_y.mean(0)) ** 2).sum(0)
         r2.append((1 - ss_res / ss_tot).tolist())
@@ -155,14 +161,19 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
     def batch_fn(step: int) -> dict[str, torch.Tensor]:
         return sample_task(cfg.task, p, cfg.train.batch_size, step_generator(cfg.run.seed, step))
 
+    def eval_fn(model: torch.nn.Module, step: int) -> dict[str, float]:
+        # its own seed: these sequences are neither training batches nor the final evaluation's
+        return {"normalised_loss": normalised_loss(model, cfg.task, p, cfg.curve_sequences, cfg.run.seed + 3)[0]}
+
     t0 = time.perf_counter()
     out = train(model, huber_loss, batch_fn, cfg.train, run, rt, resume=resume, desc=f"p={p:g} {mode}",
-                model_config=model.config_dict())
+                eval_fn=eval_fn, model_config=model.config_dict())
     loss, per_pos = normalised_loss(model, cfg.task, p, cfg.eval_sequences, cfg.run.seed + 1)
     r2 = probe_r2(model, cfg.task, cfg.probe, cfg.run.seed + 2)
     res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2,
-           "curve": [[s, l / p] for s, l in out["curve"]], "train_wall_s": out["wall_s"],
-           "steps": cfg.train.steps, "world_size": out["world_size"], "wall_s": time.perf_counter() - t0}
+           "curve": [[s, l / p] for s, l in out["curve"]], "eval_curve": out.get("eval_curve", []),
+           "train_wall_s": out["wall_s"], "steps": cfg.train.steps, "world_size": out["world_size"],
+           "wall_s": time.perf_counter() - t0}
     run.write_results(res)
     return res
 

@@ -1,6 +1,6 @@
 """``make_myopic(model, mode=...)``: turn the attention of our GPT or of an HF causal LM myopic, in place.
 
-Modes (SPEC §3, following the reference code):
+Modes (following Wu et al. 2024, "Do language models plan for future tokens?", and its reference code):
 
 * ``detach_hidden`` (default) — other positions' K/V are recomputed from detached hidden states, so the K/V
   projection weights still learn from the off-diagonal terms but no earlier position's state does.
@@ -240,12 +240,6 @@ def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0
     if mode == "local":
         _install_frozen_hook(model, frozen, spec)
     return model
-
-
-def myopia_of(model: nn.Module) -> MyopiaSpec | None:
-    for _, m in attention_modules(model):
-        return getattr(m, _ATTR, None)
-    return None
 
 
 def _install_frozen_hook(model: nn.Module, frozen: nn.Module, spec: MyopiaSpec) -> None:

@@ -2,8 +2,11 @@
 evaluate it, or predict on new inputs with a saved model.
 
 ``train`` writes the run folder (config, metrics, checkpoints for ``--resume auto``), the saved model
-(``<run>/model/``: peft adapter or full weights, the head, ``predgen.json``), the evaluation
-(``results.json``) and the eval-split predictions (``predictions.jsonl``).
+(``<run>/model/``: peft adapter or full weights, the head, ``predgen.json`` with the record of the run's split),
+the evaluation (``results.json``), the eval-split predictions (``predictions.jsonl``) and ``report.md``. With
+``--train.eval_every N`` it also evaluates every N steps (and at the last step) on the evaluation examples
+(``--task.max_eval_examples`` of the eval split, seeded; all of it when 0): ``results.json["learning_curve"]``
+and ``learning_curve.png``. Every input is checked before the run folder is written.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import functools
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,15 +26,15 @@ import torch
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json, atomic_write_text
-from forethought.core.run import Run, RunConfig
+from forethought.core.plots import pyplot, save_figure
+from forethought.core.run import Run
 from forethought.core.runtime import compute_init, unwrap
-from forethought.core.trainer import TrainConfig, train
+from forethought.core.trainer import train
+from forethought.predgen.config import EvalSettings, PredGenConfig
+from forethought.predgen.data import eval_subset, load_split, split_record
 from forethought.predgen.methods import (
-    METHODS,
     Encoder,
-    PredGenSettings,
     Predictions,
-    PromptConfig,
     generator_loss,
     predgen_loss,
     predict,
@@ -39,99 +43,20 @@ from forethought.predgen.methods import (
 )
 from forethought.predgen.metrics import classification_metrics, regression_metrics
 from forethought.predgen.model import (
-    AdapterConfig,
+    METHODS,
     PredGenModel,
     apply_adapter,
     build_head,
+    check_layer,
     hidden_size,
-    load_model,
-    read_meta,
     save_model,
 )
-from forethought.predgen.tasks import Example, TaskSpec, load_task, read_inputs
-
-
-@dataclass
-class TaskConfig:
-    name: str = field("sst2", "built-in task (sst2, boolq, arc-easy, arc-challenge, piqa, stsb, sick, wassa, "
-                      "wassa-<emotion>) or a .csv/.tsv/.jsonl file")
-    template: str = field("", "prompt template over the example fields ('' = the task's default)")
-    target_field: str = field("", "data files: the target column")
-    text_fields: list[str] = field([], "data files: the columns shown to the model (default: all but target/id)")
-    task_type: str = field("classification", "data files: classification | regression")
-    eval_path: str = field("", "data files: a separate eval file (default: a seeded 20 percent split)")
-    labels: list[str] = field([], "data files: label words in class order (default: sorted train targets)")
-    id_field: str = field("", "data files: a column of example ids")
-    long_field: str = field("", "data files: the field cut when a prompt is over its token budget")
-    max_train_examples: int = field(0, "use at most this many training examples (a seeded subset; 0 = all)")
-    max_eval_examples: int = field(0, "evaluate on at most this many examples (a seeded subset; 0 = all)")
-
-    def options(self, builtin: bool) -> dict[str, Any]:
-        opts: dict[str, Any] = {"template": self.template or None}
-        if not builtin:
-            opts.update(target_field=self.target_field or None, text_fields=self.text_fields or None,
-                        task_type=self.task_type, eval_path=self.eval_path or None, labels=self.labels or None,
-                        id_field=self.id_field or None, long_field=self.long_field or None)
-        elif any((self.target_field, self.text_fields, self.eval_path, self.labels, self.id_field, self.long_field)):
-            raise ForethoughtError(f"task '{self.name}' is built in: target_field, text_fields, eval_path, labels, "
-                                   "id_field and long_field apply only to data files")
-        return {k: v for k, v in opts.items() if v is not None}
-
-
-@dataclass
-class HeadConfig:
-    pooling: str = field("", "predictor: last | mean; predgen adapter: attention | mean ('' = last / attention)")
-    hidden: int = field(256, "predgen adapter MLP width")
-
-
-@dataclass
-class EvalSettings:
-    batch_size: int = field(32, "examples per inference batch")
-    decoder: Literal["greedy", "expected"] = field(
-        "greedy", "regression generator/predgen: also compute the expected value over every well-formed number")
-    latency_examples: int = field(16, "examples timed one at a time for the per-example latency (0 = skip)")
-
-
-@dataclass
-class PredGenConfig:
-    run: RunConfig = field(RunConfig(name="predgen"), "run folder, seed, device")
-    method: Literal["predictor", "generator", "predgen"] = field("predgen", "predictor | generator | predgen")
-    base: str = field("smollm2-135m", "HF causal LM: hub id, local folder, or smollm2-135m (offline)")
-    trust_remote_code: bool = field(False, "allow model code from the hub")
-    adapter: AdapterConfig = field(AdapterConfig(), "PEFT setting (the same for every method)")
-    task: TaskConfig = field(TaskConfig(), "task and data")
-    prompt: PromptConfig = field(PromptConfig(), "prompt rendering and answer format")
-    layer: int = field(-1, "hidden-state layer read by the predictor head / task adapter (-1 = last)")
-    mask_prompt: bool = field(True, "generator/predgen: no LM loss on prompt tokens (False = loss on them too)")
-    head: HeadConfig = field(HeadConfig(), "predictor head / predgen task adapter")
-    predgen: PredGenSettings = field(PredGenSettings(), "scheduled sampling, adapter input, WDAL")
-    train: TrainConfig = field(TrainConfig(steps=150, batch_size=16, lr=2e-4, warmup_steps=10, log_every=10),
-                               "optimisation")
-    eval: EvalSettings = field(EvalSettings(), "evaluation")
-
+from forethought.predgen.saved import load_saved, saved_examples
+from forethought.predgen.tasks import read_inputs
 
 # ----------------------------------------------------------------------------------------------------------
 # train
 # ----------------------------------------------------------------------------------------------------------
-
-
-def _subset(items: list[Example], n: int, seed: int) -> list[Example]:
-    if n <= 0 or n >= len(items):
-        return items
-    g = torch.Generator().manual_seed(seed)
-    keep = sorted(torch.randperm(len(items), generator=g)[:n].tolist())
-    return [items[i] for i in keep]
-
-
-def load_data(cfg: PredGenConfig) -> tuple[TaskSpec, list[Example], list[Example]]:
-    from forethought.predgen.tasks import known_tasks
-
-    builtin = cfg.task.name.strip().lower().replace("_", "-") in known_tasks()
-    opts = cfg.task.options(builtin)
-    spec, train_ex = load_task(cfg.task.name, "train", cfg.run.seed, **opts)
-    _, eval_ex = load_task(cfg.task.name, "eval", cfg.run.seed, **opts)
-    return spec, _subset(train_ex, cfg.task.max_train_examples, cfg.run.seed), \
-        _subset(eval_ex, cfg.task.max_eval_examples, cfg.run.seed + 1)
 
 
 def _pooling(cfg_pooling: str, method: str) -> str:
@@ -144,9 +69,11 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     if cfg.method not in METHODS:
         raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}")
     rt = compute_init(cfg.run.device, cfg.run.seed)
-    spec, train_ex, eval_ex = load_data(cfg)
+    spec, train_ex, eval_split = load_split(cfg.task, cfg.run.seed)
+    eval_ex = eval_subset(eval_split, cfg.task.max_eval_examples, cfg.run.seed)
     lm, tok = load_causal_lm(cfg.base, trust_remote_code=cfg.trust_remote_code)
-    enc = Encoder(spec, tok, cfg.prompt)
+    check_layer(cfg.layer, lm)
+    enc = Encoder(spec, tok, cfg.prompt, decode=cfg.method != "predictor")
     eval_items = enc.encode(eval_ex)
     encoded: dict[int, dict[str, Any]] = {}  # training examples are tokenised when first drawn (SST-2: 67k)
 
@@ -191,28 +118,37 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
 
     after_step = None
     if cfg.adapter.method == "adalora":
-        def after_step(m: Any, step: int) -> None:  # AdaLoRA's rank budget needs the gradients of each step
+        def after_step(m: Any, step: int) -> None:  # AdaLoRA's rank allocation needs the gradients of each step
             unwrap(m).lm.base_model.update_and_allocate(step)
 
+    eval_fn = None
+    if cfg.train.eval_every > 0:
+        eval_fn = curve_eval_fn(cfg.method, enc, eval_items, cfg.eval.batch_size, cfg.layer, rt.device)
     out = train(model, loss_fn, batch_fn, cfg.train, run, rt, resume=resume, desc=f"predgen {cfg.method}",
-                after_step=after_step)
+                after_step=after_step, eval_fn=eval_fn)
     results: dict[str, Any] = {"method": cfg.method, "task": spec.name, "base": cfg.base,
                                "adapter": dataclasses.asdict(cfg.adapter), "steps": cfg.train.steps,
                                "batch_size": bs, "train_examples": n, "eval_examples": len(eval_items),
                                "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"),
                                "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
                                "seed": cfg.run.seed}
+    if out.get("eval_curve"):
+        results["learning_curve"] = learning_curve(out["eval_curve"], bs)
     if rt.is_main:
         meta = {"method": cfg.method, "base": cfg.base, "task_spec": dataclasses.asdict(spec),
                 "prompt": dataclasses.asdict(cfg.prompt), "layer": cfg.layer, "n_out": enc.n_out,
-                "head": {"pooling": pooling, "hidden": cfg.head.hidden}}
+                "head": {"pooling": pooling, "hidden": cfg.head.hidden},
+                "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split)}
         save_model(model, tok, run.dir / "model", meta, cfg.adapter)
         model.to(rt.device)
         metrics, preds = evaluate(model, cfg.method, enc, eval_items, cfg.eval, cfg.layer, rt.device)
         results.update(metrics)
         write_predictions(run.dir / "predictions.jsonl", enc, eval_items, preds)
+        if "learning_curve" in results:
+            plot_learning_curve(results["learning_curve"], task_type, bs, run.path("learning_curve.png"))
         run.write_results(results)
-        print(json.dumps({k: v for k, v in results.items() if not isinstance(v, dict)}, indent=1))
+        atomic_write_text(run.path("report.md"), train_report(run.dir.name, results))
+        print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (dict, list))}, indent=1))
     return results
 
 
@@ -220,6 +156,72 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
 def _perm(n: int, seed: int, epoch: int) -> list[int]:
     g = torch.Generator().manual_seed(seed * 7_919 + epoch)
     return torch.randperm(n, generator=g).tolist()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the learning curve and the report
+# ----------------------------------------------------------------------------------------------------------
+
+
+def curve_eval_fn(method: str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
+                  device: torch.device | str) -> Callable[[Any, int], dict[str, float]]:
+    """The trainer's ``eval_fn``: the metrics of the method's prediction on ``items`` (the run's evaluation
+    examples, so the last point equals the final evaluation)."""
+    def fn(model: Any, step: int) -> dict[str, float]:
+        preds = predict(model, method, enc, items, batch_size, layer, False, device)
+        return score(enc, items, preds.prediction)
+
+    return fn
+
+
+def learning_curve(evals: list[dict[str, float]], batch_size: int) -> list[dict[str, float]]:
+    """The trainer's evaluation rows with the examples seen so far (step × global batch size)."""
+    return [{"step": int(r["step"]), "examples_seen": int(r["step"]) * batch_size,
+             **{k: v for k, v in r.items() if k != "step"}} for r in evals]
+
+
+def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_size: int, path: Path) -> Path:
+    """Accuracy (classes) or MSE and Pearson (numbers) against the examples seen; the top axis counts steps."""
+    names = ["accuracy"] if task_type == "classification" else ["mse", "pearson"]
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 3.8), squeeze=False, layout="constrained")
+    seen = [r["examples_seen"] for r in curve]
+    for ax, name in zip(axes[0], names):
+        ax.plot(seen, [r[name] for r in curve], marker=".")
+        ax.set(xlabel="examples seen", ylabel=name)
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.grid(alpha=0.3)
+        top = ax.secondary_xaxis("top", functions=(lambda x: x / batch_size, lambda s: s * batch_size))
+        top.set_xlabel("step")
+    fig.suptitle("learning curve on the evaluation examples")
+    return save_figure(fig, path)
+
+
+def _cell(v: Any) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def train_report(name: str, results: dict[str, Any]) -> str:
+    """report.md of a ``predgen train`` run: what was trained, its metrics, the curve."""
+    a = results["adapter"]
+    metric_keys = ["accuracy", "macro_f1"] if "accuracy" in results else ["mse", "mae", "pearson", "spearman"]
+    setting = (f"Base `{results['base']}`, adapter {a['method']} (r={a['r']}), {results['steps']} steps × "
+               f"{results['batch_size']} examples ({results['train_examples']} train examples), seed "
+               f"{results['seed']}; evaluated on {results['eval_examples']} examples.")
+    lines = [f"# PredGen run `{name}`: {results['method']} on {results['task']}", "", setting, "",
+             "| metric | prediction | decoded answer | expected value |", "|---|---|---|---|"]
+    for k in metric_keys:
+        cells = [_cell(results.get(k)), _cell(results.get("decoded", {}).get(k, "-")),
+                 _cell(results.get("expected_value", {}).get(k, "-"))]
+        lines.append(f"| {k} | {' | '.join(cells)} |")
+    if "parse_failure_rate" in results:
+        lines += ["", f"Parse-failure rate of the decoded answers: {results['parse_failure_rate']:.4f}."]
+    if "learning_curve" in results:
+        n = len(results["learning_curve"])
+        lines += ["", f"Learning curve ({n} points, `results.json` `learning_curve`):", "",
+                  "![learning curve](learning_curve.png)"]
+    lines += ["", "Files: `results.json`, `predictions.jsonl`, `metrics.jsonl`, `model/`."]
+    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -278,60 +280,26 @@ def write_predictions(path: Path, enc: Encoder, items: list[dict[str, Any]], pre
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
-def _model_folder(path: str) -> Path:
-    if not path:
-        raise ForethoughtError("give the trained model: --model <run folder>")
-    p = Path(path).expanduser()
-    return p / "model" if (p / "model").is_dir() else p
-
-
 @dataclass
 class EvalConfig:
     model: str = field("", "a trained run folder (or its model/ folder)")
-    split: Literal["train", "eval"] = field("eval", "which split of the model's task")
+    split: Literal["train", "eval"] = field("eval", "which split of the model's task (exactly as its run drew it)")
     max_examples: int = field(0, "at most this many examples (a seeded subset; 0 = all)")
-    seed: int = field(0, "seed of the split (seeded-split tasks) and the subset")
+    seed: int | None = field(None, "seed of the max_examples subset (default: the run's seed, so the run's "
+                             "max_eval_examples gives the examples it was evaluated on)")
     device: str = field("auto", "auto | cpu | cuda")
     eval: EvalSettings = field(EvalSettings(), "batch size, decoder, latency")
     out: str = field("", "where to write the results JSON ('' = <run>/eval-<split>.json)")
 
 
-def _load_saved(path: str, device: str) -> tuple[PredGenModel, Encoder, dict[str, Any], torch.device]:
-    folder = _model_folder(path)
-    meta = read_meta(folder)
-    model, tok = load_model(folder, meta)
-    spec_d = dict(meta["task_spec"])
-    if spec_d.get("value_range") is not None:
-        spec_d["value_range"] = tuple(spec_d["value_range"])
-    enc = Encoder(TaskSpec(**spec_d), tok, PromptConfig(**meta["prompt"]))
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                       ("cpu" if device == "auto" else device))
-    return model.to(dev), enc, meta, dev
-
-
-def saved_split(model: str, meta: dict[str, Any], split: str, max_examples: int, seed: int) -> list[Example]:
-    """The examples of one split of a saved model's task, read with the run's own task settings (data files,
-    template) when its config.yaml is there; at most ``max_examples`` (a seeded subset; 0 = all)."""
-    saved_cfg = _model_folder(model).parent / "config.yaml"
-    if saved_cfg.is_file():
-        from forethought.core.config import load_config
-
-        task_cfg = load_config(PredGenConfig, saved_cfg).task
-    else:
-        task_cfg = TaskConfig(name=meta["task_spec"]["name"])
-    task_cfg.max_eval_examples = task_cfg.max_train_examples = max_examples
-    _, train_ex, eval_ex = load_data(PredGenConfig(task=task_cfg, run=RunConfig(seed=seed)))
-    return train_ex if split == "train" else eval_ex
-
-
 def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
-    model, enc, meta, dev = _load_saved(cfg.model, cfg.device)
-    folder = _model_folder(cfg.model)
-    task_name = meta["task_spec"]["name"]
-    items = enc.encode(saved_split(cfg.model, meta, cfg.split, cfg.max_examples, cfg.seed))
-    metrics, preds = evaluate(model, meta["method"], enc, items, cfg.eval, meta["layer"], dev)
-    results = {"method": meta["method"], "task": task_name, "split": cfg.split, "examples": len(items), **metrics}
-    out = Path(cfg.out) if cfg.out else folder.parent / f"eval-{cfg.split}.json"
+    saved = load_saved(cfg.model, cfg.device)
+    meta, enc = saved.meta, saved.enc
+    items = enc.encode(saved_examples(saved, cfg.split, cfg.max_examples, cfg.seed))
+    metrics, preds = evaluate(saved.model, meta["method"], enc, items, cfg.eval, meta["layer"], saved.device)
+    results = {"method": meta["method"], "task": meta["task_spec"]["name"], "split": cfg.split,
+               "split_checked": "data" in meta, "examples": len(items), **metrics}
+    out = Path(cfg.out) if cfg.out else saved.folder.parent / f"eval-{cfg.split}.json"
     atomic_write_json(out, results)
     write_predictions(out.with_suffix(".predictions.jsonl"), enc, items, preds)
     print(json.dumps({k: v for k, v in results.items() if not isinstance(v, dict)}, indent=1))
@@ -352,13 +320,13 @@ class PredictConfig:
 def run_predict(cfg: PredictConfig, resume: str | None = None) -> Path:
     if not cfg.input:
         raise ForethoughtError("give the inputs: --input FILE (.csv, .tsv or .jsonl)")
-    model, enc, meta, dev = _load_saved(cfg.model, cfg.device)
-    examples = read_inputs(cfg.input, enc.spec, cfg.id_field or None)
-    items = enc.encode(examples, with_targets=False)
-    preds = predict(model, meta["method"], enc, items, cfg.eval.batch_size, meta["layer"],
-                    cfg.eval.decoder == "expected", dev)
+    saved = load_saved(cfg.model, cfg.device)
+    examples = read_inputs(cfg.input, saved.enc.spec, cfg.id_field or None)
+    items = saved.enc.encode(examples, with_targets=False)
+    preds = predict(saved.model, saved.meta["method"], saved.enc, items, cfg.eval.batch_size, saved.meta["layer"],
+                    cfg.eval.decoder == "expected", saved.device)
     inp = Path(cfg.input)
     out = Path(cfg.output) if cfg.output else inp.with_name(inp.stem + ".predictions.jsonl")
-    write_predictions(out, enc, items, preds)
+    write_predictions(out, saved.enc, items, preds)
     print(f"wrote {len(items)} predictions to {out}")
     return out

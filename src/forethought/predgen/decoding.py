@@ -9,7 +9,7 @@ mixed, model-fed) and gradients flow back through the shared prompt states into 
 
 Answers are decoded under an :class:`AnswerTrie` of the well-formed answers (label words, or every number of
 the fixed format), so a parse failure cannot happen; the greedy decoder also returns the hidden states at the
-positions that predicted each answer token (the task adapter's input, SPEC §1).
+positions that predicted each answer token (what PredGen's task adapter reads).
 """
 
 from __future__ import annotations
@@ -197,9 +197,11 @@ def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, pro
     being well-formed: exact, by scoring every internal node of the trie with the prompt's KV cache.
 
     Only the deepest internal nodes' paths are fed (each pass scores all of its prefixes too), ``chunk`` paths
-    per forward. For numbers 0.00-5.00 with one token per character that is ~51 paths of 3 tokens. Each forward
-    holds at most about ``max_rows`` (example, path) rows, so memory stays bounded for any batch size (the prompt
-    cache is tiled once per path: 32 examples × 51 paths at once took ~20 GB with SmolLM2)."""
+    per forward: the answers without their last token. For numbers 0.00-5.00 written as ``" d.dd"`` by a
+    tokenizer that gives the space, each digit and the point a token of their own (SmolLM2's), that is 51 paths
+    of 4 tokens (space, digit, point, digit); one that merges the space into the first digit gives 3-token paths.
+    The prompt cache is tiled once per path, so memory grows with examples × paths; each forward holds at most
+    about ``max_rows`` (example, path) rows, which bounds it for any batch size."""
     pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask)
     B, dev = prompt_ids.shape[0], prompt_ids.device
     root_lp = F.log_softmax(pp.last_logits.double(), -1)  # (B, V)

@@ -1,4 +1,4 @@
-"""PredGen's losses and scheduled sampling as pure functions (SPEC §1).
+"""PredGen's losses and scheduled sampling as pure functions (the PredGen paper's training objective).
 
 Writer-Director Alignment Loss, with L_W the generation cross-entropy (writer) and L_D the task loss of the
 adapter (director):

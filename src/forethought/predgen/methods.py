@@ -1,4 +1,5 @@
-"""The three methods' training losses and predictions (SPEC §1): Predictor, Generator and PredGen.
+"""The three methods' training losses and predictions: Predictor, Generator and PredGen (prediction through
+generation, as the PredGen paper proposes).
 
 All three share the encoding: a prompt (left-padded) and the answer tokens (``" " + answer text`` then EOS,
 right-padded). One prompt pass with a KV cache is shared by every continuation of a step:
@@ -10,7 +11,7 @@ right-padded). One prompt pass with a KV cache is shared by every continuation o
   greedy roll-out (no grad, a few cached steps) gives a fully model-fed answer; (4) one continuation with
   grad over [mixed rows; roll-out rows] gives the writer's loss L_W (mixed rows) and the task adapter's input Z
   (roll-out rows: the states that predicted answer tokens 1..m, none of which saw a gold answer token, so the
-  adapter cannot learn to read the label — SPEC §1); (5) L = WDAL(L_W, L_D).
+  adapter cannot learn to read the label); (5) L = WDAL(L_W, L_D).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from forethought.predgen.losses import mix_tokens, sampling_probability, wdal_pa
 from forethought.predgen.model import PredGenModel
 from forethought.predgen.tasks import Example, TaskSpec, format_target, parse_target, render_prompt
 
-METHODS = ("predictor", "generator", "predgen")
 MAX_CANDIDATES = 20_000
 
 
@@ -81,9 +81,11 @@ class PredGenSettings:
 
 
 class Encoder:
-    """Turns examples into token ids, and knows every well-formed answer of the task."""
+    """Turns examples into token ids and, when ``decode`` (the generating methods), knows every well-formed answer
+    of the task: ``values``, ``texts`` and the ``trie`` (``number_trie``: the numbers without EOS, regression).
+    The Predictor never decodes, so it builds none of them (a regression range can hold too many numbers)."""
 
-    def __init__(self, spec: TaskSpec, tokenizer: Any, prompt: PromptConfig):
+    def __init__(self, spec: TaskSpec, tokenizer: Any, prompt: PromptConfig, decode: bool = True):
         self.spec, self.tok, self.cfg = spec, tokenizer, prompt
         if prompt.truncate_side:
             if prompt.truncate_side not in ("left", "right"):
@@ -93,15 +95,18 @@ class Encoder:
             raise ForethoughtError("the tokenizer has no EOS token; answers need one to end")
         self.eos_id = int(tokenizer.eos_token_id)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id)
-        values, texts = self.candidates()
-        self.values = values
-        self.texts = texts
-        seqs = [self.answer_tokens(t) for t in texts]
-        self.trie = AnswerTrie([s + [self.eos_id] for s in seqs], values)
-        try:  # expected-value decoding only needs the number's own tokens (the format is fixed)
-            self.number_trie = AnswerTrie(seqs, values) if spec.task_type == "regression" else None
-        except ValueError:
-            self.number_trie = self.trie
+        self.values: list[Any] | None = None
+        self.texts: list[str] | None = None
+        self.trie: AnswerTrie | None = None
+        self.number_trie: AnswerTrie | None = None
+        if decode:
+            self.values, self.texts = self.candidates()
+            seqs = [self.answer_tokens(t) for t in self.texts]
+            self.trie = AnswerTrie([s + [self.eos_id] for s in seqs], self.values)
+            try:  # expected-value decoding only needs the number's own tokens (the format is fixed)
+                self.number_trie = AnswerTrie(seqs, self.values) if spec.task_type == "regression" else None
+            except ValueError:
+                self.number_trie = self.trie
 
     @property
     def n_out(self) -> int:

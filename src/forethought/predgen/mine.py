@@ -3,8 +3,8 @@
 MINE (Belghazi et al. 2018): a statistics network T(z, y) maximises the Donsker-Varadhan lower bound
 ``I(Y; Z) >= E_joint[T] - log E_marginal[e^T]``; the gradient of the log term uses a moving average of
 ``E[e^T]`` in its denominator (the paper's bias correction). With a few thousand examples and d >= 576 the
-network overfits, so it is fitted on one half of the examples and the bound is evaluated on the other half
-(SPEC §1); H(Y) — an upper bound on I(Y; Z) for classes — is shown beside it. Representations of one checkpoint:
+network overfits, so it is fitted on one half of the examples and the bound is evaluated on the other half;
+H(Y) — an upper bound on I(Y; Z) for classes — is shown beside it. Representations of one checkpoint:
 
 * ``pooled_last`` / ``pooled_mean``: the prompt's states pooled (what a Predictor head reads);
 * ``tokens``: the states that predicted the m constrained-greedy answer tokens, concatenated (what PredGen's
@@ -32,6 +32,8 @@ from forethought.core.plots import bar_plot
 from forethought.predgen.decoding import constrained_greedy, prompt_pass
 from forethought.predgen.methods import Encoder, batches
 from forethought.predgen.metrics import mean_std
+from forethought.predgen.model import check_layer
+from forethought.predgen.saved import load_saved, saved_examples
 
 REPRESENTATIONS = ("pooled_last", "pooled_mean", "tokens")
 
@@ -39,7 +41,10 @@ REPRESENTATIONS = ("pooled_last", "pooled_mean", "tokens")
 @dataclass
 class MineConfig:
     model: str = field("", "a trained run folder (or its model/ folder)")
-    split: str = field("eval", "examples to estimate on: eval | train (split into fit / evaluation halves)")
+    split: str = field("eval", "examples to estimate on: eval | train, exactly as the model's run drew them (split "
+                       "into fit / evaluation halves)")
+    layer: int | None = field(None, "hidden-state layer whose states are Z (default: the layer the model reads; "
+                              "0 = the embeddings, -1 = the last layer)")
     max_examples: int = field(1000, "at most this many examples (a seeded subset; 0 = all)")
     representations: list[str] = field(list(REPRESENTATIONS), "pooled_last, pooled_mean, tokens")
     seeds: list[int] = field([0, 1, 2], "one half/half split and statistics-network init per seed")
@@ -147,8 +152,6 @@ def extract(model: Any, enc: Encoder, items: list[dict[str, Any]], layer: int, w
 
 
 def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
-    from forethought.predgen.commands import _load_saved, _model_folder, saved_split
-
     bad = sorted(set(cfg.representations) - set(REPRESENTATIONS))
     if bad or not cfg.representations:
         raise ForethoughtError(f"unknown representation(s) {bad}; choose from {', '.join(REPRESENTATIONS)}")
@@ -156,16 +159,19 @@ def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
         raise ForethoughtError(f"split must be train or eval, got '{cfg.split}'")
     if not cfg.seeds:
         raise ForethoughtError("seeds: give at least one seed")
-    model, enc, meta, dev = _load_saved(cfg.model, cfg.device)
-    folder = _model_folder(cfg.model)
-    items = enc.encode(saved_split(cfg.model, meta, cfg.split, cfg.max_examples, seed=0))
+    # the answer-token states need the constrained decoder, also for a Predictor's checkpoint
+    saved = load_saved(cfg.model, cfg.device, decode=True if "tokens" in cfg.representations else None)
+    model, enc, meta, dev = saved.model, saved.enc, saved.meta, saved.device
+    layer = meta["layer"] if cfg.layer is None else check_layer(cfg.layer, model.lm)
+    items = enc.encode(saved_examples(saved, cfg.split, cfg.max_examples))
     if len(items) < 8:
         raise ForethoughtError(f"MINE needs at least 8 examples, the {cfg.split} split has {len(items)}")
-    feats = extract(model, enc, items, meta["layer"], list(cfg.representations), cfg.feature_batch_size, dev)
+    feats = extract(model, enc, items, layer, list(cfg.representations), cfg.feature_batch_size, dev)
     y = torch.tensor([i["target"] for i in items], dtype=torch.float64)
     n_classes = enc.n_out
     results: dict[str, Any] = {"method": meta["method"], "task": meta["task_spec"]["name"], "split": cfg.split,
-                               "examples": len(items), "units": "nats", "estimates": {}}
+                               "split_checked": "data" in meta, "layer": layer, "examples": len(items),
+                               "units": "nats", "estimates": {}}
     results["H_Y"] = label_entropy([int(v) for v in y.tolist()]) if n_classes > 1 else None
     for rep, z in feats.items():
         fit_vals, eval_vals = [], []
@@ -178,7 +184,7 @@ def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
             eval_vals.append(r["eval"])
         results["estimates"][rep] = {"dim": int(z.shape[1]), "heldout": mean_std(eval_vals),
                                      "fit_half": mean_std(fit_vals)}
-    out = Path(cfg.out) if cfg.out else folder.parent / "mine.json"
+    out = Path(cfg.out) if cfg.out else saved.folder.parent / "mine.json"
     atomic_write_json(out, results)
     bars = {k: (v["heldout"]["mean"], v["heldout"]["std"]) for k, v in results["estimates"].items()}
     bar_plot(bars, out.with_suffix(".png"), title=f"MINE I(Y;Z), held-out half ({meta['method']})",

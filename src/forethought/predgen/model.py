@@ -8,19 +8,30 @@ head, and ``predgen.json`` (method, base model, task, prompt and head settings) 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.nn as nn
+from safetensors import SafetensorError
 
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError, first_line
-from forethought.core.io import atomic_write_json
+from forethought.core.io import atomic_write_json, read_json_object
 
+METHODS = ("predictor", "generator", "predgen")
 PEFT_METHODS = ("lora", "adalora", "dora", "full")
+# predgen.json's keys and their types (a dict is a section)
+META_KEYS: dict[str, type] = {"method": str, "base": str, "task_spec": dict, "prompt": dict, "layer": int,
+                              "n_out": int, "head": dict, "adapter": dict}
+T = TypeVar("T")
+# What missing or corrupt files raise while peft / transformers / safetensors read them (a missing folder or
+# config: OSError or ValueError; bad JSON: ValueError; a torn tensor file: SafetensorError). Anything else is
+# a bug and keeps its traceback.
+FILE_ERRORS = (OSError, ValueError, SafetensorError)
 
 
 @dataclass
@@ -116,12 +127,26 @@ class PredGenModel(nn.Module):
         return fn(self, *args, **kwargs)
 
 
-def hidden_size(lm: nn.Module) -> int:
+def _config_int(lm: nn.Module, keys: tuple[str, ...], what: str) -> int:
     cfg = lm.config
-    for key in ("hidden_size", "n_embd", "d_model"):
+    for key in keys:
         if getattr(cfg, key, None):
             return int(getattr(cfg, key))
-    raise ForethoughtError(f"cannot tell the hidden size of {type(lm).__name__}")
+    raise ForethoughtError(f"cannot tell the {what} of {type(lm).__name__}")
+
+
+def hidden_size(lm: nn.Module) -> int:
+    return _config_int(lm, ("hidden_size", "n_embd", "d_model"), "hidden size")
+
+
+def check_layer(layer: int, lm: nn.Module) -> int:
+    """``layer`` if it indexes the LM's hidden states (the embeddings, then one per block: 0..n, or -(n+1)..-1
+    from the end), else a one-line error; checked before anything runs or is written."""
+    n = _config_int(lm, ("num_hidden_layers", "n_layer", "num_layers"), "number of layers")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not -(n + 1) <= layer <= n:
+        raise ForethoughtError(f"layer {layer!r} is out of range: the model has {n} layers, so the hidden states "
+                               f"are indexed {-(n + 1)}..{n} (0 = the embeddings, -1 = the last layer)")
+    return layer
 
 
 def build_head(kind: str, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None) -> nn.Module | None:
@@ -155,24 +180,63 @@ def save_model(model: PredGenModel, tokenizer: Any, folder: Path, meta: dict[str
     atomic_write_json(folder / "predgen.json", {**meta, "adapter": asdict(adapter)})
 
 
+def from_record(cls: type[T], data: Any, where: str) -> T:
+    """The dataclass ``cls`` from a saved dict: a key it does not know, or a missing key without a default,
+    is a one-line error naming ``where`` (a corrupt or hand-edited file), not a TypeError."""
+    if not isinstance(data, dict):
+        raise ForethoughtError(f"{where} must be an object, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    missing = [n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    unknown = [k for k in data if k not in fields]
+    if missing or unknown:
+        problems = ([f"missing key(s) {', '.join(missing)}"] if missing else []) + \
+                   ([f"unknown key(s) {', '.join(map(str, unknown))}"] if unknown else [])
+        raise ForethoughtError(f"{where}: {'; '.join(problems)}")
+    return cls(**data)
+
+
 def read_meta(folder: Path) -> dict[str, Any]:
+    """``predgen.json`` of a saved model, checked: every key :func:`load_model` reads is there, with its type."""
     path = Path(folder) / "predgen.json"
     if not path.is_file():
         where = Path(folder)
         hint = " (pass the run folder or its model/ folder)" if not (where / "model").is_dir() else ""
         raise ForethoughtError(f"no saved PredGen model at {where}: predgen.json is missing{hint}")
+    meta = read_json_object(path, tuple(META_KEYS))
+    wrong = [f"{k} ({t.__name__} expected)" for k, t in META_KEYS.items()
+             if not isinstance(meta[k], t) or (t is int and isinstance(meta[k], bool))]
+    if wrong:
+        raise ForethoughtError(f"{path} is corrupt: wrong type for {', '.join(wrong)}")
+    if meta["method"] not in METHODS:
+        raise ForethoughtError(f"{path} is corrupt: unknown method {meta['method']!r}")
+    head_missing = [k for k in ("pooling", "hidden") if k not in meta["head"]]
+    if head_missing:
+        raise ForethoughtError(f"{path} is incomplete: missing key(s) head.{', head.'.join(head_missing)}")
+    return meta
+
+
+def _check_adapter_config(path: Path) -> None:
+    """peft reads ``adapter_config.json`` with a bare ``config["peft_type"]``: check it first, so a broken file
+    is a clear error and a KeyError from peft stays a bug."""
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
+    except OSError:
+        raise ForethoughtError(f"cannot load the saved model: {path} is missing") from None
     except ValueError as e:
-        raise ForethoughtError(f"{path} is corrupt: {e}") from None
+        raise ForethoughtError(f"cannot load the saved model: {path} is corrupt ({first_line(e)})") from None
+    if not isinstance(config, dict) or "peft_type" not in config:
+        raise ForethoughtError(f"cannot load the saved model: {path} has no peft_type")
 
 
 def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
-    """Rebuild a saved model (eval mode) and its tokenizer."""
+    """Rebuild a saved model (eval mode) and its tokenizer from a folder and its checked ``read_meta``."""
     from forethought.models.hf import load_causal_lm
 
     folder = Path(folder)
-    adapter = AdapterConfig(**meta["adapter"])
+    adapter = from_record(AdapterConfig, meta["adapter"], f"{folder / 'predgen.json'} adapter")
+    if adapter.method != "full":
+        _check_adapter_config(folder / "adapter" / "adapter_config.json")
     try:
         if adapter.method == "full":
             lm, tok = load_causal_lm(str(folder / "lm"))
@@ -181,19 +245,22 @@ def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
 
             base, tok = load_causal_lm(meta["base"])
             lm = PeftModel.from_pretrained(base, str(folder / "adapter"))
-    except ForethoughtError:
-        raise
-    except Exception as e:  # peft / safetensors / transformers raise many types for missing or corrupt files
+    except FILE_ERRORS as e:
         raise ForethoughtError(f"cannot load the saved model in {folder}: {first_line(e)}") from None
     hs = meta["head"]
     head = build_head(meta["method"], hidden_size(lm), meta["n_out"], hs["pooling"], hs["hidden"], None)
     if head is not None:
         from safetensors.torch import load_file
 
+        path = folder / "head.safetensors"
         try:
-            head.load_state_dict(load_file(str(folder / "head.safetensors")))
-        except Exception as e:  # safetensors raises several types for bad files
-            raise ForethoughtError(f"{folder / 'head.safetensors'} is missing or corrupt: {e}") from None
+            state = load_file(str(path))
+        except FILE_ERRORS as e:
+            raise ForethoughtError(f"{path} is missing or corrupt: {first_line(e)}") from None
+        try:
+            head.load_state_dict(state)
+        except RuntimeError as e:  # load_state_dict's only error: keys or shapes unlike predgen.json's head
+            raise ForethoughtError(f"{path} does not match the head in predgen.json: {first_line(e)}") from None
     model = PredGenModel(lm, head)
     model.eval()
     return model, tok

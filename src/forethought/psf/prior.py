@@ -1,4 +1,5 @@
-"""Rectified-flow prior over the K states of a sequence (SPEC §2), jointly, with full attention between them.
+"""Rectified-flow prior over the K states of a sequence (Predictive State Flow: the states are generated first,
+by a flow, then decoded in parallel), jointly, with full attention between them.
 
 Convention: ``x_t = (1 - t)·noise + t·x`` — t = 0 is noise, t = 1 is data. The network predicts the clean
 ``x̂`` from ``(x_t, t)`` (x-prediction); the loss compares the implied velocity ``v̂ = (x̂ - x_t)/(1 - t)``
@@ -24,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.sampling import randn
 
@@ -39,6 +41,17 @@ class PriorConfig:
     steps: int = field(50, "Euler steps at sampling")
     state_only: bool = field(False, "model states only; the decoder then gets zero codes")
     stats_sequences: int = field(256, "training sequences for the standardisation statistics and mean trajectory")
+
+    def validate(self) -> None:
+        if self.n_head < 1 or self.n_embd % self.n_head:
+            raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        for key in ("n_layer", "steps", "stats_sequences"):
+            if getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
+        if not 0 < self.min_gap <= 1:
+            raise ForethoughtError(f"min_gap must be in (0, 1], got {self.min_gap}")
+        if not self.time_sigma > 0:
+            raise ForethoughtError(f"time_sigma must be > 0, got {self.time_sigma}")
 
 
 # ---- pure functions ----------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Token-level continuous flow baseline in the style of ELF (SPEC §2): rectified flow over all L token embeddings.
+"""Token-level continuous flow baseline in the style of ELF: rectified flow over all L token embeddings — the
+comparison the Predictive State Flow paper draws, a flow over every token rather than over K block states.
 
 - **Space**: the token table of a trained autoregressive model, frozen. Normalised by subtracting the mean
   embedding over the vocabulary (AR tables share a large common direction, which would make all tokens look

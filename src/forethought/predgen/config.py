@@ -1,0 +1,74 @@
+"""The settings of ``forethought predgen train`` (task, head, evaluation and the whole run), in one place so the
+training command, the saved-model loader and the data split read the same classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
+from forethought.core.run import RunConfig
+from forethought.core.trainer import TrainConfig
+from forethought.predgen.methods import PredGenSettings, PromptConfig
+from forethought.predgen.model import AdapterConfig
+
+
+@dataclass
+class TaskConfig:
+    name: str = field("sst2", "built-in task (sst2, boolq, arc-easy, arc-challenge, piqa, stsb, sick, wassa, "
+                      "wassa-<emotion>) or a .csv/.tsv/.jsonl file")
+    template: str = field("", "prompt template over the example fields ('' = the task's default)")
+    target_field: str = field("", "data files: the target column")
+    text_fields: list[str] = field([], "data files: the columns shown to the model (default: all but target/id)")
+    task_type: str = field("classification", "data files: classification | regression")
+    eval_path: str = field("", "data files: a separate eval file (default: a seeded 20 percent split)")
+    labels: list[str] = field([], "data files: label words in class order (default: sorted train targets)")
+    id_field: str = field("", "data files: a column of example ids")
+    long_field: str = field("", "data files: the field cut when a prompt is over its token budget")
+    max_train_examples: int = field(0, "use at most this many training examples (a seeded subset; 0 = all)")
+    max_eval_examples: int = field(0, "evaluate on at most this many examples (a seeded subset; 0 = all); also "
+                                   "the examples of the learning curve (train.eval_every)")
+
+    def options(self, builtin: bool) -> dict[str, Any]:
+        opts: dict[str, Any] = {"template": self.template or None}
+        if not builtin:
+            opts.update(target_field=self.target_field or None, text_fields=self.text_fields or None,
+                        task_type=self.task_type, eval_path=self.eval_path or None, labels=self.labels or None,
+                        id_field=self.id_field or None, long_field=self.long_field or None)
+        elif any((self.target_field, self.text_fields, self.eval_path, self.labels, self.id_field, self.long_field)):
+            raise ForethoughtError(f"task '{self.name}' is built in: target_field, text_fields, eval_path, labels, "
+                                   "id_field and long_field apply only to data files")
+        return {k: v for k, v in opts.items() if v is not None}
+
+
+@dataclass
+class HeadConfig:
+    pooling: str = field("", "predictor: last | mean; predgen adapter: attention | mean ('' = last / attention)")
+    hidden: int = field(256, "predgen adapter MLP width")
+
+
+@dataclass
+class EvalSettings:
+    batch_size: int = field(32, "examples per inference batch")
+    decoder: Literal["greedy", "expected"] = field(
+        "greedy", "regression generator/predgen: also compute the expected value over every well-formed number")
+    latency_examples: int = field(16, "examples timed one at a time for the per-example latency (0 = skip)")
+
+
+@dataclass
+class PredGenConfig:
+    run: RunConfig = field(RunConfig(name="predgen"), "run folder, seed, device")
+    method: Literal["predictor", "generator", "predgen"] = field("predgen", "predictor | generator | predgen")
+    base: str = field("smollm2-135m", "HF causal LM: hub id, local folder, or smollm2-135m (offline)")
+    trust_remote_code: bool = field(False, "allow model code from the hub")
+    adapter: AdapterConfig = field(AdapterConfig(), "PEFT setting (the same for every method)")
+    task: TaskConfig = field(TaskConfig(), "task and data")
+    prompt: PromptConfig = field(PromptConfig(), "prompt rendering and answer format")
+    layer: int = field(-1, "hidden-state layer read by the predictor head / task adapter (-1 = last)")
+    mask_prompt: bool = field(True, "generator/predgen: no LM loss on prompt tokens (False = loss on them too)")
+    head: HeadConfig = field(HeadConfig(), "predictor head / predgen task adapter")
+    predgen: PredGenSettings = field(PredGenSettings(), "scheduled sampling, adapter input, WDAL")
+    train: TrainConfig = field(TrainConfig(steps=150, batch_size=16, lr=2e-4, warmup_steps=10, log_every=10),
+                               "optimisation; eval_every N: a learning curve on the evaluation examples")
+    eval: EvalSettings = field(EvalSettings(), "evaluation")

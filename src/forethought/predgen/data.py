@@ -1,0 +1,75 @@
+"""The examples a run sees, as a pure function of its task settings and seed: the train split (at most
+``max_train_examples``, a seeded subset) and the whole eval split; and the record of them a saved model keeps
+(``predgen.json["data"]``), so ``predgen eval`` and ``predgen mine`` score a model on exactly the examples it
+was held out from, never on a split drawn with another seed."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from forethought.core.errors import ForethoughtError
+from forethought.predgen.config import TaskConfig
+from forethought.predgen.tasks import Example, TaskSpec, builtin_name, load_task
+
+
+def subset(items: list[Example], n: int, seed: int) -> list[Example]:
+    """At most ``n`` of ``items`` (0 = all): a seeded choice, kept in the original order."""
+    if n <= 0 or n >= len(items):
+        return items
+    g = torch.Generator().manual_seed(seed)
+    keep = sorted(torch.randperm(len(items), generator=g)[:n].tolist())
+    return [items[i] for i in keep]
+
+
+def eval_subset(items: list[Example], n: int, seed: int) -> list[Example]:
+    """The evaluation subset of a run with this seed (its own draw, apart from the train subset's)."""
+    return subset(items, n, seed + 1)
+
+
+def load_split(task: TaskConfig, seed: int) -> tuple[TaskSpec, list[Example], list[Example]]:
+    """(spec, the train examples a run with this seed trains on, the whole eval split)."""
+    opts = task.options(builtin_name(task.name) is not None)
+    spec, train_ex = load_task(task.name, "train", seed, **opts)
+    _, eval_ex = load_task(task.name, "eval", seed, **opts)
+    return spec, subset(train_ex, task.max_train_examples, seed), eval_ex
+
+
+@dataclass
+class SplitRecord:
+    """How a run drew its examples: the task settings and seed that reproduce them, the eval split's ids, and
+    the train examples' count and digest (SST-2's 67k train ids would dwarf the rest of predgen.json)."""
+
+    task: dict[str, Any]
+    seed: int
+    eval_ids: list[str]
+    train_examples: int
+    train_ids_sha256: str
+
+
+def _digest(examples: list[Example]) -> str:
+    return hashlib.sha256("\n".join(ex.id for ex in examples).encode()).hexdigest()
+
+
+def split_record(task: TaskConfig, seed: int, train: list[Example], evals: list[Example]) -> dict[str, Any]:
+    return dataclasses.asdict(SplitRecord(dataclasses.asdict(task), seed, [ex.id for ex in evals], len(train),
+                                          _digest(train)))
+
+
+def check_split(record: SplitRecord, split: str, examples: list[Example], where: str) -> None:
+    """Raise unless ``examples`` are exactly the recorded split (same ids, same order)."""
+    if split == "eval":
+        ids = [ex.id for ex in examples]
+        if ids != record.eval_ids:
+            differ = len(set(ids) ^ set(record.eval_ids))
+            raise ForethoughtError(f"{where}: the task's eval split is not the one the model was held out from "
+                                   f"({len(ids)} examples now, {len(record.eval_ids)} recorded, {differ} ids "
+                                   "differ); its data changed since training")
+    elif len(examples) != record.train_examples or _digest(examples) != record.train_ids_sha256:
+        raise ForethoughtError(f"{where}: the task's train split is not the one the model was trained on "
+                               f"({len(examples)} examples now, {record.train_examples} recorded); its data "
+                               "changed since training")

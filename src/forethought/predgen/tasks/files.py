@@ -1,0 +1,178 @@
+"""Tasks from a data file (``.csv``/``.tsv``/``.jsonl``): examples, the seeded or file-given eval split, the label
+words or value range and a default template; and new inputs to predict on."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from forethought.core.errors import ForethoughtError
+from forethought.predgen.tasks.readers import FILE_EXTENSIONS, as_number, as_text, need, read_records
+from forethought.predgen.tasks.spec import (
+    DEFAULT_EVAL_FRACTION,
+    Example,
+    TaskSpec,
+    check_template,
+    seeded_split,
+    template_fields,
+)
+
+FILE_OPTIONS = (
+    "target_field", "text_fields", "task_type", "template", "eval_path", "eval_fraction", "labels",
+    "value_range", "long_field", "truncate_side", "id_field", "name",
+)  # fmt: skip
+_UNSAFE_FIELD = re.compile(r"[.\[\]{}:!]")
+
+
+def _file_examples(path: Path, opts: dict[str, Any]) -> list[Example]:
+    header, records = read_records(path)
+    target_field = opts.get("target_field")
+    present = header if header is not None else list(records[0][1])
+    if not target_field:
+        raise ForethoughtError(
+            f"task file {path}: give target_field=... (fields in the first row: {', '.join(present)})"
+        )
+    id_field = opts.get("id_field")
+    text_fields = opts.get("text_fields")
+    if text_fields is None:
+        text_fields = [f for f in present if f not in (target_field, id_field)]
+    elif isinstance(text_fields, str):
+        text_fields = [text_fields]
+    text_fields = [str(f) for f in text_fields]
+    if not text_fields:
+        raise ForethoughtError(
+            f"task file {path}: no text fields (give text_fields=[...]; fields: {', '.join(present)})"
+        )
+    if header is not None:  # a column the header lacks is missing from every row: say so once, about the header
+        absent = [f for f in (target_field, *text_fields, id_field) if f and f not in header]
+        if absent:
+            raise ForethoughtError(
+                f"{path}: no column {', '.join(repr(f) for f in absent)} in the header row ({', '.join(header)}); "
+                "the first line must name the columns"
+            )
+    regression = opts.get("task_type", "classification") == "regression"
+    stem = path.stem
+    examples = []
+    for line, record in records:
+        where = f"{path} line {line}"
+        fields = {f: as_text(need(record, f, where)) for f in text_fields}
+        raw = need(record, target_field, where)
+        if regression:
+            target: str | float = as_number(raw, where, target_field)
+        else:
+            target = as_text(raw)
+            if not target:
+                raise ForethoughtError(f"{where}: empty target in field '{target_field}'")
+        example_id = as_text(need(record, id_field, where)) if id_field else f"{stem}-{line}"
+        examples.append(Example(fields, target, example_id))
+    return examples
+
+
+def load_file_task(path: Path, split: str, seed: int, opts: dict[str, Any]) -> tuple[TaskSpec, list[Example]]:
+    unknown = sorted(set(opts) - set(FILE_OPTIONS))
+    if unknown:
+        raise ForethoughtError(
+            f"task file {path}: unknown option(s) {', '.join(unknown)}; accepted: {', '.join(FILE_OPTIONS)}"
+        )
+    task_type = opts.get("task_type", "classification")
+    if task_type not in ("classification", "regression"):
+        raise ForethoughtError(
+            f"task file {path}: task_type must be 'classification' or 'regression', got {task_type!r}"
+        )
+    eval_path = opts.get("eval_path")
+    eval_fraction = opts.get("eval_fraction", DEFAULT_EVAL_FRACTION)
+    if not isinstance(eval_fraction, (int, float)) or isinstance(eval_fraction, bool) or not 0 < eval_fraction < 1:
+        raise ForethoughtError(f"task file {path}: eval_fraction must be between 0 and 1, got {eval_fraction!r}")
+
+    examples = _file_examples(path, opts)
+    if eval_path is None:
+        train = seeded_split(examples, "train", seed, float(eval_fraction), str(path))
+        evals = seeded_split(examples, "eval", seed, float(eval_fraction), str(path)) if split == "eval" else []
+    else:
+        eval_file = Path(eval_path).expanduser()
+        if eval_file.suffix.lower() not in FILE_EXTENSIONS:
+            raise ForethoughtError(
+                f"eval file {eval_file}: unsupported extension '{eval_file.suffix or '(none)'}'; "
+                f"use one of {', '.join(FILE_EXTENSIONS)}"
+            )
+        if not eval_file.is_file():
+            raise ForethoughtError(f"eval file not found: {eval_file}")
+        train = examples
+        evals = _file_examples(eval_file, opts) if split == "eval" else []
+    where_eval = str(eval_path) if eval_path is not None else f"the eval part of {path}"
+
+    name = str(opts.get("name") or path.stem)
+    text_fields = list(train[0].fields)
+    labels: list[str] = []
+    value_range: tuple[float, float] | None = None
+    if task_type == "classification":
+        seen = sorted({str(ex.target) for ex in train})
+        labels = [str(x) for x in opts["labels"]] if opts.get("labels") is not None else seen
+        if len(set(labels)) < 2:
+            raise ForethoughtError(
+                f"task file {path}: classification needs at least two labels; the train split has only {seen}"
+            )
+        stray = sorted(set(seen) - set(labels))
+        if stray:
+            raise ForethoughtError(
+                f"task file {path}: train split has label(s) {', '.join(stray)} not in labels={labels}"
+            )
+        if split == "eval":
+            unseen = sorted({str(ex.target) for ex in evals} - set(seen))
+            if unseen:
+                raise ForethoughtError(
+                    f"{where_eval}: eval label(s) {', '.join(repr(u) for u in unseen)} never occur in the train split "
+                    f"(train labels: {', '.join(seen)})"
+                )
+    else:
+        given = opts.get("value_range")
+        if given is not None:
+            if not isinstance(given, (list, tuple)) or len(given) != 2:
+                raise ForethoughtError(f"task file {path}: value_range must be (low, high), got {given!r}")
+            value_range = (float(given[0]), float(given[1]))
+        else:
+            targets = [float(ex.target) for ex in train]
+            value_range = (min(targets), max(targets))
+
+    template = opts.get("template")
+    if template is None:
+        unsafe = [f for f in text_fields if _UNSAFE_FIELD.search(f)]
+        if unsafe:
+            raise ForethoughtError(
+                f"task file {path}: field name(s) {', '.join(unsafe)} cannot go in a format string; give template=..."
+            )
+        template = "\n".join(f"{f}: {{{f}}}" for f in text_fields) + "\nAnswer:"
+    long_field = opts.get("long_field")
+    if long_field is not None and long_field not in text_fields:
+        raise ForethoughtError(
+            f"task file {path}: long_field '{long_field}' is not a text field ({', '.join(text_fields)})"
+        )
+    spec = TaskSpec(
+        name,
+        task_type,
+        labels,
+        str(template),
+        value_range=value_range,
+        long_field=long_field,
+        truncate_side=opts.get("truncate_side", "right"),
+    )
+    check_template(spec, train[0])
+    return spec, (train if split == "train" else evals)
+
+
+
+def read_inputs(path: str | Path, spec: TaskSpec, id_field: str | None = None) -> list[Example]:
+    """New inputs to predict: a ``.csv``/``.tsv``/``.jsonl`` file holding (at least) the fields the task's template
+    reads. Targets are not needed (``Example.target`` is None). Missing fields raise with the line."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ForethoughtError(f"input file not found: {path}")
+    needed = template_fields(spec)
+    out = []
+    for line, record in read_records(path)[1]:
+        where = f"{path} line {line}"
+        fields = {f: as_text(need(record, f, where)) for f in needed}
+        example_id = as_text(need(record, id_field, where)) if id_field else f"{path.stem}-{line}"
+        out.append(Example(fields, None, example_id))  # type: ignore[arg-type]
+    return out

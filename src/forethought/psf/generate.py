@@ -1,0 +1,354 @@
+"""Rebuilding a finished ``psf recipe`` run and sampling from it (``forethought psf sample``).
+
+Nothing here imports the training loop: a run is rebuilt from the parts of its ``config.yaml`` that describe the
+models and the data (:class:`SavedRecipe`), its ``results.json`` and the stages' checkpoints. Every file read
+is checked, so a corrupt or truncated one is a one-line error naming it, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import yaml
+
+from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
+from forethought.core.config import field, yaml_problem
+from forethought.core.env import cache_dir
+from forethought.core.errors import ForethoughtError, first_line
+from forethought.core.io import atomic_write_text, read_json_object
+from forethought.core.run import Run
+from forethought.core.runtime import pick_device
+from forethought.data.corpora import eval_windows, load_token_splits
+from forethought.models.gpt import GPT
+from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
+from forethought.psf.model import PSFModel, PSFModelConfig, generate_blocks
+from forethought.psf.prior import FlowPrior, PriorConfig, sample_prior
+from forethought.psf.sampling import device_generator
+
+MODEL_STAGES = ("base", "landing", "self_realized", "codes")
+# What later steps read from each kind of stage result (the recipe's report and resume, load_recipe).
+STAGE_KEYS = {"model": ("blocks", "features", "steps", "train_wall_s"),
+              "prior": ("params", "blocks", "dim", "steps", "train_wall_s"),
+              "ar": ("steps", "training_tokens", "train_wall_s")}
+RUN_KEYS = ("stages", "final_stage", "vocab_size", "bos_id")
+
+
+@dataclass
+class PSFDataConfig:
+    corpus: str = field("wikitext-2", "corpus name (wikitext-2, tinyshakespeare, tinystories, generated), a .txt "
+                        "path, or hf:<dataset>")
+    tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id")
+    eval_sequences: int = field(256, "validation windows (non-overlapping, from the start of the valid split)")
+    cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
+
+    def validate(self) -> None:
+        if self.eval_sequences < 1:
+            raise ForethoughtError(f"eval_sequences must be at least 1, got {self.eval_sequences}")
+
+
+def load_data(cfg: PSFDataConfig, seq_len: int) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Train/valid token arrays and the tokenizer."""
+    from forethought.data.corpora import load_corpus_text
+    from forethought.data.tokenizers import load_tokenizer
+
+    cache = cache_dir(cfg.cache_dir)
+    tr, va = load_token_splits(cfg.corpus, cfg.tokenizer, cache, seq_len + 1, f"model.seq_len {seq_len}")
+    text = load_corpus_text(cfg.corpus, "train") if cfg.tokenizer.startswith("bpe:") else None
+    tok = load_tokenizer(cfg.tokenizer, corpus_text=text, cache_dir=cache / "tokenizers")
+    return tr, va, tok
+
+
+# ---- run folder files --------------------------------------------------------------------------------------
+
+def stage_kind(name: str) -> Literal["model", "prior", "ar"]:
+    """``base`` .. ``codes`` and ``blocks<K'>`` are model stages, ``prior`` and ``prior_blocks<K'>`` priors."""
+    if name == "ar":
+        return "ar"
+    return "prior" if name.startswith("prior") else "model"
+
+
+def read_results(path: Path, required: tuple[str, ...], fix: str) -> dict:
+    """A results.json as a dict holding ``required``; anything else is a ForethoughtError naming the file, with
+    ``fix`` telling the user how to get a good one back."""
+    return read_json_object(path, required, fix)
+
+
+def read_run_results(run_dir: Path) -> dict:
+    """A finished recipe run's results.json, with every stage entry checked."""
+    path = run_dir / "results.json"
+    fix = "rerun the same 'psf recipe' command with --resume auto to rewrite it"
+    results = read_results(path, RUN_KEYS, fix)
+    stages = results["stages"]
+    if not isinstance(stages, dict) or not all(isinstance(v, dict) for v in stages.values()):
+        raise ForethoughtError(f"{path} is corrupt (bad 'stages'); {fix}")
+    for name, res in stages.items():
+        missing = [k for k in STAGE_KEYS[stage_kind(name)] if k not in res]
+        if missing:
+            raise ForethoughtError(f"{path} is corrupt (stage '{name}' has no {', '.join(missing)}); {fix}")
+    return results
+
+
+@dataclass
+class SavedRecipe:
+    """The sections of a recipe run's config.yaml that rebuilding its models needs. The training sections are
+    left out, so that loading a run for sampling never imports the training loop."""
+
+    seed: int
+    data: PSFDataConfig
+    model: PSFModelConfig
+    prior: PriorConfig
+    ar: ARModelConfig
+
+
+def read_saved_config(run_dir: Path) -> SavedRecipe:
+    path = run_dir / "config.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ForethoughtError(f"{path} is corrupt ({yaml_problem(e)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ForethoughtError(f"{path} is unreadable ({first_line(e)})") from None
+
+    def section(cls: type, *keys: str) -> Any:
+        d = raw
+        for k in keys:
+            d = d.get(k) if isinstance(d, dict) else None
+        try:
+            return cls(**d)
+        except TypeError:  # not a mapping, or keys this version does not know
+            raise ForethoughtError(f"{path}: section '{'.'.join(keys)}' does not match this version's "
+                                   f"{cls.__name__}") from None
+
+    if not isinstance(raw, dict) or not isinstance(raw.get("run"), dict) or "seed" not in raw["run"]:
+        raise ForethoughtError(f"{path} is not a 'psf recipe' config (no run.seed)")
+    return SavedRecipe(int(raw["run"]["seed"]), section(PSFDataConfig, "data"), section(PSFModelConfig, "model"),
+                       section(PriorConfig, "prior", "model"), section(ARModelConfig, "ar", "model"))
+
+
+# ---- models ------------------------------------------------------------------------------------------------
+
+def build_psf(mcfg: PSFModelConfig, vocab: int, seed: int) -> PSFModel:
+    torch.manual_seed(seed)
+    return PSFModel(replace(mcfg, vocab_size=vocab))
+
+
+def configure(model: PSFModel, feats: dict[str, bool], blocks: int) -> PSFModel:
+    model.landing, model.use_codes = feats["landing"], feats["codes"]
+    model.set_blocks(blocks)
+    return model
+
+
+@dataclass
+class RecipeArtifacts:
+    """What a finished recipe run holds, ready to sample from."""
+
+    cfg: SavedRecipe
+    results: dict
+    stage: str
+    model: PSFModel
+    prior: FlowPrior | None
+    ar: GPT | None
+    tokenizer: Any
+    bos_id: int
+    valid_tokens: np.ndarray
+
+
+def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device = "cpu") -> RecipeArtifacts:
+    """Rebuild a ``psf recipe`` run: the PSF model of ``stage`` ('' = the final model stage), its prior (the
+    prior trained after that stage, if any) and the AR baseline (if trained)."""
+    run_dir = Path(run_dir)
+    dev = pick_device(str(device))
+    if not (run_dir / "config.yaml").is_file() or not (run_dir / "results.json").is_file():
+        raise ForethoughtError(f"{run_dir} is not a finished 'psf recipe' run folder (config.yaml, results.json)")
+    cfg = read_saved_config(run_dir)
+    results = read_run_results(run_dir)
+    stage = stage or results["final_stage"]
+    model_stages = [s for s in results["stages"] if stage_kind(s) == "model"]
+    if stage not in model_stages:
+        raise ForethoughtError(f"stage '{stage}' was not trained in {run_dir} "
+                               f"(model stages: {', '.join(model_stages)})")
+    ckpt = latest_checkpoint(run_dir / stage)
+    if ckpt is None:
+        raise ForethoughtError(f"no checkpoint for stage '{stage}' in {run_dir}")
+    info = results["stages"][stage]
+    model = configure(build_psf(cfg.model, results["vocab_size"], cfg.seed), info["features"], info["blocks"])
+    load_checkpoint(ckpt, model)
+    prior = None
+    pname = f"prior_{stage}" if stage.startswith("blocks") else "prior"
+    pckpt = latest_checkpoint(run_dir / pname)
+    if pckpt is not None and pname in results["stages"]:
+        pinfo = results["stages"][pname]
+        if pinfo["blocks"] == model.blocks and stage == prior_source(results, pname):
+            prior = FlowPrior(cfg.prior, pinfo["dim"], pinfo["blocks"])
+            load_checkpoint(pckpt, prior)
+            prior.eval()
+    ar = None
+    ackpt = latest_checkpoint(run_dir / "ar")
+    if ackpt is not None:
+        ar = build_ar(cfg.ar, results["vocab_size"], cfg.model.seq_len)
+        load_checkpoint(ackpt, ar)
+        ar.eval()
+    _, valid, tokenizer = load_data(cfg.data, cfg.model.seq_len)
+    return RecipeArtifacts(cfg, results, stage, model.to(dev).eval(), prior.to(dev) if prior else None,
+                           ar.to(dev) if ar else None, tokenizer, int(results["bos_id"]), valid)
+
+
+def prior_source(results: dict, pname: str) -> str:
+    """The model stage a prior was trained on: the model stage just before it in the results."""
+    names = list(results["stages"])
+    before = [s for s in names[:names.index(pname)] if stage_kind(s) == "model"]
+    return before[-1] if before else ""
+
+
+# ---- sampling ------------------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def sample_psf(model: PSFModel, prior: FlowPrior | None, n: int, *, temperature: float = 1.0, top_p: float = 1.0,
+               steps: int | None = None, generator: torch.Generator | None = None,
+               trajectory: Literal["prior", "mean"] = "prior", prompt: torch.Tensor | None = None,
+               batch_size: int = 0) -> torch.Tensor:
+    """(n, L) token ids from PSF: the prior's Euler sampler writes a (K, dim) state trajectory (``trajectory:
+    mean`` uses the stored mean trajectory instead — the ablation), then the decoder writes all K blocks in
+    parallel. ``prompt`` (n, m·L/K): the first m blocks are given; their states (and codes) are fixed during the
+    flow (replacement) and their tokens are forced. Without a prior (``prior=None``) the mean trajectory is
+    impossible too, so a prior is required; codes the prior does not model are zero."""
+    if prior is None:
+        raise ForethoughtError("sampling PSF needs a trained prior (the recipe's prior stage)")
+    model.eval()
+    prior.eval()
+    if batch_size and n > batch_size:
+        parts = [sample_psf(model, prior, min(batch_size, n - i), temperature=temperature, top_p=top_p, steps=steps,
+                            generator=generator, trajectory=trajectory,
+                            prompt=None if prompt is None else prompt[i:i + batch_size])
+                 for i in range(0, n, batch_size)]
+        return torch.cat(parts)
+    dev = next(model.parameters()).device
+    K, nb, S = model.blocks, model.block_len, model.state_dim
+    if prior.blocks != K:
+        raise ForethoughtError(f"the prior models {prior.blocks} states, the model decodes {K} blocks")
+    known, mask, force, force_blocks = None, None, None, None
+    if prompt is not None:
+        prompt = prompt.to(dev).long()
+        if prompt.shape[0] != n or prompt.shape[1] % nb or not 0 < prompt.shape[1] <= model.seq_len:
+            raise ForethoughtError(f"a prompt must be (n, m·{nb}) tokens with 1 <= m <= {K}")
+        m = prompt.shape[1] // nb
+        h, feats = model.encode(prompt)  # (n, m, S): block-causal, so these equal the full text's h_1..h_m
+        s = torch.cat([model.start.expand(n, 1, S), h], 1)[:, :K] if model.config.states == "predictive" else h
+        known = torch.zeros(n, K, prior.dim, device=dev)
+        mask = torch.zeros(n, K, prior.dim, dtype=torch.bool, device=dev)
+        known[:, :s.shape[1], :S], mask[:, :s.shape[1], :S] = s, True
+        if prior.dim > S:
+            known[:, :m, S:], mask[:, :m, S:] = model.posterior(feats)[0], True
+        force = torch.zeros(n, model.seq_len, dtype=torch.long, device=dev)
+        force[:, :m * nb] = prompt
+        force_blocks = (torch.arange(K, device=dev) < m).expand(n, K)
+    if trajectory == "mean":
+        traj = prior.traj_mean.expand(n, K, prior.dim).clone()
+        if known is not None:
+            traj = torch.where(mask, known, traj)
+    else:
+        traj = sample_prior(prior, n, steps, generator, known, mask)  # (n, K, dim)
+    states = traj[..., :S]
+    if model.config.states == "predictive":
+        states = torch.cat([model.start.expand(n, 1, S), states[:, 1:]], 1)  # s_1 is known exactly
+    codes = None
+    if model.use_codes:
+        codes = traj[..., S:] if prior.dim > S else torch.zeros(n, K, model.code_dim, device=dev)
+    return generate_blocks(model, states, codes, temperature=temperature, top_p=top_p, generator=generator,
+                           force=force, force_blocks=force_blocks)
+
+
+@dataclass
+class SampleConfig:
+    recipe_run: str = field("", "the 'psf recipe' run folder to sample from (required)")
+    name: str = field("samples", "output folder name inside the recipe run")
+    model: Literal["psf", "ar"] = field("psf", "which model writes the samples")
+    stage: str = field("", "PSF model stage ('' = the final one)")
+    n: int = field(16, "number of samples")
+    batch_size: int = field(16, "samples per batch")
+    temperature: float = field(1.0, "decoder temperature (0 = greedy)")
+    top_p: float = field(1.0, "decoder nucleus, in (0, 1]")
+    prior_steps: int = field(0, "Euler steps (0 = the prior's configured steps)")
+    trajectory: Literal["prior", "mean"] = field("prior", "sampled state trajectories, or the mean one (ablation)")
+    prompt_blocks: int = field(0, "prompted generation: the first m blocks of validation windows are given")
+    seed: int = field(0, "sampling seed")
+    device: str = field("auto", "auto | cpu | cuda | mps")
+
+    def validate(self) -> None:
+        if not self.recipe_run:
+            raise ForethoughtError("psf sample needs --recipe_run <folder of a 'psf recipe' run>")
+        for key in ("n", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
+        for key in ("prior_steps", "prompt_blocks"):
+            if getattr(self, key) < 0:
+                raise ForethoughtError(f"{key} must not be negative, got {getattr(self, key)}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ForethoughtError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ForethoughtError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.name in ("", ".", "..") or Path(self.name).name != self.name:
+            raise ForethoughtError(f"name must be a plain folder name (it is created inside the recipe run), "
+                                   f"got {self.name!r}")
+
+
+def sample(cfg: SampleConfig, resume: str | None = None) -> dict:
+    """``forethought psf sample``: writes ``<recipe_run>/<name>/samples.jsonl``, ``samples.txt``, ``results.json``."""
+    del resume  # sampling has no checkpoints
+    cfg.validate()  # also when the config was built in Python rather than loaded
+    device = pick_device(cfg.device, "--device")
+    art = load_recipe(cfg.recipe_run, cfg.stage, device)
+    out_dir = Path(cfg.recipe_run) / cfg.name
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ForethoughtError(f"name '{cfg.name}': {out_dir} is a file of the recipe run; choose another --name")
+    if cfg.name in art.results["stages"] or latest_checkpoint(out_dir) is not None:
+        raise ForethoughtError(f"name '{cfg.name}': {out_dir} holds a trained model of the recipe run; choose "
+                               "another --name")
+    L = art.cfg.model.seq_len
+    nb = art.model.block_len
+    prompt = None
+    if cfg.prompt_blocks:
+        if not 0 < cfg.prompt_blocks <= art.model.blocks:
+            raise ForethoughtError(f"prompt_blocks must be in 1..{art.model.blocks}")
+        windows = eval_windows(art.valid_tokens, cfg.n, L)
+        if len(windows) < cfg.n:
+            raise ForethoughtError(f"the valid split holds only {len(windows)} prompt windows; lower n")
+        prompt = windows[:, :cfg.prompt_blocks * nb]
+    if cfg.model == "ar" and art.ar is None:
+        raise ForethoughtError(f"{cfg.recipe_run} has no AR baseline (train it with baselines: [ar])")
+    if cfg.model == "psf" and art.prior is None:
+        raise ForethoughtError(f"stage '{art.stage}' of {cfg.recipe_run} has no trained prior")
+    g = device_generator(cfg.seed, device)
+    t0 = time.perf_counter()
+    if cfg.model == "ar":
+        ids = torch.cat([sample_ar(art.ar, min(cfg.batch_size, cfg.n - i), L, art.bos_id, temperature=cfg.temperature,
+                                   top_p=cfg.top_p, generator=g,
+                                   prompt=None if prompt is None else prompt[i:i + cfg.batch_size])
+                         for i in range(0, cfg.n, cfg.batch_size)])
+        depth = L - (0 if prompt is None else prompt.shape[1])
+    else:
+        steps = cfg.prior_steps or art.prior.config.steps
+        ids = sample_psf(art.model, art.prior, cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, steps=steps,
+                         generator=g, trajectory=cfg.trajectory, prompt=prompt, batch_size=cfg.batch_size)
+        depth = (steps if cfg.trajectory == "prior" else 0) + nb
+    wall = time.perf_counter() - t0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    texts = art.tokenizer.batch_decode(ids.tolist())
+    n_prompt = 0 if prompt is None else prompt.shape[1]
+    atomic_write_text(out_dir / "samples.jsonl", "".join(
+        json.dumps({"index": i, "prompt_tokens": n_prompt, "tokens": row, "text": text}) + "\n"
+        for i, (row, text) in enumerate(zip(ids.tolist(), texts))))
+    atomic_write_text(out_dir / "samples.txt", "\n\n==========\n\n".join(texts) + "\n")
+    res = {"model": cfg.model, "stage": art.stage if cfg.model == "psf" else "ar", "n": cfg.n,
+           "temperature": cfg.temperature, "top_p": cfg.top_p, "trajectory": cfg.trajectory,
+           "prompt_tokens": n_prompt, "serial_depth": depth, "wall_s": wall, "settings": asdict(cfg)}
+    Run(out_dir).write_results(res)
+    print(f"wrote {cfg.n} samples to {out_dir}")
+    return res

@@ -1,0 +1,147 @@
+"""The bad-input matrix, myopia part: the real CLI in a subprocess (``myopia synthetic | lm | probe``).
+
+Every case must exit with status 2, print one line on stderr that names the problem, print no traceback, and
+leave the folder it works in exactly as it was. Probe cases run on copies of one tiny ``myopia lm`` run (trained
+once for the module on the ``generated`` corpus), each copy damaged in one way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from cli_harness import expect_clean_failure
+
+from forethought.cli import main
+from forethought.core.checkpoint import latest_checkpoint
+
+SYNTH = ["myopia", "synthetic", "--config", "tiny"]
+LM = ["myopia", "lm", "--config", "tiny"]
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Path:
+    """A finished tiny ``myopia lm`` run (vanilla only, 2 steps: one checkpoint)."""
+    root = tmp_path_factory.mktemp("lm")
+    assert main([*LM, "--variants", "[vanilla]", "--train.steps", "2", "--data.cache_dir", str(cache),
+                 "--run.out_dir", str(root)]) == 0
+    return root / "myopia-lm-tiny"
+
+
+def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path) -> str:
+    runs = tmp_path / "runs"
+    return expect_clean_failure([*args, "--run.out_dir", str(runs)], tmp_path, tmp_path, names,
+                                env={"FORETHOUGHT_CACHE": str(cache)})
+
+
+@pytest.mark.parametrize("args,names", [
+    ([*LM, "--variants", "[vanilla, nope]"], ["unknown variant 'nope'"]),
+    ([*LM, "--variants", "[local, vanilla]"], ["'local' needs 'vanilla' trained before it"]),
+    ([*LM, "--gpt.activation", "nope"], ["gpt.activation", "nope"]),
+    ([*LM, "--train.steps", "-3"], ["train: steps must not be negative", "-3"]),
+    ([*LM, "--train.steps", "0"], ["train.steps must be at least 1"]),
+    ([*LM, "--data.curve_sequences", "0"], ["data.curve_sequences must be at least 1"]),
+    ([*SYNTH, "--modes", "[vanilla, nope]"], ["mode 'nope'"]),
+    ([*SYNTH, "--modes", "[local]"], ["mode 'local'"]),
+    ([*SYNTH, "--model.activation", "nope"], ["model.activation", "nope"]),
+    ([*SYNTH, "--train.steps", "0"], ["train.steps must be at least 1"]),
+    ([*SYNTH, "--curve_sequences", "0"], ["curve_sequences must be at least 1"]),
+    ([*SYNTH, "--eval_sequences", "0"], ["eval_sequences must be at least 1"]),
+    pytest.param([*LM, "--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
+    pytest.param([*SYNTH, "--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
+])
+def test_bad_training_command(tmp_path: Path, cache: Path, args: list[str], names: list[str]) -> None:
+    _case(tmp_path, args, names, cache)
+
+
+def _rewrite(path: Path, data: bytes, manifest_too: bool = False) -> None:
+    """Replace a checkpoint file's bytes; with ``manifest_too`` the manifest is updated to match them."""
+    path.write_bytes(data)
+    if manifest_too:
+        man_path = path.parent / "manifest.json"
+        man = json.loads(man_path.read_text())
+        man["files"][path.name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        man_path.write_text(json.dumps(man))
+
+
+def _garbage_config(ckpt: Path) -> None:
+    _rewrite(ckpt / "config.json", b"{not json", manifest_too=True)
+
+
+def _corrupt_config(ckpt: Path) -> None:
+    _rewrite(ckpt / "config.json", b"{not json")
+
+
+def _truncate_weights(ckpt: Path) -> None:
+    p = ckpt / "model.safetensors"
+    _rewrite(p, p.read_bytes()[:-100])
+
+
+def _flip_weight_byte(ckpt: Path) -> None:
+    p = ckpt / "model.safetensors"
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte different
+    _rewrite(p, bytes(data))
+
+
+def _manifest_without_bytes(ckpt: Path) -> None:
+    man_path = ckpt / "manifest.json"
+    man = json.loads(man_path.read_text())
+    del man["files"]["model.safetensors"]["bytes"]
+    man_path.write_text(json.dumps(man))
+
+
+@pytest.mark.parametrize("damage,names", [
+    (_garbage_config, ["config.json", "unreadable"]),  # matches its manifest: written that way
+    (_corrupt_config, ["config.json", "corrupt"]),
+    (_truncate_weights, ["model.safetensors", "truncated"]),
+    (_flip_weight_byte, ["model.safetensors", "SHA-256"]),
+    (_manifest_without_bytes, ["manifest.json", "model.safetensors", "bytes"]),
+])
+def test_probe_on_damaged_checkpoint(tmp_path: Path, cache: Path, lm_run: Path,
+                                     damage: Callable[[Path], None], names: list[str]) -> None:
+    run = tmp_path / "lm"
+    shutil.copytree(lm_run, run)
+    damage(latest_checkpoint(run / "vanilla"))
+    _case(tmp_path, ["myopia", "probe", "--lm_run", str(run), "--variants", "[vanilla]"], names, cache)
+
+
+def _synthetic_run(folder: Path) -> None:
+    from forethought.core.config import save_yaml
+    from forethought.myopia.synthetic import SyntheticConfig
+
+    save_yaml(SyntheticConfig(), folder / "config.yaml")
+
+
+@pytest.mark.parametrize("make,names", [
+    (lambda folder: None, ["not a 'myopia lm' run folder", "no config.yaml"]),
+    (_synthetic_run, ["not a 'myopia lm' run folder", "unknown config key"]),
+])
+def test_probe_on_a_folder_that_is_not_an_lm_run(tmp_path: Path, cache: Path, make: Callable[[Path], None],
+                                                  names: list[str]) -> None:
+    folder = tmp_path / "not-a-run"
+    folder.mkdir()
+    make(folder)
+    _case(tmp_path, ["myopia", "probe", "--lm_run", str(folder), "--variants", "[vanilla]"], names, cache)
+
+
+@pytest.mark.parametrize("extra,names", [
+    (["--variants", "[vanilla, nope]"], ["unknown variant 'nope'"]),
+    (["--variants", "[zero_past]"], ["no checkpoint for variant 'zero_past'"]),
+    pytest.param(["--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
+])
+def test_bad_probe_command(tmp_path: Path, cache: Path, lm_run: Path, extra: list[str], names: list[str]) -> None:
+    run = tmp_path / "lm"
+    shutil.copytree(lm_run, run)
+    _case(tmp_path, ["myopia", "probe", "--lm_run", str(run), *extra], names, cache)

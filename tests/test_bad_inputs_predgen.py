@@ -1,0 +1,175 @@
+"""The bad-input matrix, PredGen part: the real CLI in a subprocess (``tests/cli_harness.py``) on a tiny random
+Llama saved with its tokenizer. Every case exits with status 2, prints one line on stderr that names the problem
+and no traceback, and leaves the run folder as it was (a fresh run's folder is never created: inputs are
+checked before anything is written)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from cli_harness import expect_clean_failure
+
+from forethought.cli import main
+from forethought.data.tokenizers import train_byte_level_bpe
+from forethought.testing import tiny_llama
+
+_REVIEWS = [("good movie", "positive"), ("bad plot", "negative"), ("great actor", "positive"), ("dull scene", "negative")]
+ROWS = [{"id": f"r{i}", "text": _REVIEWS[i % 4][0], "label": _REVIEWS[i % 4][1], "score": f"{i % 5}.5"}
+        for i in range(24)]
+
+
+def _csv(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A task file, a tiny Llama + tokenizer folder, and one run trained on them for a step (its saved model)."""
+    from transformers import PreTrainedTokenizerFast
+
+    root = tmp_path_factory.mktemp("predgen-bad")
+    data = _csv(root / "reviews.csv", ROWS)
+    text = "\n".join(f"text: {r['text']}\nAnswer: {r['label']} {r['score']}" for r in ROWS) * 3
+    tok = PreTrainedTokenizerFast(tokenizer_object=train_byte_level_bpe(text, 300), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    base = root / "tiny-llama"
+    tok.save_pretrained(base)
+    tiny_llama(vocab_size=len(tok), hidden_size=16, layers=2, heads=2, kv_heads=1,
+               eos_token_id=tok.eos_token_id).save_pretrained(base)
+    code = main(["predgen", "train", "--method", "predictor", "--base", str(base), "--task.name", str(data),
+                 "--task.target_field", "label", "--task.text_fields", "[text]", "--adapter.r", "2",
+                 "--train.steps", "1", "--train.batch_size", "4", "--eval.latency_examples", "0",
+                 "--run.out_dir", str(root / "runs"), "--run.name", "trained"])
+    assert code == 0
+    return {"root": root, "data": data, "base": base, "run": root / "runs" / "trained"}
+
+
+def _train(world: dict, tmp_path: Path, args: list[str], names: list[str]) -> None:
+    """A fresh ``predgen train`` that must fail before its run folder exists."""
+    runs = tmp_path / "runs"
+    expect_clean_failure(["predgen", "train", "--method", "predictor", "--base", str(world["base"]),
+                          "--train.steps", "1", "--run.out_dir", str(runs), "--run.name", "fresh", *args],
+                         tmp_path, runs, names)
+    assert not runs.exists(), "the run folder was created"
+
+
+def _file_task(path: Path, *extra: str) -> list[str]:
+    return ["--task.name", str(path), "--task.target_field", "label", *extra]
+
+
+def test_unknown_task(world: dict, tmp_path: Path) -> None:
+    _train(world, tmp_path, ["--task.name", "nosuchtask"], ["unknown task 'nosuchtask'", "sst2"])
+
+
+def test_missing_target_column(world: dict, tmp_path: Path) -> None:
+    _train(world, tmp_path, ["--task.name", str(world["data"]), "--task.target_field", "stars"],
+           ["no column 'stars'", "reviews.csv", "id, text, label, score"])
+
+
+def test_non_numeric_regression_target(world: dict, tmp_path: Path) -> None:
+    bad = _csv(tmp_path / "scores.csv", [{"text": "a", "score": "1.5"}, {"text": "b", "score": "high"},
+                                         {"text": "c", "score": "2"}])
+    _train(world, tmp_path, ["--task.name", str(bad), "--task.target_field", "score", "--task.task_type",
+                             "regression"], ["scores.csv line 3", "'score' is not a number", "'high'"])
+
+
+def test_eval_label_never_seen_in_training(world: dict, tmp_path: Path) -> None:
+    dev = _csv(tmp_path / "dev.csv", [{"id": "d1", "text": "meh", "label": "neutral", "score": "1"}])
+    _train(world, tmp_path, _file_task(world["data"], "--task.eval_path", str(dev)),
+           ["'neutral'", "never occur in the train split", "negative, positive"])
+
+
+@pytest.mark.parametrize("content,names", [("", ["is empty"]), ("text,label\n", ["has no examples"])])
+def test_empty_file(world: dict, tmp_path: Path, content: str, names: list[str]) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text(content)
+    _train(world, tmp_path, _file_task(empty), ["empty.csv", *names])
+
+
+def test_headerless_csv(world: dict, tmp_path: Path) -> None:
+    headerless = tmp_path / "headerless.csv"
+    headerless.write_text("good movie,positive\nbad plot,negative\ngreat actor,positive\n")
+    _train(world, tmp_path, _file_task(headerless), ["no column 'label'", "good movie, positive",
+                                                     "first line must name the columns"])
+
+
+def test_train_layer_out_of_range(world: dict, tmp_path: Path) -> None:
+    _train(world, tmp_path, [*_file_task(world["data"]), "--layer", "99"], ["layer 99 is out of range", "2 layers"])
+
+
+def test_device_without_cuda(world: dict, tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    _train(world, tmp_path, [*_file_task(world["data"]), "--run.device", "cuda"], ["cuda", "not available"])
+
+
+# ---------------------------------------------------------------------------------------------- saved models
+
+
+def _copy(world: dict, tmp_path: Path) -> Path:
+    run = tmp_path / "trained"
+    shutil.copytree(world["run"], run)
+    return run
+
+
+def _doctor(run: Path, edit: dict) -> None:
+    """Rewrite the saved predgen.json: ``None`` values delete their (dotted) key, others replace it."""
+    path = run / "model" / "predgen.json"
+    meta = json.loads(path.read_text())
+    for key, value in edit.items():
+        *parents, last = key.split(".")
+        target = meta
+        for p in parents:
+            target = target[p]
+        if value is None:
+            del target[last]
+        else:
+            target[last] = value
+    path.write_text(json.dumps(meta))
+
+
+def test_mine_layer_out_of_range(world: dict, tmp_path: Path) -> None:
+    run = _copy(world, tmp_path)
+    expect_clean_failure(["predgen", "mine", "--model", str(run), "--layer", "99", "--steps", "1"], tmp_path, run,
+                         ["layer 99 is out of range"])
+
+
+@pytest.mark.parametrize("edit,names", [
+    ({"layer": None}, ["predgen.json", "missing layer"]),
+    ({"task_spec.labels": None}, ["predgen.json task_spec", "missing key(s) labels"]),
+    ({"head": {"pooling": "last"}}, ["predgen.json", "missing key(s) head.hidden"]),
+    ({"layer": 99}, ["layer 99 is out of range"]),
+])
+def test_eval_of_a_doctored_saved_model(world: dict, tmp_path: Path, edit: dict, names: list[str]) -> None:
+    run = _copy(world, tmp_path)
+    _doctor(run, edit)
+    expect_clean_failure(["predgen", "eval", "--model", str(run)], tmp_path, run, names)
+
+
+def test_eval_after_the_data_changed(world: dict, tmp_path: Path) -> None:
+    """The run recorded its held-out ids; a data file edited since training must not be split silently anew."""
+    run = _copy(world, tmp_path)
+    data = _csv(tmp_path / "reviews.csv", ROWS[:-1])
+    _doctor(run, {"data.task.name": str(data)})
+    expect_clean_failure(["predgen", "eval", "--model", str(run)], tmp_path, run,
+                         ["eval split is not the one the model was held out from", "changed since training"])
+
+
+def test_eval_on_a_missing_device(world: dict, tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    run = _copy(world, tmp_path)
+    expect_clean_failure(["predgen", "eval", "--model", str(run), "--device", "cuda"], tmp_path, run,
+                         ["cuda", "not available"])

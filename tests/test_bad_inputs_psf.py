@@ -1,0 +1,93 @@
+"""The bad-input matrix, PSF part: ``psf recipe`` and ``psf sample`` through the real CLI in a subprocess.
+
+Every case must exit with status 2, print one line on stderr that names the problem, print no traceback, and
+leave the run folder exactly as it was (or not create it). Cases that need a trained run copy one tiny recipe
+run, trained once for the module.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from cli_harness import cli, expect_clean_failure
+
+# the tiny recipe cut to base -> prior -> AR (seconds), which is every kind of stage a run folder holds
+RECIPE = ["psf", "recipe", "--config", "tiny", "--run.name", "psf", "--landing.enabled", "false",
+          "--self_realized.enabled", "false", "--codes.enabled", "false", "--longer_blocks.blocks", "[]"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A finished tiny recipe run (generated corpus) and the environment whose cache holds its tokenizer and
+    token arrays."""
+    root = tmp_path_factory.mktemp("psf-trained")
+    env = {"FORETHOUGHT_CACHE": str(root / "cache"), "FORETHOUGHT_DATA": ""}
+    out = cli([*RECIPE, "--run.out_dir", str(root / "runs")], root, env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root / "runs" / "psf", env
+
+
+@pytest.fixture
+def run_copy(trained: tuple[Path, dict[str, str]], tmp_path: Path) -> Path:
+    """This test's own copy of the trained run, at ``tmp_path/runs/psf``."""
+    return Path(shutil.copytree(trained[0], tmp_path / "runs" / "psf"))
+
+
+def _recipe_case(tmp_path: Path, env: dict[str, str], args: list[str], names: list[str]) -> str:
+    runs = tmp_path / "runs"
+    return expect_clean_failure([*RECIPE, "--run.out_dir", str(runs), *args], tmp_path, runs, names, env)
+
+
+@pytest.mark.parametrize("args,names", [
+    (["--data.corpus", "no-such-corpus"], ["unknown corpus", "no-such-corpus"]),
+    (["--data.tokenizer", "no-such-tokenizer"], ["tokenizer", "no-such-tokenizer"]),
+    (["--prior.model.n_head", "3"], ["prior.model", "n_embd (32) must be divisible by n_head (3)"]),
+    (["--base.train.steps", "-3"], ["base.train", "steps", "-3"]),
+    (["--ar.train.steps", "-2"], ["ar.train", "steps", "-2"]),
+    (["--resume", "some/checkpoint"], ["--resume auto"]),
+])
+def test_bad_recipe_settings_write_nothing(tmp_path: Path, trained: tuple[Path, dict[str, str]], args: list[str],
+                                           names: list[str]) -> None:
+    _recipe_case(tmp_path, trained[1], args, names)
+    assert not (tmp_path / "runs").exists()  # not even an empty run folder
+
+
+@pytest.mark.parametrize("content", ["truncated", "{}"])
+def test_corrupt_stage_results_on_resume(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
+                                         content: str) -> None:
+    path = run_copy / "prior" / "results.json"  # a later stage: base, complete before it, must stay untouched
+    text = path.read_text()
+    path.write_text(text[:len(text) // 2] if content == "truncated" else content)
+    _recipe_case(tmp_path, trained[1], ["--resume", "auto"], [str(path), "corrupt", "--resume auto"])
+
+
+@pytest.mark.parametrize("name", ["results.json", "config.yaml"])
+def test_corrupt_run_files_when_sampling(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
+                                         name: str) -> None:
+    path = run_copy / name
+    path.write_text(path.read_text()[:100] + "\n: [")
+    expect_clean_failure(["psf", "sample", "--recipe_run", str(run_copy)], tmp_path, run_copy,
+                         [str(path), "corrupt"], trained[1])
+
+
+@pytest.mark.parametrize("args,names", [
+    (["--temperature", "-1"], ["temperature must be a number >= 0", "-1"]),
+    (["--name", "base"], ["name 'base'", "trained model"]),  # would overwrite that stage's results.json
+    (["--name", "results.json"], ["name 'results.json'", "file of the recipe run"]),
+    (["--prompt_blocks", "9"], ["prompt_blocks must be in 1..4"]),
+])
+def test_bad_sample_settings_write_nothing(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
+                                           args: list[str], names: list[str]) -> None:
+    line = expect_clean_failure(["psf", "sample", "--recipe_run", str(run_copy), *args], tmp_path, run_copy, names,
+                                trained[1])
+    assert "greedy=" not in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_sample_on_cuda_without_cuda(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]]) -> None:
+    line = expect_clean_failure(["psf", "sample", "--recipe_run", str(run_copy), "--device", "cuda"], tmp_path,
+                                run_copy, ["cuda", "not available", "--device"], trained[1])
+    assert "--run.device" not in line  # psf sample has no such key

@@ -1,0 +1,61 @@
+"""The package's layout rules, checked on the source: imports go one way down
+(core <- data, models <- eval <- systems <- cli/demo), systems do not import each other, and no module imports
+another module's private (underscore) names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import forethought
+
+SRC = Path(forethought.__file__).resolve().parent
+# what each layer may import from forethought (besides itself)
+ALLOWED = {
+    "core": set(),
+    "data": {"core"},
+    "models": {"core"},
+    "eval": {"core", "data", "models"},
+    "predgen": {"core", "data", "models", "eval"},
+    "psf": {"core", "data", "models", "eval"},
+    "myopia": {"core", "data", "models", "eval"},
+}
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, imported names) for every ``import forethought.x`` / ``from forethought.x import a, b``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("forethought"):
+            out.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith("forethought")]
+    return out
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_imports_go_one_way_down() -> None:
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        layer = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        if layer not in ALLOWED:
+            continue  # cli.py, demo.py, testing.py: the top
+        for module, _ in _imports(path):
+            target = _layer(module)
+            if target != layer and target not in ALLOWED[layer]:
+                bad.append(f"{rel} imports {module}")
+    assert not bad, bad
+
+
+def test_no_private_names_cross_modules() -> None:
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        for module, names in _imports(path):
+            bad += [f"{rel}: from {module} import {n}" for n in names if n.startswith("_") and n != "__version__"]
+    assert not bad, bad
