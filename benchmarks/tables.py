@@ -22,20 +22,32 @@ def _fmt(x: float | None, nd: int = 3) -> str:
     return "–" if x is None else f"{x:.{nd}f}"
 
 
+def _mean_std(row: dict, name: str) -> str:
+    m, sd = row.get(name), row.get(f"{name}_std")
+    return _fmt(m) if sd is None else f"{m:.3f} ± {sd:.3f}"
+
+
 def myopia_synthetic() -> list[str]:
     r = _load("myopia_synthetic.json")
     if r is None:
         return ["(myopia_synthetic.json not yet produced)"]
-    out = ["| p | steps × batch | vanilla | myopic | predict zero | probe R² lag 0 (van / myo) | "
-           "probe R² lag 1 (van / myo) |", "|---|---|---|---|---|---|---|"]
+    out = ["| p | steps × batch | seeds | vanilla | myopic | myopic − vanilla (paired) | predict zero | "
+           "probe R² lag 0 (van / myo) | best probe R², lags 0–10 (van / myo) |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted((k for k in r if k.startswith("p=")), key=lambda k: -float(k[2:])):
         row = r[key]
-        out.append(f"| {key[2:]} | {row.get('vanilla_steps', '–')} × {row.get('vanilla_batch_size', '–')} | "
-                   f"{_fmt(row.get('vanilla'))} | {_fmt(row.get('myopic'))} | {_fmt(row.get('predict_zero'))} | "
+        d = row.get("myopic_minus_vanilla")
+        diff = "–" if d is None else (f"{d['mean']:+.3f}" + ("" if d["std"] is None else f" ± {d['std']:.3f}"))
+        seeds = ", ".join(map(str, row.get("vanilla_seeds", [])))
+        out.append(f"| {key[2:]} | {row.get('vanilla_steps', '–')} × {row.get('vanilla_batch_size', '–')} | {seeds} | "
+                   f"{_mean_std(row, 'vanilla')} | {_mean_std(row, 'myopic')} | {diff} | "
+                   f"{_fmt(row.get('predict_zero'))} | "
                    f"{_fmt(row.get('vanilla_probe_r2_lag0'), 2)} / {_fmt(row.get('myopic_probe_r2_lag0'), 2)} | "
-                   f"{_fmt(row.get('vanilla_probe_r2_lag1'), 2)} / {_fmt(row.get('myopic_probe_r2_lag1'), 2)} |")
+                   f"{_fmt(row.get('vanilla_probe_r2_best_lag0_10'), 2)} / "
+                   f"{_fmt(row.get('myopic_probe_r2_best_lag0_10'), 2)} |")
     out.append(f"\nTraining wall time, all runs: {r.get('train_wall_s_total', 0) / 60:.0f} min "
-               f"({r['machine'].get('cpu_count')} cores, {r['machine'].get('threads_per_run')} thread per run).")
+               f"({r['machine'].get('cpu_count')} cores, {r['machine'].get('threads_per_run')} thread per run). "
+               "± is the standard deviation over seeds.")
     return out
 
 

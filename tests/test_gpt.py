@@ -44,3 +44,33 @@ def test_continuous_inputs_and_regression_head():
     model = GPT(GPTConfig(n_positions=16, n_embd=16, n_layer=2, n_head=2, input_dim=2, output_dim=1))
     out, hidden = model(torch.randn(4, 16, 2), output_hidden_states=True)
     assert out.shape == (4, 16, 1) and len(hidden) == 3 and hidden[0].shape == (4, 16, 16)
+
+
+def test_final_norm_and_init_settings():
+    base = dict(n_positions=8, n_embd=64, n_layer=2, n_head=2, input_dim=2, output_dim=1)
+    torch.manual_seed(0)
+    gpt2 = GPT(GPTConfig(**base))
+    torch.manual_seed(0)
+    plain = GPT(GPTConfig(**base, final_norm=False, init="torch"))
+    # no final norm: the head reads the last residual stream as it is
+    x = torch.randn(3, 8, 2)
+    out, hidden = plain(x, output_hidden_states=True)
+    torch.testing.assert_close(out, plain.head(hidden[-1]))
+    assert not any(k.startswith("ln_f") for k in plain.state_dict())
+    # torch init: Kaiming-uniform linear layers (std 1/sqrt(3·fan_in)), non-zero biases; the embeddings are the
+    # same draws as under GPT-2's init
+    fc = plain.h[0].mlp.c_fc
+    assert abs(fc.weight.std().item() - 1 / (3 * 64) ** 0.5) < 0.005 and fc.bias.abs().sum() > 0
+    assert abs(gpt2.h[0].mlp.c_fc.weight.std().item() - 0.02) < 0.002 and gpt2.h[0].mlp.c_fc.bias.abs().sum() == 0
+    assert torch.equal(plain.wpe.weight, gpt2.wpe.weight)
+    # a tied LM head stays tied (it is the embedding table, not a linear layer to re-initialise)
+    lm = GPT(GPTConfig(vocab_size=11, n_positions=8, n_embd=8, n_layer=1, n_head=2, init="torch"))
+    assert lm.head.weight is lm.wte.weight and abs(lm.wte.weight.std().item() - 0.02) < 0.01
+
+
+def test_final_norm_and_init_from_the_command_line():
+    from forethought.core.config import load_config
+    from forethought.myopia.synthetic import SyntheticConfig
+
+    cfg = load_config(SyntheticConfig, None, ["--model.final_norm", "false", "--model.init", "torch"])
+    assert cfg.model.final_norm is False and cfg.model.init == "torch"

@@ -8,6 +8,11 @@ outputs are LM logits (head tied to the token embedding by default) or a linear 
 (``output_dim``). With weights copied from HF ``GPT2LMHeadModel`` (:func:`from_hf_gpt2`) the logits match.
 Callers may pass ready-made input vectors (``inputs_embeds``, e.g. memory slots before tokens) and an optional
 :class:`KVCache` for incremental decoding (new positions continue after the cached ones).
+
+Two settings exist for models trained from scratch on real-valued tasks and default to GPT-2: ``final_norm``
+(GPT-2's ``ln_f`` before the head, or none) and ``init`` (GPT-2's N(0, 0.02) linear layers, or PyTorch's
+default). On the synthetic pre-caching task both GPT-2 choices keep the model at the predict-zero loss for
+thousands of steps, and the model learns only without both (README, "Myopia", has the ablation).
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ class GPTConfig:
     tie_word_embeddings: bool = field(True, "share the LM head with the token embedding")
     activation: Literal["gelu_new", "relu"] = field(
         "gelu_new", "MLP nonlinearity: GPT-2's tanh-approximated GELU, or ReLU (the synthetic task's reference model)")
+    final_norm: bool = field(True, "a LayerNorm before the head (GPT-2's ln_f); false = the head reads the raw "
+                             "residual stream")
+    init: Literal["gpt2", "torch"] = field(
+        "gpt2", "linear layers' init: GPT-2's N(0, 0.02) with zero biases and 1/sqrt(2L)-scaled residual "
+        "projections, or PyTorch's default (Kaiming-uniform); embedding tables are N(0, 0.02) either way")
 
     def validate(self) -> None:
         from forethought.core.errors import ForethoughtError
@@ -172,7 +182,8 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(cfg.n_positions, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        self.ln_f: nn.Module = (nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.final_norm
+                                else nn.Identity())
         if cfg.output_dim > 0:
             self.head: nn.Linear = nn.Linear(cfg.n_embd, cfg.output_dim)
         else:
@@ -183,6 +194,14 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2L)
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+        # GPT-2's init always runs first, so the embeddings are the same draws whichever init the linear layers get
+        if cfg.init == "torch":  # PyTorch's default for every linear layer (a tied head is the embedding: kept)
+            for m in self.modules():
+                if isinstance(m, nn.Linear) and not (m is self.head and self._tied()):
+                    m.reset_parameters()
+
+    def _tied(self) -> bool:
+        return self.head.weight is getattr(self.wte, "weight", None)
 
     @staticmethod
     def _init(m: nn.Module) -> None:
