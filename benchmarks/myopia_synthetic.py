@@ -142,12 +142,25 @@ def collect(command: str) -> None:
             mm = dict(zip(models["myopic"]["seeds"], models["myopic"]["loss"]))
             diffs = [mm[s] - v[s] for s in both]
             res[key]["myopic_minus_vanilla"] = {"seeds": both, "per_seed": diffs, "mean": statistics.fmean(diffs),
-                                                "std": statistics.stdev(diffs) if len(diffs) > 1 else None}
+                                                "std": statistics.stdev(diffs) if len(diffs) > 1 else None,
+                                                "ci95_of_mean": _t_interval(diffs)}
     res["train_wall_s_total"] = train_wall
     _plots(res)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "myopia_synthetic.json").write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k.startswith("p=")}, indent=2))
+
+
+def _t_interval(xs: list[float]) -> list[float] | None:
+    """Student-t 95 % interval of the mean of paired differences (None for one seed)."""
+    import statistics
+
+    from scipy.stats import t
+
+    if len(xs) < 2:
+        return None
+    half = t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
+    return [statistics.fmean(xs) - half, statistics.fmean(xs) + half]
 
 
 def _plots(res: dict) -> None:

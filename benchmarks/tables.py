@@ -38,6 +38,8 @@ def myopia_synthetic() -> list[str]:
         row = r[key]
         d = row.get("myopic_minus_vanilla")
         diff = "–" if d is None else (f"{d['mean']:+.3f}" + ("" if d["std"] is None else f" ± {d['std']:.3f}"))
+        if d and d.get("ci95_of_mean"):
+            diff += f" (95 % CI of the mean [{d['ci95_of_mean'][0]:.2f}, {d['ci95_of_mean'][1]:.2f}])"
         seeds = ", ".join(map(str, row.get("vanilla_seeds", [])))
         out.append(f"| {key[2:]} | {row.get('vanilla_steps', '–')} × {row.get('vanilla_batch_size', '–')} | {seeds} | "
                    f"{_mean_std(row, 'vanilla')} | {_mean_std(row, 'myopic')} | {diff} | "
