@@ -5,7 +5,6 @@ checked before anything is written)."""
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from pathlib import Path
@@ -14,36 +13,21 @@ import pytest
 from cli_harness import expect_clean_failure
 
 from forethought.cli import main
-from forethought.data.tokenizers import train_byte_level_bpe
-from forethought.testing import tiny_llama
+from forethought.testing import tiny_llama_folder, write_csv
 
 _REVIEWS = [("good movie", "positive"), ("bad plot", "negative"), ("great actor", "positive"), ("dull scene", "negative")]
 ROWS = [{"id": f"r{i}", "text": _REVIEWS[i % 4][0], "label": _REVIEWS[i % 4][1], "score": f"{i % 5}.5"}
         for i in range(24)]
 
 
-def _csv(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A task file, a tiny Llama + tokenizer folder, and one run trained on them for a step (its saved model)."""
-    from transformers import PreTrainedTokenizerFast
-
     root = tmp_path_factory.mktemp("predgen-bad")
-    data = _csv(root / "reviews.csv", ROWS)
+    data = write_csv(root / "reviews.csv", ROWS)
     text = "\n".join(f"text: {r['text']}\nAnswer: {r['label']} {r['score']}" for r in ROWS) * 3
-    tok = PreTrainedTokenizerFast(tokenizer_object=train_byte_level_bpe(text, 300), eos_token="<|endoftext|>",
-                                  pad_token="<|endoftext|>")
     base = root / "tiny-llama"
-    tok.save_pretrained(base)
-    tiny_llama(vocab_size=len(tok), hidden_size=16, layers=2, heads=2, kv_heads=1,
-               eos_token_id=tok.eos_token_id).save_pretrained(base)
+    tiny_llama_folder(base, text, 300, hidden_size=16, layers=2, heads=2, kv_heads=1)
     code = main(["predgen", "train", "--method", "predictor", "--base", str(base), "--task.name", str(data),
                  "--task.target_field", "label", "--task.text_fields", "[text]", "--adapter.r", "2",
                  "--train.steps", "1", "--train.batch_size", "4", "--eval.latency_examples", "0",
@@ -75,14 +59,14 @@ def test_missing_target_column(world: dict, tmp_path: Path) -> None:
 
 
 def test_non_numeric_regression_target(world: dict, tmp_path: Path) -> None:
-    bad = _csv(tmp_path / "scores.csv", [{"text": "a", "score": "1.5"}, {"text": "b", "score": "high"},
+    bad = write_csv(tmp_path / "scores.csv", [{"text": "a", "score": "1.5"}, {"text": "b", "score": "high"},
                                          {"text": "c", "score": "2"}])
     _train(world, tmp_path, ["--task.name", str(bad), "--task.target_field", "score", "--task.task_type",
                              "regression"], ["scores.csv line 3", "'score' is not a number", "'high'"])
 
 
 def test_eval_label_never_seen_in_training(world: dict, tmp_path: Path) -> None:
-    dev = _csv(tmp_path / "dev.csv", [{"id": "d1", "text": "meh", "label": "neutral", "score": "1"}])
+    dev = write_csv(tmp_path / "dev.csv", [{"id": "d1", "text": "meh", "label": "neutral", "score": "1"}])
     _train(world, tmp_path, _file_task(world["data"], "--task.eval_path", str(dev)),
            ["'neutral'", "never occur in the train split", "negative, positive"])
 
@@ -159,7 +143,7 @@ def test_eval_of_a_doctored_saved_model(world: dict, tmp_path: Path, edit: dict,
 def test_eval_after_the_data_changed(world: dict, tmp_path: Path) -> None:
     """The run recorded its held-out ids; a data file edited since training must not be split silently anew."""
     run = _copy(world, tmp_path)
-    data = _csv(tmp_path / "reviews.csv", ROWS[:-1])
+    data = write_csv(tmp_path / "reviews.csv", ROWS[:-1])
     _doctor(run, {"data.task.name": str(data)})
     expect_clean_failure(["predgen", "eval", "--model", str(run)], tmp_path, run,
                          ["eval split is not the one the model was held out from", "changed since training"])

@@ -117,28 +117,15 @@ def test_fresh_run_refuses_to_mix_with_existing_checkpoints(tmp_path, capsys):
 def test_readme_template_example_keeps_newlines_and_strings(tmp_path):
     """README's example, typed as on a shell: the template's ``\\n`` become newlines (not backslash-n, not YAML),
     and a string-list override keeps its items as strings (``[no, yes]`` stays two words)."""
-    import csv
-
-    from transformers import PreTrainedTokenizerFast
-
     from forethought.core.config import load_config
-    from forethought.data.tokenizers import train_byte_level_bpe
     from forethought.predgen.commands import PredGenConfig
     from forethought.predgen.tasks import load_task, render_prompt
-    from forethought.testing import tiny_llama
+    from forethought.testing import tiny_llama_folder, write_csv
 
     rows = [{"title": f"t{i}", "body": "good" if i % 2 else "bad", "score": f"{i % 5}.5"} for i in range(12)]
-    data = tmp_path / "my.csv"
-    with open(data, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    tok = PreTrainedTokenizerFast(tokenizer_object=train_byte_level_bpe("Title: t1\nBody: good\nScore: 1.5" * 20, 280),
-                                  eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    data = write_csv(tmp_path / "my.csv", rows)
     base = tmp_path / "tiny"
-    tok.save_pretrained(base)
-    tiny_llama(vocab_size=len(tok), hidden_size=16, layers=1, heads=2, kv_heads=1,
-               eos_token_id=tok.eos_token_id).save_pretrained(base)
+    tiny_llama_folder(base, "Title: t1\nBody: good\nScore: 1.5" * 20, 280, hidden_size=16, layers=1, heads=2, kv_heads=1)
     # README: --task.text_fields "[title, body]" --task.template "Title: {title}\nBody: {body}\nScore:"
     readme = ["--task.name", str(data), "--task.target_field", "score", "--task.task_type", "regression",
               "--task.text_fields", "[title, body]", "--task.template", r"Title: {title}\nBody: {body}\nScore:"]

@@ -3,7 +3,6 @@ losses, the adapter's input (no gold leak), training through the CLI, save / rel
 
 from __future__ import annotations
 
-import csv
 import json
 import random
 from pathlib import Path
@@ -13,7 +12,6 @@ import pytest
 import torch
 
 from forethought.cli import main
-from forethought.data.tokenizers import train_byte_level_bpe
 from forethought.predgen.decoding import AnswerTrie, answer_distribution, constrained_greedy
 from forethought.predgen.methods import (
     Encoder,
@@ -25,7 +23,7 @@ from forethought.predgen.methods import (
 )
 from forethought.predgen.model import AdapterConfig, PredGenModel, apply_adapter, build_head
 from forethought.predgen.tasks import load_task
-from forethought.testing import tiny_gpt2, tiny_llama
+from forethought.testing import tiny_gpt2, tiny_llama, tiny_llama_folder, write_csv
 
 WORDS = ["good", "bad", "great", "awful", "fine", "dull", "movie", "plot", "actor", "scene", "the", "a", "was"]
 
@@ -42,30 +40,16 @@ def _rows(n: int, seed: int) -> list[dict]:
     return rows
 
 
-def _csv(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A task file, a tokenizer trained on it, and a tiny Llama saved as a model folder."""
-    from transformers import PreTrainedTokenizerFast
-
     root = tmp_path_factory.mktemp("predgen")
     rows = _rows(120, 0)
-    data = _csv(root / "reviews.csv", rows)
+    data = write_csv(root / "reviews.csv", rows)
     text = "\n".join(f"Review: {r['text']}\nAnswer: {r['label']} {r['score']}" for r in rows) * 3
     text += " 0.00 1.25 2.50 3.75 4.00 5.5 6 7 8 9"
-    tok = PreTrainedTokenizerFast(tokenizer_object=train_byte_level_bpe(text, 300), eos_token="<|endoftext|>",
-                                  pad_token="<|endoftext|>")
     folder = root / "tiny-llama"
-    tok.save_pretrained(folder)
-    tiny_llama(vocab_size=len(tok), hidden_size=32, layers=2, heads=4, kv_heads=2,
-               eos_token_id=tok.eos_token_id).save_pretrained(folder)
+    tok = tiny_llama_folder(folder, text, 300, hidden_size=32, layers=2, heads=4, kv_heads=2)
     return {"root": root, "data": data, "tok": tok, "model": folder}
 
 
@@ -214,7 +198,7 @@ def test_cli_train_eval_predict(world: dict, tmp_path: Path, method: str) -> Non
     assert main(["predgen", "eval", "--model", str(run), "--eval.latency_examples", "0"]) == 0
     again = [json.loads(x) for x in (run / "eval-eval.predictions.jsonl").read_text().splitlines()]
     assert [p["prediction"] for p in again] == [p["prediction"] for p in preds]
-    inputs = _csv(tmp_path / "new.csv", [{"text": "good good movie"}, {"text": "awful plot"}])
+    inputs = write_csv(tmp_path / "new.csv", [{"text": "good good movie"}, {"text": "awful plot"}])
     assert main(["predgen", "predict", "--model", str(run), "--input", str(inputs)]) == 0
     out = [json.loads(x) for x in (tmp_path / "new.predictions.jsonl").read_text().splitlines()]
     assert len(out) == 2 and all(o["prediction"] in ("negative", "positive") for o in out)
@@ -264,7 +248,7 @@ def test_bad_inputs(world: dict, tmp_path: Path, capsys: pytest.CaptureFixture) 
     base = ["predgen", "train", "--base", str(world["model"]), "--run.out_dir", str(tmp_path)]
     assert main([*base, "--task.name", "nope"]) == 2
     assert "unknown task 'nope'" in capsys.readouterr().err
-    bad = _csv(tmp_path / "bad.csv", [{"text": "x", "score": "high"}, {"text": "y", "score": "1"}])
+    bad = write_csv(tmp_path / "bad.csv", [{"text": "x", "score": "high"}, {"text": "y", "score": "1"}])
     assert main([*base, "--task.name", str(bad), "--task.target_field", "score", "--task.task_type",
                  "regression"]) == 2
     assert "not a number" in capsys.readouterr().err
@@ -391,7 +375,7 @@ def test_eval_and_mine_use_the_runs_own_split(world: dict, tmp_path: Path, monke
     those examples (they used seed 0, i.e. partly the training data), and refuse when the data changed."""
     from forethought.predgen import mine
 
-    data = _csv(tmp_path / "reviews.csv", _rows(120, 0))
+    data = write_csv(tmp_path / "reviews.csv", _rows(120, 0))
     opts = dict(target_field="label", text_fields=["text"], id_field="id")
     held_out = [ex.id for ex in load_task(str(data), "eval", 1, **opts)[1]]
     trained = {ex.id for ex in load_task(str(data), "train", 1, **opts)[1]}
@@ -432,7 +416,7 @@ def test_eval_and_mine_use_the_runs_own_split(world: dict, tmp_path: Path, monke
     assert "cannot tell which examples the model was trained on" in capsys.readouterr().err
     meta_path.write_text(json.dumps(meta))
     # the data changed since training: the recorded ids no longer match, a clear error instead of a silent split
-    _csv(data, _rows(119, 0))
+    write_csv(data, _rows(119, 0))
     capsys.readouterr()
     assert main(["predgen", "eval", "--model", str(run)]) == 2
     assert "changed since training" in capsys.readouterr().err
@@ -442,7 +426,7 @@ def test_regression_predictor_with_a_wide_range(world: dict, tmp_path: Path) -> 
     """The Predictor never decodes, so it must not build the set of well-formed numbers: 0..100000 with two
     decimals is 10 million of them (it refused the task). Its learning curve has MSE and Pearson."""
     rng = random.Random(0)
-    data = _csv(tmp_path / "wide.csv", [{"text": " ".join(rng.choice(WORDS) for _ in range(4)),
+    data = write_csv(tmp_path / "wide.csv", [{"text": " ".join(rng.choice(WORDS) for _ in range(4)),
                                          "score": f"{rng.uniform(0, 100000):.2f}"} for _ in range(40)]
                 + [{"text": "the plot", "score": "0"}, {"text": "a scene", "score": "100000"}])
     code = main(["predgen", "train", "--method", "predictor", "--base", str(world["model"]), "--task.name", str(data),

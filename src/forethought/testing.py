@@ -1,4 +1,5 @@
-"""Tiny random-init Hugging Face models for tests and ``--quick`` benchmark runs (not used by the library).
+"""Tiny random-init Hugging Face models and small data files for tests and ``--quick`` benchmark runs (not used by
+the library).
 
 Built locally from a config, so they need no download; the global torch RNG is left untouched (weights come
 from ``seed`` alone).
@@ -6,8 +7,11 @@ from ``seed`` alone).
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 
 def tiny_llama(
@@ -70,3 +74,24 @@ def _seeded(model_cls, config, seed: int):
         torch.manual_seed(seed)
         model = model_cls(config)
     return model.eval()
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """Rows (dicts with the same keys) as a CSV file with a header row."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def tiny_llama_folder(folder: Path, text: str, vocab_size: int, **llama: int) -> PreTrainedTokenizerFast:
+    """A model folder any ``--base`` accepts: a byte-level BPE of ``vocab_size`` trained on ``text`` and a tiny
+    random Llama sized to it (``llama``: tiny_llama's keyword arguments). Returns the tokenizer."""
+    from forethought.data.tokenizers import train_byte_level_bpe
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=train_byte_level_bpe(text, vocab_size), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    tok.save_pretrained(folder)
+    tiny_llama(vocab_size=len(tok), eos_token_id=tok.eos_token_id, **llama).save_pretrained(folder)
+    return tok

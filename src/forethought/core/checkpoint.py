@@ -110,10 +110,13 @@ def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
     return manifest
 
 
-def load_checkpoint(ckpt: Path, model: torch.nn.Module, strict: bool = True) -> dict[str, Any]:
-    """Verify, load weights into ``model`` (in place) and return the trainer state."""
+def load_checkpoint(ckpt: Path, model: torch.nn.Module, strict: bool = True,
+                    manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Verify, load weights into ``model`` (in place) and return the trainer state. ``manifest``: what
+    :func:`verify_checkpoint` returned for this checkpoint, when the caller verified it already (hashing a large
+    checkpoint twice costs seconds)."""
     ckpt = Path(ckpt)
-    manifest = verify_checkpoint(ckpt)
+    manifest = verify_checkpoint(ckpt) if manifest is None else manifest
     strict = strict and not manifest.get("trainable_only", False)
     try:
         weights = load_file(str(ckpt / "model.safetensors"))

@@ -225,9 +225,10 @@ def _report(results: dict, run: Run) -> None:
     print("\n".join(lines[:-3]))
 
 
-def _checked_variant(lm_run: Path, variant: str) -> tuple[LMConfig, Path, int]:
+def _checked_variant(lm_run: Path, variant: str) -> tuple[LMConfig, Path, dict, int]:
     """Check a trained variant of a ``myopia lm`` run without building it: the run's config, the variant's newest
-    checkpoint (verified against its manifest before any of its files is read) and the vocabulary size."""
+    checkpoint (verified against its manifest before any of its files is read), that manifest and the vocabulary
+    size."""
     cfg_path = lm_run / "config.yaml"
     if not cfg_path.is_file():
         raise ForethoughtError(f"{lm_run} is not a 'myopia lm' run folder (no config.yaml)")
@@ -238,7 +239,7 @@ def _checked_variant(lm_run: Path, variant: str) -> tuple[LMConfig, Path, int]:
     ckpt = latest_checkpoint(lm_run / variant)
     if ckpt is None:
         raise ForethoughtError(f"no checkpoint for variant '{variant}' in {lm_run}")
-    verify_checkpoint(ckpt)
+    manifest = verify_checkpoint(ckpt)
     vocab = cfg.gpt.vocab_size
     if cfg.base == "gpt":
         try:
@@ -246,16 +247,16 @@ def _checked_variant(lm_run: Path, variant: str) -> tuple[LMConfig, Path, int]:
         except (OSError, ValueError, KeyError, TypeError):
             raise ForethoughtError(f"checkpoint {ckpt} has an unreadable config.json (no JSON object with an "
                                    "integer vocab_size)") from None
-    return cfg, ckpt, vocab
+    return cfg, ckpt, manifest, vocab
 
 
 def load_variant(lm_run: str | Path, variant: str,
                  device: str | torch.device = "cpu") -> tuple[torch.nn.Module, LMConfig]:
     """Rebuild a trained variant of a ``myopia lm`` run on ``device``, with the attention it was trained with
     (``zero_past`` and ``local`` change the forward pass; ``local`` reads the run's trained vanilla model)."""
-    cfg, ckpt, vocab = _checked_variant(Path(lm_run), variant)
+    cfg, ckpt, manifest, vocab = _checked_variant(Path(lm_run), variant)
     model = build_model(cfg, vocab)
-    load_checkpoint(ckpt, model)
+    load_checkpoint(ckpt, model, manifest=manifest)
     model.to(device)
     if variant != "vanilla":  # the detach modes leave the forward as it is; applied anyway, as in training
         frozen = load_variant(lm_run, "vanilla", device)[0] if variant == "local" else None

@@ -74,17 +74,11 @@ def stage_kind(name: str) -> Literal["model", "prior", "ar"]:
     return "prior" if name.startswith("prior") else "model"
 
 
-def read_results(path: Path, required: tuple[str, ...], fix: str) -> dict:
-    """A results.json as a dict holding ``required``; anything else is a ForethoughtError naming the file, with
-    ``fix`` telling the user how to get a good one back."""
-    return read_json_object(path, required, fix)
-
-
 def read_run_results(run_dir: Path) -> dict:
     """A finished recipe run's results.json, with every stage entry checked."""
     path = run_dir / "results.json"
     fix = "rerun the same 'psf recipe' command with --resume auto to rewrite it"
-    results = read_results(path, RUN_KEYS, fix)
+    results = read_json_object(path, RUN_KEYS, fix)
     stages = results["stages"]
     if not isinstance(stages, dict) or not all(isinstance(v, dict) for v in stages.values()):
         raise ForethoughtError(f"{path} is corrupt (bad 'stages'); {fix}")

@@ -41,7 +41,7 @@ import torch
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, load_weights
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
-from forethought.core.io import atomic_write_text
+from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import Runtime, compute_init, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
@@ -54,7 +54,6 @@ from forethought.psf.generate import (
     build_psf,
     configure,
     load_data,
-    read_results,
 )
 from forethought.psf.model import PSFModel, PSFModelConfig, calibrate_states, check_blocks, realized_states
 from forethought.psf.prior import FlowPrior, PriorConfig
@@ -221,7 +220,7 @@ def finished_stages(run_dir: Path, plan: list[Stage], resume: str | None) -> dic
                                    "or choose another --run.name / --run.out_dir")
         if resume == "auto" and ckpt is not None and ckpt.name == f"step-{s.train.steps:06d}" \
                 and (sub / "results.json").is_file():
-            done[s.name] = read_results(sub / "results.json", STAGE_KEYS[s.kind],
+            done[s.name] = read_json_object(sub / "results.json", STAGE_KEYS[s.kind],
                                         "delete it and rerun with --resume auto to recompute it from the stage's "
                                         "final checkpoint")
     return done
