@@ -1,11 +1,15 @@
-"""Benchmark: vanilla vs myopic language modelling on WikiText-2 (our GPT from scratch, same budget).
+"""Benchmark: vanilla vs myopic language modelling on WikiText-2 (our GPT from scratch, same budget), over seeds.
 
-Runs ``forethought myopia lm --config small`` (single-threaded, resumable) and writes
-``benchmarks/results/myopia_lm.json``: validation loss (nats) per variant, the gap (myopic − vanilla), the
-local-myopic bonus, the transformer-bigram baseline, per-position curves, model size, tokens seen, wall time;
-plus the per-position plot. Needs FORETHOUGHT_DATA (a data root with wikitext-2/).
+Runs ``forethought myopia lm --config small`` per seed as two single-threaded processes side by side (2 cores):
+one trains ``[vanilla, local]`` (local-myopic reads the frozen trained vanilla model), the other
+``[detach_hidden, zero_past]`` (myopic and the transformer-bigram baseline). Every model of a seed shares that
+seed's initialisation and data order. Writes ``benchmarks/results/myopia_lm.json``: validation loss (nats) per
+variant and seed, means ± std, the gap (myopic − vanilla) and the local-myopic bonus (myopic − local) as paired
+per-seed differences with a t-interval of their mean, per-position curves (mean over seeds) and the paper's
+figures beside ours; plus the per-position plot. Resumable: rerunning continues unfinished runs and skips
+finished ones. Needs FORETHOUGHT_DATA (a data root with wikitext-2/).
 
-    FORETHOUGHT_DATA=../shared/data python benchmarks/myopia_lm.py [--steps 800] [--variants vanilla,detach_hidden]
+    FORETHOUGHT_DATA=../shared/data python benchmarks/myopia_lm.py [--seeds 0 1 2] [--steps 800] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -14,60 +18,157 @@ import argparse
 import json
 import os
 import platform
-import shutil
-import subprocess
+import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _queue import run_queue  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results"
+RUNS = ROOT / "runs" / "bench-myopia-lm"
+GROUPS = {"a": ["vanilla", "local"], "b": ["detach_hidden", "zero_past"]}
+PAPER = {"model": "GPT-2 124M from scratch, 64-token sequences (Wu et al. 2024)", "vanilla": 3.28, "myopic": 3.40,
+         "gap": 0.12, "transformer_bigram": 5.33, "local_myopic": None,
+         "note": "local-myopic: no figure in our sources (../shared/SPEC.md)"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=800)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--variants", default="vanilla,detach_hidden,local,zero_past",
-                    help="comma-separated variants to train (vanilla and detach_hidden are required)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--jobs", type=int, default=2, help="parallel single-threaded processes")
+    ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished runs")
     args = ap.parse_args()
     if not os.environ.get("FORETHOUGHT_DATA"):
         sys.exit("set FORETHOUGHT_DATA to a data root with wikitext-2/ (e.g. ../shared/data)")
-    t0 = time.time()
-    run_root = ROOT / "runs" / "bench-myopia-lm"
-    cmd = [sys.executable, "-m", "forethought.cli", "myopia", "lm", "--config", "small", "--run.out_dir",
-           str(run_root), "--train.steps", str(args.steps), "--resume", "auto",
-           "--variants", "[" + args.variants + "]"]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    subprocess.run(cmd, env=env, check=True, cwd=ROOT)
-    run_dir = run_root / "myopia-lm-small"
-    r = json.loads((run_dir / "results.json").read_text())
-    v = r["variants"]
-    res = {
-        "command": " ".join(["python", *sys.argv]), "wall_s": time.time() - t0,
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": args.threads},
-        "setup": {k: r[k] for k in ("base", "corpus", "tokenizer", "seq_len", "steps", "batch_size", "tokens_seen",
-                                    "eval_sequences", "params")},
-        "vanilla": v["vanilla"]["val_loss"], "myopic": v["detach_hidden"]["val_loss"],
-        "gap": r["gap"], "gap_relative": r["gap_relative"],
-        "local_myopic": v.get("local", {}).get("val_loss"), "local_myopic_bonus": r.get("local_myopic_bonus"),
-        "transformer_bigram": r.get("transformer_bigram"),
-        # < 1 s means the model was trained by an earlier, interrupted invocation whose time was not kept
-        "train_wall_s": {k: (x["train_wall_s"] if x["train_wall_s"] >= 1.0 else None) for k, x in v.items()},
-        "per_position": {k: x["per_position"] for k, x in v.items()},
-        "gap_per_position": r["gap_per_position"],
-        "curves": {k: x["curve"] for k, x in v.items()},
-        "paper": "GPT-2 124M from scratch, 64-token sequences: vanilla 3.28, myopic 3.40 (gap 0.12), bigram 5.33",
-    }
-    if any(t is None for t in res["train_wall_s"].values()):
-        res["train_wall_note"] = ("null: trained in earlier invocations (paused and resumed while other benchmarks "
-                                  "ran) before the trainer kept wall time across resumes; wall_s covers only the "
-                                  "final invocation, which resumed the finished models and evaluated them")
+    if not args.collect_only:
+        queue = []
+        for seed in args.seeds:
+            for group, variants in GROUPS.items():
+                name = f"s{seed}-{group}"
+                queue.append((f"bench-myopia-lm-{name}",
+                              [sys.executable, "-m", "forethought.cli", "myopia", "lm", "--config", "small",
+                               "--run.out_dir", str(RUNS), "--run.name", name, "--run.seed", str(seed),
+                               "--train.steps", str(args.steps), "--resume", "auto",
+                               "--variants", "[" + ",".join(variants) + "]"]))
+        RUNS.mkdir(parents=True, exist_ok=True)
+        run_queue(queue, args.jobs, RUNS.parent, ROOT)
+    collect(" ".join(["python", *sys.argv]))
+
+
+def _t_interval(xs: list[float]) -> list[float] | None:
+    """Student-t 95 % interval of the mean of paired per-seed differences (None for one seed)."""
+    from scipy.stats import t
+
+    if len(xs) < 2:
+        return None
+    half = t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
+    return [statistics.fmean(xs) - half, statistics.fmean(xs) + half]
+
+
+def _paired(a: dict[int, float], b: dict[int, float]) -> dict | None:
+    """a − b over the seeds both have."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return None
+    d = [a[s] - b[s] for s in seeds]
+    return {"seeds": seeds, "per_seed": d, "mean": statistics.fmean(d),
+            "std": statistics.stdev(d) if len(d) > 1 else None, "ci95_of_mean": _t_interval(d)}
+
+
+def collect(command: str) -> None:
+    """Assemble every finished run under RUNS, whichever invocation trained it (all invocations are listed in
+    ``command``; ``wall_s`` spans from the first run's start to now)."""
+    log = RUNS / "invocations.txt"
+    seen = log.read_text().splitlines() if log.is_file() else []
+    if command not in seen:
+        seen.append(command)
+        log.write_text("\n".join(seen) + "\n")
+    loss: dict[str, dict[int, float]] = {}
+    per_pos: dict[str, dict[int, list[float]]] = {}
+    curves: dict[str, list] = {}
+    wall: dict[str, list[float]] = {}
+    setup, starts, run_commands = None, [], {}
+    for d in sorted(RUNS.glob("s*-[ab]")):
+        rfile = d / "results.json"
+        if not rfile.is_file():
+            print(f"missing {rfile}; skipped (unfinished)")
+            continue
+        seed = int(d.name[1:].split("-")[0])
+        r = json.loads(rfile.read_text())
+        env = json.loads((d / "env.json").read_text())
+        starts.append(time.mktime(time.strptime(env["started"][:19], "%Y-%m-%dT%H:%M:%S")))
+        run_commands[d.name] = env["command"]
+        setup = setup or {k: r[k] for k in ("base", "corpus", "tokenizer", "seq_len", "steps", "batch_size",
+                                            "tokens_seen", "eval_sequences", "params")}
+        for variant, x in r["variants"].items():
+            loss.setdefault(variant, {})[seed] = x["val_loss"]
+            per_pos.setdefault(variant, {})[seed] = x["per_position"]
+            curves[f"{variant}/seed{seed}"] = x["curve"]
+            wall.setdefault(variant, []).append(x["train_wall_s"])
+    res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
+                 "run_commands": run_commands,
+                 "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1,
+                             "parallel_runs": 2},
+                 "setup": setup, "metric": "validation cross-entropy (nats/token), mean over positions",
+                 "per_seed": {v: {str(s): x for s, x in sorted(d.items())} for v, d in loss.items()}}
+    for variant, d in loss.items():
+        xs = list(d.values())
+        res[f"{variant}_mean"] = statistics.fmean(xs)
+        res[f"{variant}_std"] = statistics.stdev(xs) if len(xs) > 1 else None
+        res[f"{variant}_train_wall_s"] = statistics.fmean(wall[variant])
+    # the headline keys stay numbers (means over seeds), as before
+    res["vanilla"] = res.get("vanilla_mean")
+    res["myopic"] = res.get("detach_hidden_mean")
+    res["local_myopic"] = res.get("local_mean")
+    res["transformer_bigram"] = res.get("zero_past_mean")
+    gap = _paired(loss.get("detach_hidden", {}), loss.get("vanilla", {}))
+    bonus = _paired(loss.get("detach_hidden", {}), loss.get("local", {}))
+    res["gap"] = gap["mean"] if gap else None
+    res["gap_paired"] = gap
+    res["gap_relative"] = gap["mean"] / res["vanilla"] if gap else None
+    res["local_myopic_bonus"] = bonus["mean"] if bonus else None
+    res["local_myopic_bonus_paired"] = bonus
+    res["per_position_mean"] = {v: [statistics.fmean(c) for c in zip(*d.values())] for v, d in per_pos.items()}
+    if gap:
+        diffs = [[m - v for m, v in zip(per_pos["detach_hidden"][s], per_pos["vanilla"][s])] for s in gap["seeds"]]
+        res["gap_per_position_mean"] = [statistics.fmean(c) for c in zip(*diffs)]
+        res["gap_per_position_std"] = [statistics.stdev(c) if len(c) > 1 else None for c in zip(*diffs)]
+    res["curves"] = curves
+    res["paper"] = PAPER
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "myopia_lm.json").write_text(json.dumps(res, indent=2) + "\n")
-    shutil.copy(run_dir / "per_position.png", OUT / "myopia_lm_per_position.png")
-    print(json.dumps({k: res[k] for k in ("vanilla", "myopic", "gap", "local_myopic_bonus", "transformer_bigram")},
-                     indent=2))
+    _plot(res)
+    print(json.dumps({k: res[k] for k in ("vanilla", "myopic", "gap", "local_myopic", "local_myopic_bonus",
+                                          "transformer_bigram")}, indent=2))
+
+
+def _plot(res: dict) -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from forethought.core.plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for v, ys in res["per_position_mean"].items():
+        a.plot(range(len(ys)), ys, label=v)
+    a.set(title="validation loss per position (mean over seeds)", xlabel="position t", ylabel="nats")
+    a.legend()
+    a.grid(alpha=0.3)
+    if "gap_per_position_mean" in res:
+        m = res["gap_per_position_mean"]
+        s = [x or 0.0 for x in res["gap_per_position_std"]]
+        t = range(len(m))
+        b.plot(t, m, color="C1", label="myopic − vanilla")
+        b.fill_between(t, [x - y for x, y in zip(m, s)], [x + y for x, y in zip(m, s)], color="C1", alpha=0.25,
+                       label="± 1 std over seeds")
+        b.axhline(0.0, color="k", lw=0.8)
+        b.set(title="myopia gap per position", xlabel="position t", ylabel="nats")
+        b.legend()
+        b.grid(alpha=0.3)
+    save_figure(fig, OUT / "myopia_lm_per_position.png")
 
 
 if __name__ == "__main__":

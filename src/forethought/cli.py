@@ -38,6 +38,9 @@ COMMANDS = [
     Command("myopia", "lm", "vanilla vs myopic language-model training (our GPT from scratch or an HF model); "
             "myopia gap overall and per position, local-myopic bonus, transformer-bigram baseline",
             "forethought.myopia.lm:run", "forethought.myopia.lm:LMConfig"),
+    Command("myopia", "gradients", "the pre-caching gradient: during vanilla training, the vanilla vs myopic "
+            "gradient on fixed batches, per layer (relative difference, cosine)",
+            "forethought.myopia.gradients:run", "forethought.myopia.gradients:GradientsConfig"),
     Command("myopia", "probe", "Future-Lens probes: from layer l at position t predict token t+k (k=1..N), "
             "vanilla vs myopic checkpoints", "forethought.myopia.probe:run", "forethought.myopia.probe:ProbeConfig"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "

@@ -140,8 +140,8 @@ def per_position_loss(model: torch.nn.Module, windows: torch.Tensor, batch: int 
     return (total / len(windows)).tolist()
 
 
-def run(cfg: LMConfig, resume: str | None = None) -> dict:
-    rt = compute_init(cfg.run.device, cfg.run.seed)
+def load_data(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray, int]:
+    """Train and validation token streams and the vocabulary size the model needs."""
     train_tokens, valid_tokens = load_tokens(cfg)
     tokenizer = None
     if cfg.base == "gpt":  # our GPT's vocabulary covers every id its tokenizer can emit
@@ -151,7 +151,12 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         spec = tokenizer_spec(cfg)
         text = load_corpus_text(cfg.data.corpus, "train") if spec.startswith("bpe:") else None
         tokenizer = load_tokenizer(spec, corpus_text=text, cache_dir=cache_dir(cfg.data.cache_dir) / "tokenizers")
-    vocab = vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
+    return train_tokens, valid_tokens, vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
+
+
+def run(cfg: LMConfig, resume: str | None = None) -> dict:
+    rt = compute_init(cfg.run.device, cfg.run.seed)
+    train_tokens, valid_tokens, vocab = load_data(cfg)
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, cfg.data.seq_len + 1)
     L = cfg.data.seq_len + 1
     curve_windows = windows[:cfg.data.curve_sequences]

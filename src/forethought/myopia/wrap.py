@@ -196,6 +196,15 @@ def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return found
 
 
+def myopia_mode(model: nn.Module) -> str:
+    """The mode ``make_myopic`` last applied to ``model``'s attention ("vanilla" when none)."""
+    for _, m in attention_modules(model):
+        spec = getattr(m, _ATTR, None)
+        if spec is not None:
+            return spec.mode
+    return "vanilla"
+
+
 def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0,
                 frozen: nn.Module | None = None, implementation: str = "fast") -> nn.Module:
     """Make every attention layer of ``model`` myopic in place and return the model.
