@@ -79,20 +79,56 @@ def myopia_step_cost() -> list[str]:
     return out
 
 
+def _paired_text(d: dict | None) -> str:
+    if not d:
+        return "–"
+    out = f"{d['mean']:+.3f}" + ("" if d.get("std") is None else f" ± {d['std']:.3f}")
+    if d.get("ci95_of_mean"):
+        out += f" (95 % CI of the mean [{d['ci95_of_mean'][0]:.3f}, {d['ci95_of_mean'][1]:.3f}])"
+    return out
+
+
 def myopia_lm() -> list[str]:
     r = _load("myopia_lm.json")
     if r is None:
         return ["(myopia_lm.json not yet produced)"]
     s = r["setup"]
+    paper = r["paper"] if isinstance(r.get("paper"), dict) else {}  # older files held a sentence
     out = [f"{s['params'] / 1e6:.1f}M-parameter GPT, {s['corpus']} ({s['tokenizer']}), {s['steps']} steps × "
            f"{s['batch_size']} × {s['seq_len']} tokens = {s['tokens_seen']:,} tokens per model; "
            f"validation on {s['eval_sequences']} windows.", "",
-           "| model | val loss (nats) |", "|---|---|"]
-    for name, key in (("vanilla", "vanilla"), ("myopic (detach_hidden)", "myopic"), ("local myopic", "local_myopic"),
-                      ("transformer bigram (zero_past)", "transformer_bigram")):
-        out.append(f"| {name} | {_fmt(r.get(key))} |")
-    out.append(f"\nMyopia gap {_fmt(r['gap'])} nats ({100 * r['gap_relative']:.1f} %); local-myopic bonus "
-               f"{_fmt(r.get('local_myopic_bonus'))} nats.")
+           "| model | val loss (nats), mean ± std | per seed | paper (GPT-2 124M) |", "|---|---|---|---|"]
+    for name, variant, pkey in (("vanilla", "vanilla", "vanilla"), ("myopic (detach_hidden)", "detach_hidden", "myopic"),
+                                ("local myopic", "local", "local_myopic"),
+                                ("transformer bigram (zero_past)", "zero_past", "transformer_bigram")):
+        seeds = r.get("per_seed", {}).get(variant, {})
+        per = ", ".join(f"{v:.3f}" for v in seeds.values()) or "–"
+        out.append(f"| {name} | {_lm_cell(r, variant)} | {per} | "
+                   f"{_fmt(paper.get(pkey), 2)} |")
+    gap = r.get("gap_paired")
+    n = len(gap["seeds"]) if gap else 0
+    out.append(f"\nPaired over {n} seeds: myopia gap (myopic − vanilla) {_paired_text(gap)} nats "
+               f"({100 * (r.get('gap_relative') or 0):.1f} % of vanilla; paper {_fmt(paper.get('gap'), 2)}); "
+               f"local-myopic bonus (myopic − local) {_paired_text(r.get('local_myopic_bonus_paired'))} nats.")
+    return out
+
+
+def _lm_cell(r: dict, variant: str) -> str:
+    m, sd = r.get(f"{variant}_mean"), r.get(f"{variant}_std")
+    return _fmt(m) if sd is None else f"{m:.3f} ± {sd:.3f}"
+
+
+def myopia_gradients() -> list[str]:
+    r = _load("myopia_gradients.json")
+    if r is None:
+        return ["(myopia_gradients.json not yet produced)"]
+    out = ["| experiment | steps × batch | group | ‖g − g_m‖/‖g‖: first → max (step) → last | cos(g, g_m) last |",
+           "|---|---|---|---|---|"]
+    for e, x in r["experiments"].items():
+        for key, v in x["summary"].items():
+            out.append(f"| {e} | {x['steps']} × {x['batch_size']} | {key} | {v['rel_diff_first']:.3f} → "
+                       f"{v['rel_diff_max']:.3f} ({v['rel_diff_step_of_max']}) → {v['rel_diff_last']:.3f} | "
+                       f"{v['cos_last']:.3f} |")
     return out
 
 
@@ -202,6 +238,7 @@ def psf_wikitext() -> list[str]:
 
 if __name__ == "__main__":
     for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm),
+                      ("gradients", myopia_gradients),
                       ("predgen sst2", predgen_sst2), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
                       ("predgen regression", predgen_regression),
                       ("psf wikitext", psf_wikitext)):
