@@ -6,8 +6,8 @@ collects every finished run folder into ``benchmarks/results/myopia_synthetic.js
 and their spread) with the loss curves and probe heat maps next to it. Resumable: rerunning continues
 unfinished runs and skips finished ones, so the seeds may be trained over several invocations.
 
-    python benchmarks/myopia_synthetic.py [--seeds 0 1 2] [--steps-p1 5000] [--steps-other 800] [--jobs 2]
-    python benchmarks/myopia_synthetic.py --p 0.1 --seeds 0        # the p = 0.1 row, one seed
+    python benchmarks/myopia_synthetic.py [--seeds 0 1 2] [--steps-p1 5000] [--steps-other 5000] [--jobs 2]
+    python benchmarks/myopia_synthetic.py --p 0.1 --seeds 0        # the p = 0.1 row, one seed (resumable)
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ RUNS = ROOT / "runs" / "bench-myopia-synthetic"
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps-p1", type=int, default=5000, help="training steps at p = 1")
-    ap.add_argument("--steps-other", type=int, default=800, help="training steps at the other p values")
+    ap.add_argument("--steps-other", type=int, default=5000,
+                    help="training steps at the other p values (the same budget as p = 1 by default)")
     ap.add_argument("--p", type=float, nargs="+", default=[1.0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--eval-every", type=int, default=250, help="held-out normalised loss every N steps (curve)")
