@@ -11,6 +11,14 @@ median myopic step time over the median vanilla step time. Results go to
 
     python benchmarks/myopia_step_cost.py [--steps 20] [--warmup 3] [--threads N] [--device cpu]
     python benchmarks/myopia_step_cost.py --quick --out /tmp/x.json   # tiny models, seconds (smoke test)
+    python benchmarks/myopia_step_cost.py --models smollm2 --device cuda --precision bf16 \
+        --hf-batch 16 --hf-seq-len 512 --out /tmp/gpu.json               # what benchmarks/gpu_check.py runs
+
+``--models`` picks the benchmarks (default both). ``--precision bf16`` runs the forward pass and the loss under
+bf16 autocast with fp32 weights and AdamW (what ``--run.precision bf16`` does for a fully trained model).
+``--hf-model smollm2-shape`` times a random-init Llama with SmolLM2-135M's shapes (its config.json: 30 layers,
+d 576, 9 heads / 3 KV heads, MLP 1536, vocab 49152, tied embeddings): a step costs the same with any weights, and
+it needs no model files (the GPU machine has no copy of the GGUF).
 
 The naive exact alternative to the one-pass form (one backward pass per position, each with every other position
 detached) costs about L = seq_len times a vanilla step; the JSON records that estimate next to the measurements.
@@ -32,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("gpt", "smollm2")
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "myopia_step_cost.json"
 
 
@@ -47,8 +56,9 @@ class Variant:
     """One model + its own AdamW; ``step()`` runs one timed training step and records its phases."""
 
     def __init__(self, name: str, model: nn.Module, logits_fn: Callable[[nn.Module, torch.Tensor], torch.Tensor],
-                 batch: torch.Tensor, lr: float, device: torch.device):
+                 batch: torch.Tensor, lr: float, device: torch.device, precision: str = "fp32"):
         self.name, self.model, self.logits_fn, self.batch, self.device = name, model, logits_fn, batch, device
+        self.precision = precision
         self.opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
         self.times: list[float] = []
         self.phases: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
@@ -59,8 +69,9 @@ class Variant:
         _sync(self.device)
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
-        logits = self.logits_fn(self.model, x)  # (B, T, V)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
+        with autocast(self.device, self.precision):
+            logits = self.logits_fn(self.model, x)  # (B, T, V)
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
         _sync(self.device)
         t1 = time.perf_counter()
         loss.backward()
@@ -74,6 +85,13 @@ class Variant:
             self.times.append(t3 - t0)
             for k, dt in zip(("forward", "backward", "optimizer"), (t1 - t0, t2 - t1, t3 - t2)):
                 self.phases[k].append(dt)
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast of the forward pass (fp32 weights), or nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def run_interleaved(variants: list[Variant], warmup: int, steps: int) -> None:
@@ -165,11 +183,11 @@ def bench_gpt(args: argparse.Namespace, device: torch.device) -> dict:
     def logits(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m(x)
 
-    variants = [Variant("vanilla", vanilla, logits, batch, args.lr, device),
-                Variant("myopic", myopic, logits, batch, args.lr, device)]
+    variants = [Variant("vanilla", vanilla, logits, batch, args.lr, device, args.precision),
+                Variant("myopic", myopic, logits, batch, args.lr, device, args.precision)]
     if not args.no_reference:
         reference = make_myopic(copy.deepcopy(vanilla), mode="detach_hidden", implementation="reference")
-        variants.append(Variant("reference", reference, logits, batch, args.lr, device))
+        variants.append(Variant("reference", reference, logits, batch, args.lr, device, args.precision))
     paths = {v.name: attention_paths(v) for v in variants[1:]}
     run_interleaved(variants, args.warmup, args.steps)
     res = _result(variants, args, args.gpt_batch, args.gpt_seq_len, n_params(vanilla), vanilla.config_dict(), paths)
@@ -187,6 +205,9 @@ def bench_hf(args: argparse.Namespace, device: torch.device) -> dict:
     if args.quick:
         vanilla = tiny_llama(vocab_size=256, hidden_size=64, layers=2, heads=4, kv_heads=2, seed=args.seed)
         name = "tiny_llama (random init; --quick)"
+    elif args.hf_model == SHAPE_ONLY:
+        vanilla = smollm2_shaped(args.seed)
+        name = "random init with SmolLM2-135M's shapes (smollm2-shape)"
     else:
         vanilla, _ = load_causal_lm(args.hf_model, dtype=torch.float32)
         name = args.hf_model
@@ -199,8 +220,8 @@ def bench_hf(args: argparse.Namespace, device: torch.device) -> dict:
     def logits(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m(input_ids=x, use_cache=False).logits
 
-    variants = [Variant("vanilla", vanilla, logits, batch, args.lr, device),
-                Variant("myopic", myopic, logits, batch, args.lr, device)]
+    variants = [Variant("vanilla", vanilla, logits, batch, args.lr, device, args.precision),
+                Variant("myopic", myopic, logits, batch, args.lr, device, args.precision)]
     paths = {"myopic": attention_paths(variants[1])}
     run_interleaved(variants, args.warmup, args.steps)
     config = {"model": name, "model_type": c.model_type, "hidden_size": c.hidden_size,
@@ -209,8 +230,26 @@ def bench_hf(args: argparse.Namespace, device: torch.device) -> dict:
               "intermediate_size": getattr(c, "intermediate_size", None), "vocab_size": c.vocab_size,
               "tie_word_embeddings": getattr(c, "tie_word_embeddings", None),
               "attn_implementation": getattr(c, "_attn_implementation", None), "dtype": "float32",
-              "trainable": "all parameters"}
+              "precision": args.precision, "trainable": "all parameters"}
     return _result(variants, args, args.hf_batch, args.hf_seq_len, n_params(vanilla), config, paths)
+
+
+SHAPE_ONLY = "smollm2-shape"
+# SmolLM2-135M(-Instruct)'s config.json: what --hf-model smollm2-shape builds with random weights
+SMOLLM2_135M_SHAPE = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                      "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+                      "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
+                      "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+                      "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
+
+
+def smollm2_shaped(seed: int) -> nn.Module:
+    """A random-init LlamaForCausalLM with SmolLM2-135M's shapes (no model files needed)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(LlamaConfig(**SMOLLM2_135M_SHAPE))
 
 
 def _result(variants: list[Variant], args: argparse.Namespace, batch: int, seq_len: int, params: int,
@@ -250,6 +289,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="torch threads (default: torch's own choice; --quick 1, since multi-threaded tiny steps "
                          "on a busy machine are dominated by thread contention)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="which benchmarks to run")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: autocast forward and loss, fp32 weights and AdamW")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--gpt-layers", type=int, default=None, help="default 6 (--quick 2)")
@@ -259,7 +301,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gpt-seq-len", type=int, default=None, help="default 256 (--quick 32)")
     ap.add_argument("--gpt-batch", type=int, default=None, help="default 8 (--quick 2)")
     ap.add_argument("--no-reference", action="store_true", help="skip the explicit O(T^2) form for the GPT")
-    ap.add_argument("--hf-model", default="smollm2-135m", help="HF model for the second benchmark")
+    ap.add_argument("--hf-model", default="smollm2-135m",
+                    help=f"HF model for the second benchmark ('{SHAPE_ONLY}': random init, SmolLM2-135M's shapes)")
     ap.add_argument("--hf-seq-len", type=int, default=None, help="default 256 (--quick 32)")
     ap.add_argument("--hf-batch", type=int, default=None, help="default 4 (--quick 2)")
     args = ap.parse_args(argv)
@@ -272,6 +315,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             setattr(args, k, v)
     if args.steps < 1 or args.warmup < 0:
         ap.error("--steps must be >= 1 and --warmup >= 0")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: CUDA is not available on this machine")
     return args
 
 
@@ -285,16 +330,21 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     env = environment()
-    gpt = bench_gpt(args, device)
-    print(_line("gpt", gpt), flush=True)
-    hf = bench_hf(args, device)
-    print(_line("smollm2" if not args.quick else "smollm2 (tiny_llama)", hf), flush=True)
+    measured: dict[str, dict] = {}
+    if "gpt" in args.models:
+        measured["gpt"] = bench_gpt(args, device)
+        print(_line("gpt", measured["gpt"]), flush=True)
+    if "smollm2" in args.models:
+        measured["smollm2"] = bench_hf(args, device)
+        print(_line("smollm2" if not args.quick else "smollm2 (tiny_llama)", measured["smollm2"]), flush=True)
     result = {
         "command": " ".join(["python", "benchmarks/myopia_step_cost.py", *(sys.argv[1:] if argv is None else argv)]),
         "quick": args.quick,
         "wall_s": time.time() - t0,
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "precision": args.precision,
         "interleaving": "one step per variant per round (vanilla, myopic[, reference]), order reversed every "
                         "other round; same batch for every variant; each variant has its own AdamW",
         "ratio_definition": "median myopic step time / median vanilla step time (step = zero_grad + forward + "
@@ -304,16 +354,15 @@ def main(argv: list[str] | None = None) -> dict:
                            "backward pass (every other position's state detached), i.e. one backward per "
                            "position: about L = seq_len times the vanilla step cost, versus the measured ratio "
                            "of the one-pass form.",
-            "gpt": {"factor_vs_vanilla": gpt["seq_len"], "estimated_step_s": gpt["naive_step_estimate_s"]},
-            "smollm2": {"factor_vs_vanilla": hf["seq_len"], "estimated_step_s": hf["naive_step_estimate_s"]},
+            **{k: {"factor_vs_vanilla": r["seq_len"], "estimated_step_s": r["naive_step_estimate_s"]}
+               for k, r in measured.items()},
         },
-        "gpt": gpt,
-        "smollm2": hf,
+        **measured,
         "machine": env,
     }
     atomic_write_json(args.out, result)
-    print(f"threads={result['torch_threads']} wall={result['wall_s']:.1f}s naive ~{gpt['seq_len']}x vanilla; "
-          f"wrote {args.out}")
+    naive = ", ".join(f"{k} ~{r['seq_len']}x" for k, r in measured.items())
+    print(f"threads={result['torch_threads']} wall={result['wall_s']:.1f}s naive {naive} vanilla; wrote {args.out}")
     return result
 
 

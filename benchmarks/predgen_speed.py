@@ -64,7 +64,14 @@ def main() -> None:
     from forethought.predgen.config import PredGenConfig
     from forethought.predgen.data import load_split
     from forethought.predgen.decoding import AnswerTrie, constrained_greedy
-    from forethought.predgen.methods import Encoder, PredGenSettings, PromptConfig, generator_loss, predgen_loss
+    from forethought.predgen.methods import (
+        Encoder,
+        PredGenSettings,
+        PromptConfig,
+        generator_loss,
+        predgen_loss,
+        with_sampling,
+    )
     from forethought.predgen.model import AdapterConfig, PredGenModel, apply_adapter, build_head, hidden_size
 
     cfg = load_config(PredGenConfig, None, ["--task.name=sst2", "--task.max_eval_examples=0"])
@@ -82,17 +89,16 @@ def main() -> None:
     times: dict[str, list[float]] = {"generator": [], "predgen": []}
     prompt_lens = []
     for step in range(args.steps + 2):
-        batch = enc.collate(items[step * args.batch:(step + 1) * args.batch])
-        batch.update(p=0.5, seed=step)
+        batch = with_sampling(enc.collate(items[step * args.batch:(step + 1) * args.batch]), 0.5, step)
         prompt_lens.append(int(batch["prompt_mask"].sum(1).float().mean()))
         for name in ("generator", "predgen") if step % 2 == 0 else ("predgen", "generator"):
             m = models[name]
             m.train()
             t0 = time.perf_counter()
             if name == "generator":
-                loss, _ = m(generator_loss, batch, True)
+                loss = m(generator_loss, batch, True)[0].value()
             else:
-                loss, _ = m(predgen_loss, batch, PredGenSettings(), enc, "classification", -1, True)
+                loss = m(predgen_loss, batch, PredGenSettings(), enc, "classification", -1, True)[0].value()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

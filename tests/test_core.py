@@ -176,9 +176,10 @@ class _Killed(Exception):
     pass
 
 
-def _train(tmp_path, name, steps=6, resume=None, eval_fn=None, die_at_call=0, **cfg):
+def _train(tmp_path, name, steps=6, resume=None, eval_fn=None, die_at_call=0, gpt=False, **cfg):
     """A tiny regression trained by core.trainer, whose loss draws from numpy's and Python's RNGs (as a data
-    augmentation would), so resuming must restore both streams to reach the same weights."""
+    augmentation would), so resuming must restore both streams to reach the same weights. ``gpt``: our GPT
+    (sequences of 3 inputs) instead of a linear model."""
     import random
 
     import numpy as np
@@ -189,10 +190,11 @@ def _train(tmp_path, name, steps=6, resume=None, eval_fn=None, die_at_call=0, **
 
     rt = compute_init("cpu", seed=0)
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
+    model = (GPT(GPTConfig(n_positions=3, n_embd=16, n_layer=2, n_head=2, input_dim=4, output_dim=1)) if gpt
+             else torch.nn.Linear(4, 1))
 
     def batch_fn(step):
-        return torch.randn(8, 4, generator=step_generator(0, step))
+        return torch.randn(8, *((3,) if gpt else ()), 4, generator=step_generator(0, step))
 
     calls = []
 
@@ -209,21 +211,26 @@ def _train(tmp_path, name, steps=6, resume=None, eval_fn=None, die_at_call=0, **
     return model, out, run
 
 
-def test_resume_restores_every_rng_stream(tmp_path):
+@pytest.mark.parametrize("opts", [{}, {"grad_accum": 2}, {"gpt": True, "grad_accum": 2,
+                                                              "activation_checkpointing": True}],
+                         ids=["plain", "grad_accum", "gpt-accum-checkpointing"])
+def test_resume_restores_every_rng_stream(tmp_path, opts):
     import random
 
     import numpy as np
 
-    ref, _, _ = _train(tmp_path, "ref", steps=6)
-    with pytest.raises(_Killed):
-        _train(tmp_path, "cut", steps=6, checkpoint_every=3, die_at_call=5)
+    ref, _, _ = _train(tmp_path, "ref", steps=6, **opts)
+    calls_per_step = opts.get("grad_accum", 1)  # one loss_fn call per micro-batch
+    with pytest.raises(_Killed):  # killed in step 5, after the checkpoint at step 3
+        _train(tmp_path, "cut", steps=6, checkpoint_every=3, die_at_call=4 * calls_per_step + 1, **opts)
     # a new process would start with other RNG states: scramble all of them before resuming
     np.random.seed(123)
     random.seed(123)
     torch.manual_seed(123)
-    resumed, out, _ = _train(tmp_path, "cut", steps=6, resume="auto", checkpoint_every=3)
+    resumed, out, _ = _train(tmp_path, "cut", steps=6, resume="auto", checkpoint_every=3, **opts)
     assert out["resumed_from"] == 3
-    assert torch.equal(ref.weight, resumed.weight) and torch.equal(ref.bias, resumed.bias)
+    for (name, a), b in zip(ref.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
 
 
 def test_eval_every_logs_plots_and_does_not_change_training(tmp_path):

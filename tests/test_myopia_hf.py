@@ -43,3 +43,28 @@ def test_lm_finetune_hf_llama_with_lora_and_probe(tmp_path, monkeypatch):
         hits = logits_of(model, ids)[:, :-1].argmax(-1) == ids[:, 1:]
     own = hits.float().mean().item()
     assert abs(probe["variants"]["detach_hidden"]["layer 2"][0] - own) <= 1.0 / hits.numel(), (probe, own)
+
+
+def test_myopic_llama_with_fp32_weights_under_bf16_autocast() -> None:
+    """Full fine-tuning in mixed precision: fp32 weights under bf16 autocast give the fused form bf16 v but fp32
+    q and k (RoPE's cos / sin are fp32); it casts them to one dtype, and its gradients match the explicit form's
+    under the same autocast (bf16 rounding: a loose tolerance)."""
+    import copy
+
+    import torch.nn.functional as F
+
+    from forethought.myopia.wrap import make_myopic
+
+    base = tiny_llama(vocab_size=64, hidden_size=32, layers=2, heads=4, kv_heads=2, seed=1).train()
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for impl in ("fast", "reference"):
+        model = make_myopic(copy.deepcopy(base), mode="detach_hidden", implementation=impl)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=ids, use_cache=False).logits
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, 64).float(), ids[:, 1:].reshape(-1))
+        loss.backward()
+        assert torch.isfinite(loss)
+        grads[impl] = torch.cat([p.grad.flatten() for p in model.parameters()])
+    err = (grads["fast"] - grads["reference"]).norm() / grads["reference"].norm()
+    assert err < 0.05, err

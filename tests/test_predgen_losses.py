@@ -3,6 +3,7 @@ import torch
 
 from forethought.predgen.losses import (
     mix_tokens,
+    sample_by_uniform,
     sampling_probability,
     wdal_paper,
     wdal_paper_literal,
@@ -48,10 +49,24 @@ def test_mix_tokens_per_token_and_per_sequence():
     pred = torch.ones(400, 6, dtype=torch.long)
     mask = torch.zeros(400, 6, dtype=torch.bool)
     mask[:, 3:] = True
-    g = torch.Generator().manual_seed(0)
-    mixed = mix_tokens(gold, pred, mask, 0.5, "token", g)
+    u = torch.rand(400, 6, generator=torch.Generator().manual_seed(0))
+    mixed = mix_tokens(gold, pred, mask, 0.5, "token", u)
     assert mixed[:, :3].sum() == 0  # prompt positions never replaced
     assert 0.4 < mixed[:, 3:].float().mean() < 0.6
-    seq = mix_tokens(gold, pred, mask, 0.5, "sequence", g)[:, 3:]
+    assert torch.equal(mixed[:, 3:].bool(), u[:, 3:] < 0.5)  # a token is replaced where its uniform is below p
+    seq = mix_tokens(gold, pred, mask, 0.5, "sequence", u)[:, 3:]
     assert ((seq.sum(1) == 0) | (seq.sum(1) == 3)).all()  # all or nothing per sequence
+    assert torch.equal(seq[:, 0].bool(), u[:, 0] < 0.5)
     assert torch.equal(mix_tokens(gold, pred, mask, 0.0), gold)
+    # a row's coins travel with it: mixing a slice of the batch gives that slice of the mixed batch
+    assert torch.equal(mix_tokens(gold[200:], pred[200:], mask[200:], 0.5, "token", u[200:]), mixed[200:])
+
+
+def test_sample_by_uniform_inverts_the_cdf():
+    probs = torch.tensor([0.2, 0.0, 0.5, 0.3], dtype=torch.float64).expand(5, 4)
+    u = torch.tensor([0.0, 0.19, 0.25, 0.69, 0.999], dtype=torch.float64)
+    assert sample_by_uniform(probs, u).tolist() == [0, 0, 2, 2, 3]  # index 1 (probability 0) never drawn
+    g = torch.Generator().manual_seed(0)
+    draws = sample_by_uniform(probs[:1].expand(20000, 4), torch.rand(20000, generator=g, dtype=torch.float64))
+    freq = torch.bincount(draws, minlength=4).double() / 20000
+    assert torch.allclose(freq, probs[0], atol=0.015)

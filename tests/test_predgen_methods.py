@@ -20,6 +20,7 @@ from forethought.predgen.methods import (
     generator_loss,
     predgen_loss,
     predictor_loss,
+    with_sampling,
 )
 from forethought.predgen.model import AdapterConfig, PredGenModel, apply_adapter, build_head
 from forethought.predgen.tasks import load_task
@@ -113,18 +114,18 @@ def test_expected_value_matches_brute_force(make, chunk, max_rows) -> None:  # n
 
 def test_losses_finite_and_adapter_reads_model_fed_states(world: dict) -> None:
     enc, items = _encoder(world)
-    batch = enc.collate(items[:8])
-    batch.update(p=0.5, seed=3)
+    batch = with_sampling(enc.collate(items[:8]), 0.5, 3)
     for kind in ("predictor", "generator", "predgen"):
         m = _model(world, kind, enc)
         if kind == "predictor":
             loss, _ = m(predictor_loss, batch, "classification", -1)
         elif kind == "generator":
-            loss, _ = m(generator_loss, batch, True)
-            loss_unmasked, _ = m(generator_loss, batch, False)
+            loss = m(generator_loss, batch, True)[0].value()
+            loss_unmasked = m(generator_loss, batch, False)[0].value()
             assert loss_unmasked.item() != pytest.approx(loss.item())
         else:
-            loss, stats = m(predgen_loss, batch, PredGenSettings(), enc, "classification", -1, True)
+            averaged, _ = m(predgen_loss, batch, PredGenSettings(), enc, "classification", -1, True)
+            loss, stats = averaged.value(), averaged.means()
             assert stats["l_w"] > 0 and stats["l_d"] > 0
             assert torch.allclose(loss, stats["l_w"] * stats["l_d"])  # paper WDAL = L_W · L_D
         assert torch.isfinite(loss)
@@ -147,16 +148,15 @@ def _adapter_heldout_loss(world: dict, adapter_states: str, steps: int = 40) -> 
         p.requires_grad_(False)
     opt = torch.optim.Adam(m.head.parameters(), lr=1e-2)
     s = PredGenSettings(adapter_states=adapter_states, wdal="sum")
-    fit, held = enc.collate(items[:48]), enc.collate(items[48:96])
-    for b in (fit, held):
-        b.update(p=0.0, seed=0)  # no scheduled sampling: the mixed pass is the teacher-forced one
+    # no scheduled sampling: the mixed pass is the teacher-forced one
+    fit, held = (with_sampling(enc.collate(chunk), 0.0, 0) for chunk in (items[:48], items[48:96]))
     for _ in range(steps):
-        loss = m(predgen_loss, fit, s, enc, "classification", -1, True)[0]
+        loss = m(predgen_loss, fit, s, enc, "classification", -1, True)[0].value()
         opt.zero_grad()
         loss.backward()
         opt.step()
     with torch.no_grad():
-        return float(m(predgen_loss, held, s, enc, "classification", -1, True)[1]["l_d"])
+        return float(m(predgen_loss, held, s, enc, "classification", -1, True)[0].means()["l_d"])
 
 
 def test_adapter_does_not_read_the_gold_label(world: dict) -> None:
@@ -339,8 +339,8 @@ def test_every_builtin_task_trains_and_evaluates(world: dict, tmp_path: Path, mo
 def test_two_process_training(world: dict, tmp_path: Path) -> None:
     """torchrun, 2 CPU processes (gloo): the Predictor's losses (a mean over examples, so the mean of the two
     ranks' means is the global mean) match the 1-process run on the same global batch; PredGen runs under DDP.
-    (Token-averaged losses are averaged per rank, as HF's Trainer does: not identical when answers differ in
-    length.)"""
+    (Token-averaged losses are averaged over the global batch too: their sums and counts are all-reduced, see
+    core/accumulate.py.)"""
     import os
     import subprocess
     import sys

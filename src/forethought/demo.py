@@ -54,7 +54,8 @@ def run(cfg: DemoConfig, resume: str | None = None) -> dict:
     if resume is None and (previous / "env.json").is_file():
         shutil.rmtree(previous)  # the demo starts over unless asked to resume (only ever a forethought run folder)
     root = Run.create(cfg.run.out_dir, cfg.run.name, cfg)
-    sub = [f"--run.out_dir={root.dir}", f"--run.seed={cfg.run.seed}", f"--run.device={cfg.run.device}"]
+    sub = [f"--run.out_dir={root.dir}", f"--run.seed={cfg.run.seed}", f"--run.device={cfg.run.device}",
+           f"--run.precision={cfg.run.precision}", f"--run.log_with={cfg.run.log_with}"]
     unknown = sorted(set(cfg.systems) - {"myopia", "predgen", "psf"})
     if unknown:
         raise ForethoughtError(f"demo: unknown system(s) {unknown}; choose from myopia, predgen, psf")

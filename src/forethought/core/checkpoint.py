@@ -33,13 +33,15 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _state_dict_for_save(model: torch.nn.Module, trainable_only: bool) -> dict[str, torch.Tensor]:
+def _state_dict_for_save(model: torch.nn.Module, trainable_only: bool,
+                         weights: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     # safetensors refuses shared storage (tied embeddings): save each tensor once, contiguous.
     out: dict[str, torch.Tensor] = {}
     seen: dict[int, str] = {}
-    items = ({k: p for k, p in model.named_parameters() if p.requires_grad} if trainable_only
-             else model.state_dict())
-    for k, v in items.items():
+    if weights is None:
+        weights = ({k: p for k, p in model.named_parameters() if p.requires_grad} if trainable_only
+                   else model.state_dict())
+    for k, v in weights.items():
         ptr = v.data_ptr()
         if ptr in seen and v.numel() > 0:
             continue
@@ -49,16 +51,18 @@ def _state_dict_for_save(model: torch.nn.Module, trainable_only: bool) -> dict[s
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_state: dict[str, Any],
-                    model_config: dict[str, Any] | None = None, keep: int = 2, trainable_only: bool = False) -> Path:
+                    model_config: dict[str, Any] | None = None, keep: int = 2, trainable_only: bool = False,
+                    weights: dict[str, torch.Tensor] | None = None) -> Path:
     """Write ``step-NNNNNN`` atomically and keep only the newest ``keep`` checkpoints. ``trainable_only``
-    saves just the parameters being trained (LoRA adapters, a head), not a frozen base model."""
+    saves just the parameters being trained (LoRA adapters, a head), not a frozen base model. ``weights``: what to
+    save when the caller gathered it already (FSDP: every process takes part in that), instead of ``model``'s."""
     run_dir = Path(run_dir)
     final = run_dir / f"step-{step:06d}"
     tmp = run_dir / f".tmp-step-{step:06d}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_file(_state_dict_for_save(model, trainable_only), str(tmp / "model.safetensors"))
+    save_file(_state_dict_for_save(model, trainable_only, weights), str(tmp / "model.safetensors"))
     torch.save(trainer_state, tmp / "trainer_state.pt")
     if model_config is not None:
         (tmp / "config.json").write_text(json.dumps(model_config, indent=2))

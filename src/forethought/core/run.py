@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from forethought.core.config import field, save_yaml
 from forethought.core.io import atomic_write_json
+from forethought.core.trackers import check_tracker
 
 _PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers", "safetensors", "numpy")
 
@@ -62,6 +63,15 @@ class RunConfig:
     out_dir: str = field("runs", "where run folders are written")
     seed: int = field(0, "random seed (data, init, sampling)")
     device: str = field("auto", "auto | cpu | cuda | mps")
+    precision: Literal["fp32", "bf16", "fp16"] = field(
+        "fp32", "training precision (accelerate's mixed precision): fp32, or bf16 / fp16 autocast of fp32 weights "
+        "(fp16 adds a gradient scaler and needs a GPU; bf16 runs on the CPU too, slowly)")
+    log_with: Literal["none", "tensorboard", "wandb"] = field(
+        "none", "also send the metrics.jsonl rows to TensorBoard (<run>/tensorboard/) or Weights & Biases "
+        "(accelerate's trackers; the package must be installed)")
+
+    def validate(self) -> None:
+        check_tracker(self.log_with)
 
 
 @dataclass

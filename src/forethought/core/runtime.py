@@ -6,11 +6,17 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from forethought.core.errors import ForethoughtError
+from forethought.core.precision import mixed_precision
+
+if TYPE_CHECKING:
+    from forethought.core.run import RunConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -36,10 +42,11 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 @dataclass
 class Runtime:
-    accelerator: "object"
+    accelerator: object
     device: torch.device
     rank: int
     world_size: int
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (the accelerator's mixed precision)
 
     @property
     def is_main(self) -> bool:
@@ -98,17 +105,42 @@ def set_rng_state(state: dict) -> None:
         random.setstate((version, tuple(internal), gauss_next))
 
 
-def compute_init(device: str = "auto", seed: int = 0, mixed_precision: str = "no") -> Runtime:
-    """Pick the device, start distributed if launched that way, and seed every RNG."""
+def compute_init(device: str = "auto", seed: int = 0, precision: str = "fp32", log_with: str = "none",
+                 logging_dir: str | os.PathLike | None = None) -> Runtime:
+    """Pick the device, start distributed if launched that way, set the precision (accelerate's mixed precision:
+    bf16 / fp16 autocast, fp16 with a gradient scaler), name the tracker (``log_with``; started by the trainer,
+    writing under ``logging_dir``), and seed every RNG."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
     device = check_device(device)
     if device.startswith("cuda:"):
         raise ForethoughtError(f"device '{device}': training picks its devices through accelerate; use "
                                "--run.device cuda (with CUDA_VISIBLE_DEVICES) or cpu")
     cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    if cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    mixed = mixed_precision(precision)
+    if precision == "fp16" and cpu:  # accelerate would silently train in fp32: it has no fp16 autocast on the CPU
+        raise ForethoughtError("run.precision fp16 needs a GPU (accelerate has no fp16 autocast on the CPU); on the "
+                               "CPU use --run.precision bf16 or fp32")
+    launched = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()  # set by accelerate launch's config
+    if launched not in ("no", mixed):  # the run's setting would win silently: say so instead
+        raise ForethoughtError(f"accelerate launch asks for mixed_precision {launched} but the run for precision "
+                               f"{precision}: forethought reads --run.precision (pass --run.precision {launched})")
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if cpu and distributed:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
-    acc = Accelerator(cpu=cpu, mixed_precision=mixed_precision)
+    if not distributed:
+        # accelerate keeps one state per process and refuses a second Accelerator at another precision; a single
+        # process that trains at several (tests, notebooks, benchmark scripts) starts it afresh each time
+        AcceleratorState._reset_state()
+    trackers = None if log_with == "none" else log_with
+    acc = Accelerator(cpu=cpu, mixed_precision=mixed, log_with=trackers,
+                      project_dir=None if trackers is None else str(logging_dir or "."))
     seed_everything(seed)
-    return Runtime(acc, acc.device, acc.process_index, acc.num_processes)
+    return Runtime(acc, acc.device, acc.process_index, acc.num_processes, precision)
+
+
+def runtime_for(run: RunConfig) -> Runtime:
+    """:func:`compute_init` with a run's settings (device, seed, precision, tracker; trackers write in the run's
+    folder)."""
+    return compute_init(run.device, run.seed, run.precision, run.log_with, Path(run.out_dir) / run.name)

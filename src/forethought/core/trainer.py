@@ -1,10 +1,15 @@
 """A plain training loop shared by every system: AdamW, warmup + cosine learning rate, gradient clipping,
-accelerate for devices and DDP, atomic checkpoints, ``--resume auto``, progress bar, metrics log, and an
-evaluation callback every ``eval_every`` steps.
+accelerate for devices, DDP / FSDP and mixed precision, gradient accumulation, activation checkpointing, atomic
+checkpoints, ``--resume auto``, progress bar, metrics log (and optionally a tracker), and an evaluation callback
+every ``eval_every`` steps. Before training it prints the model's size and memory estimate (and stops with a
+clear error when that cannot fit the GPU).
 
 The loop is method-agnostic: a system passes ``batch_fn(step) -> global batch`` (a pure function of the step,
-so an interrupted run sees exactly the same data after resuming, and every rank can take its own slice),
-``loss_fn(model, batch) -> (loss, metrics)`` and optionally ``eval_fn(model, step) -> {name: number}``.
+so an interrupted run sees exactly the same data after resuming, and every rank can take its own slice; each
+rank's slice is split again into ``grad_accum`` micro-batches), ``loss_fn(model, batch) -> (loss, metrics)``
+(``loss``: a mean over the batch's rows, or an :class:`~forethought.core.accumulate.AveragedLoss` for averages
+over a varying number of items, such as answer tokens: see core/accumulate.py) and optionally
+``eval_fn(model, step) -> {name: number}``.
 
 Resume restores the weights, the optimizer and every RNG stream (torch CPU and all CUDA devices, numpy,
 Python), so a resumed run takes the same steps as an uninterrupted one. On the CPU this gives bit-identical
@@ -24,19 +29,33 @@ from typing import Any, Literal
 import torch
 from tqdm.auto import tqdm
 
+from forethought.core.accumulate import accumulate_gradients, split_batch
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from forethought.core.config import field
+from forethought.core.config import field, to_dict
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
+from forethought.core.memory import (
+    check_fits,
+    describe_memory,
+    estimate_training_memory,
+    resident_bytes,
+    set_activation_checkpointing,
+)
 from forethought.core.plots import line_plot
 from forethought.core.run import Run
 from forethought.core.runtime import Runtime, rng_state, set_rng_state
+from forethought.core.trackers import log_row, start_trackers, stop_trackers
 
 
 @dataclass
 class TrainConfig:
     steps: int = field(100, "optimizer steps")
-    batch_size: int = field(16, "global batch size (split evenly across processes)")
+    batch_size: int = field(16, "global batch size per optimizer step (split evenly across processes, then into "
+                            "grad_accum micro-batches)")
+    grad_accum: int = field(1, "gradient accumulation: micro-batches per optimizer step (micro-batch = batch_size "
+                            "/ (grad_accum x processes)); the same update as one big batch, in less memory")
+    activation_checkpointing: bool = field(False, "recompute each transformer block in the backward pass instead "
+                                           "of keeping its activations (less memory, about a third more compute)")
     lr: float = field(1e-3, "peak learning rate")
     min_lr_ratio: float = field(0.1, "final learning rate as a fraction of lr (cosine schedule)")
     warmup_steps: int = field(0, "linear warmup steps")
@@ -51,7 +70,7 @@ class TrainConfig:
                             "to eval_curve.png (0 = off)")
 
     def validate(self) -> None:
-        for name in ("batch_size", "log_every"):
+        for name in ("batch_size", "log_every", "grad_accum"):
             if getattr(self, name) < 1:
                 raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
         # steps 0 is allowed: some recipes read it as "choose for me" (e.g. the PSF AR baseline's budget)
@@ -65,6 +84,8 @@ class TrainConfig:
             raise ForethoughtError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if not 0 <= self.beta2 < 1:
             raise ForethoughtError(f"beta2 must be in [0, 1), got {self.beta2}")
+        if self.batch_size % self.grad_accum:
+            raise ForethoughtError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -80,19 +101,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def shard(batch: Any, rank: int, world: int) -> Any:
     """This rank's slice of a global batch (tensors split on dim 0; dicts/tuples recursively)."""
-    if world == 1:
-        return batch
-    if isinstance(batch, torch.Tensor):
-        n = batch.shape[0]
-        if n % world:
-            raise ForethoughtError(f"global batch size {n} is not divisible by the {world} processes")
-        per = n // world
-        return batch[rank * per:(rank + 1) * per]
-    if isinstance(batch, dict):
-        return {k: shard(v, rank, world) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(shard(v, rank, world) for v in batch)
-    return batch
+    return split_batch(batch, rank, world, "processes")
 
 
 def _to(batch: Any, device: torch.device) -> Any:
@@ -117,7 +126,7 @@ def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
     return p
 
 
-def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tuple[torch.Tensor, dict]],
+def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tuple[Any, dict]],
           batch_fn: Callable[[int], Any], cfg: TrainConfig, run: Run, rt: Runtime, *,
           resume: str | None = None, desc: str = "train", params: list[torch.nn.Parameter] | None = None,
           eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
@@ -126,9 +135,22 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
     """Train ``model`` in place for ``cfg.steps`` steps; returns the loss curve and timings. ``after_step(model,
     step)`` runs after each optimizer step, while the gradients are still there (AdaLoRA's rank allocation)."""
     acc = rt.accelerator
-    model.to(rt.device)
+    k = cfg.grad_accum
+    if cfg.batch_size % (k * rt.world_size):
+        raise ForethoughtError(f"{desc}: batch_size {cfg.batch_size} is not divisible by grad_accum {k} x "
+                               f"{rt.world_size} process(es)")
+    fsdp = acc.distributed_type == "FSDP"  # accelerate's DistributedType is a str enum
     trainable = params if params is not None else [p for p in model.parameters() if p.requires_grad]
     partial = sum(p.numel() for p in trainable) < sum(p.numel() for p in model.parameters())
+    trained_ids = {id(p) for p in trainable}
+    trained_names = {n for n, p in model.named_parameters() if id(p) in trained_ids}  # FSDP checkpoints keep these
+    cost = estimate_training_memory(model, rt.precision, trainable, shards=rt.world_size if fsdp else 1)
+    if rt.is_main:
+        print(f"{desc}: {describe_memory(cost, rt.precision)}")
+    check_fits(cost, rt.device, resident_bytes(model, rt.device))
+    if cfg.activation_checkpointing:
+        set_activation_checkpointing(model, True)
+    model.to(rt.device)
     decay = [p for p in trainable if p.dim() >= 2]
     no_decay = [p for p in trainable if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -140,16 +162,34 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
                                "or choose another --run.name / --run.out_dir")
     if ckpt is not None:
         state = load_checkpoint(ckpt, model)
+        if state.get("optimizer") is None:
+            raise ForethoughtError(f"{ckpt} holds no optimizer state (FSDP shards it; resuming FSDP runs is not "
+                                   "supported yet): start a new run, warm-started from its weights")
         opt.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"] if "rng" in state else {"torch": state["torch_rng"]})
+        if acc.scaler is not None and state.get("scaler"):
+            acc.scaler.load_state_dict(state["scaler"])  # fp16: the loss scale continues where it was
         start = int(state["step"])
         wall_before = float(state.get("train_wall_s", 0.0))
         _truncate_metrics(run, start)
         if rt.is_main:
             print(f"resumed from {ckpt} at step {start}")
     run.start()  # inputs are valid and any checkpoint loaded: from here on the run writes
+    tracking = start_trackers(acc, str(run.dir), str(run.dir), to_dict(run.cfg) if run.cfg is not None else None)
     wrapped, opt = acc.prepare(model, opt)
+    # FSDP's own clip computes the norm over every shard (accelerate uses it when given all the parameters)
+    clip = list(wrapped.parameters()) if fsdp else trainable
     curve: list[tuple[int, float]] = [(r["step"], r["loss"]) for r in run.metrics() if "loss" in r]
+
+    def check(loss: torch.Tensor) -> None:
+        if not all_finite(loss, acc):  # every rank learns it, so all stop together instead of hanging
+            raise ForethoughtError(f"{desc}: loss became non-finite at step {step} (on at least one process); "
+                                   "lower the learning rate")
+
+    def log(row: dict[str, Any]) -> None:
+        run.log(row)
+        log_row(acc, row)
+
     t0 = time.perf_counter()
     bar = tqdm(range(start, cfg.steps), desc=desc, initial=start, total=cfg.steps,
                disable=None if rt.is_main else True, dynamic_ncols=True)
@@ -157,42 +197,50 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         batch = _to(shard(batch_fn(step), rt.rank, rt.world_size), rt.device)
+        micro = [split_batch(batch, i, k, "grad_accum micro-batches") for i in range(k)]
         wrapped.train()
-        loss, metrics = loss_fn(wrapped, batch)
-        if not all_finite(loss, acc):  # every rank learns it, so all stop together instead of hanging
-            raise ForethoughtError(f"{desc}: loss became non-finite at step {step} (on at least one process); "
-                                   "lower the learning rate")
         opt.zero_grad(set_to_none=True)
-        acc.backward(loss)
+        step_out = accumulate_gradients(wrapped, loss_fn, micro, acc, check)
         if cfg.grad_clip > 0:
-            acc.clip_grad_norm_(trainable, cfg.grad_clip)
+            acc.clip_grad_norm_(clip, cfg.grad_clip)
         opt.step()
         if after_step is not None:
             after_step(wrapped, step)
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
-            mean_loss = acc.reduce(loss.detach(), reduction="mean").item()
+            mean_loss = acc.reduce(step_out.loss.detach(), reduction="mean").item()
             curve.append((done, mean_loss))
-            rec = {"step": done, "loss": mean_loss, "lr": lr_at(step, cfg), **{k: float(v) for k, v in metrics.items()}}
-            run.log(rec)
+            log({"step": done, "loss": mean_loss, "lr": lr_at(step, cfg),
+                 **{name: float(v) for name, v in step_out.metrics.items()}})
             bar.set_postfix(loss=f"{mean_loss:.4f}")
         if eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
-            run.log({"step": done, "eval": True, **run_eval(eval_fn, acc.unwrap_model(wrapped), done)})
+            log({"step": done, "eval": True, **run_eval(eval_fn, acc.unwrap_model(wrapped), done)})
             wrapped.train()
         if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
             acc.wait_for_everyone()
+            # FSDP: every process takes part in gathering the full weights; its optimizer states stay sharded
+            weights = None
+            if fsdp:
+                weights = {k: v for k, v in acc.get_state_dict(wrapped).items() if not partial or k in trained_names}
             if rt.is_main:
                 # The data position is the step itself (batch_fn is a pure function of it).
-                state = {"step": done, "optimizer": opt.state_dict(), "rng": rng_state(),
-                         "train_wall_s": wall_before + time.perf_counter() - t0}
+                state = {"step": done, "optimizer": None if fsdp else opt.state_dict(), "rng": rng_state(),
+                         "train_wall_s": wall_before + time.perf_counter() - t0,
+                         "scaler": acc.scaler.state_dict() if acc.scaler is not None else None}
                 save_checkpoint(run.dir, done, acc.unwrap_model(wrapped), state, model_config,
-                                keep=cfg.keep_checkpoints, trainable_only=partial)
+                                keep=cfg.keep_checkpoints, trainable_only=partial, weights=weights)
             acc.wait_for_everyone()
     bar.close()
+    if tracking:
+        stop_trackers(acc)
+    acc.unwrap_model(wrapped, keep_fp32_wrapper=False)  # the model's own forward again, without autocast
+    if cfg.activation_checkpointing:
+        set_activation_checkpointing(model, False)
     # Training wall time over every invocation that trained this model (kept in the checkpoints).
     wall = wall_before + time.perf_counter() - t0
     out: dict[str, Any] = {"curve": curve, "steps": cfg.steps, "resumed_from": start, "wall_s": wall,
-                           "world_size": rt.world_size}
+                           "world_size": rt.world_size, "grad_accum": k, "precision": rt.precision,
+                           "memory_estimate": cost}
     if curve:
         out["final_loss"] = curve[-1][1]
     evals = eval_records(run)

@@ -6,6 +6,8 @@ j's block is not after i's), ``full``. Any attention module can be given an ``ov
 knowing about it. Inputs are token ids (LM) or real vectors through a linear embedding (``input_dim``);
 outputs are LM logits (head tied to the token embedding by default) or a linear regression head
 (``output_dim``). With weights copied from HF ``GPT2LMHeadModel`` (:func:`from_hf_gpt2`) the logits match.
+Activation checkpointing (``activation_checkpointing_enable()``, off by default) recomputes each block in the
+backward pass (``torch.utils.checkpoint``, non-reentrant) instead of keeping its activations.
 Callers may pass ready-made input vectors (``inputs_embeds``, e.g. memory slots before tokens) and an optional
 :class:`KVCache` for incremental decoding (new positions continue after the cached ones).
 
@@ -25,6 +27,7 @@ from typing import Literal
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from forethought.core.config import field
 
@@ -190,6 +193,8 @@ class GPT(nn.Module):
             self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
             if cfg.tie_word_embeddings and cfg.input_dim == 0:
                 self.head.weight = self.wte.weight
+        # activation checkpointing (off by default): keep only each block's input, recompute it in backward
+        self.activation_checkpointing = False
         self.apply(self._init)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2L)
             if name.endswith("c_proj.weight"):
@@ -216,6 +221,14 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding else n
 
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None) -> None:
+        """Checkpoint every block while training. Named as HF models' switch, so one call site serves both; the
+        checkpoints here are always non-reentrant (the kwargs are accepted for that interface)."""
+        self.activation_checkpointing = True
+
+    def activation_checkpointing_disable(self) -> None:
+        self.activation_checkpointing = False
+
     def new_cache(self) -> KVCache:
         return KVCache(self.config.n_layer)
 
@@ -235,8 +248,12 @@ class GPT(nn.Module):
         pos = torch.arange(past, past + T, device=emb.device)
         x = self.drop(emb + self.wpe(pos))  # (B, T, C)
         hidden = [x]
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and kv_cache is None
         for i, block in enumerate(self.h):
-            x = block(x, attn_mask, None if kv_cache is None else (kv_cache, i))
+            if recompute:  # same values and gradients; the block's activations are rebuilt in the backward pass
+                x = torch.utils.checkpoint.checkpoint(block, x, attn_mask, use_reentrant=False)
+            else:
+                x = block(x, attn_mask, None if kv_cache is None else (kv_cache, i))
             hidden.append(x)
         out = self.head(self.ln_f(x))
         return (out, hidden) if output_hidden_states else out

@@ -34,6 +34,15 @@ def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Causal attention output (B, H, T, D) and its log-sum-exp of scaled scores (B, H, T), from fused kernels
     where the device has one that returns it, else computed explicitly."""
     T = q.shape[-2]
+    # The fused kernels are called directly, so autocast casts nothing for them, and they need one dtype. Under
+    # autocast an HF model with fp32 weights hands over 16-bit v but fp32 q and k (RoPE's fp32 cos / sin promote
+    # them): use the autocast dtype, as F.scaled_dot_product_attention would; otherwise the widest of the three.
+    dev = q.device.type
+    if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
+        dtype = torch.get_autocast_dtype(dev)
+    else:
+        dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     if q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True, scale=scale)
         return out, lse

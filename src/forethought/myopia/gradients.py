@@ -30,7 +30,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import pyplot, save_figure
 from forethought.core.run import Run, RunConfig
-from forethought.core.runtime import compute_init, step_generator, unwrap
+from forethought.core.runtime import runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, random_windows
 from forethought.models.gpt import GPT, GPTConfig
@@ -124,6 +124,9 @@ class GradientsConfig:
     p: float = field(1.0, "synthetic: Bernoulli probability p")
     task: synthetic.TaskConfig = field(synthetic.TaskConfig(), "synthetic: the task")
     base: str = field("gpt", "lm: 'gpt' = our GPT from scratch (the model section); else an HF causal LM")
+    base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
+        "auto", "lm with an HF base: dtype it is loaded in (auto = fp32 when its weights train, run.precision "
+        "under LoRA)")
     lora_r: int = field(0, "lm with an HF base: LoRA rank (0 = full fine-tuning)")
     lora_alpha: int = field(32, "lm with an HF base: LoRA alpha")
     model: GPTConfig = field(
@@ -156,8 +159,8 @@ class GradientsConfig:
 def _lm_config(cfg: GradientsConfig) -> lm.LMConfig:
     gpt = copy.deepcopy(cfg.model)
     gpt.input_dim, gpt.output_dim = 0, 0  # token ids in, LM logits out
-    return lm.LMConfig(run=cfg.run, base=cfg.base, gpt=gpt, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                       variants=["vanilla"], data=cfg.data, train=cfg.train)
+    return lm.LMConfig(run=cfg.run, base=cfg.base, base_dtype=cfg.base_dtype, gpt=gpt, lora_r=cfg.lora_r,
+                       lora_alpha=cfg.lora_alpha, variants=["vanilla"], data=cfg.data, train=cfg.train)
 
 
 def _synthetic(cfg: GradientsConfig) -> tuple[torch.nn.Module, LossFn, Callable, list, Callable]:
@@ -199,7 +202,7 @@ def _language(cfg: GradientsConfig) -> tuple[torch.nn.Module, LossFn, Callable, 
 
 
 def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
-    rt = compute_init(cfg.run.device, cfg.run.seed)
+    rt = runtime_for(cfg.run)
     model, loss_fn, batch_fn, fixed, held_out = (_synthetic if cfg.experiment == "synthetic" else _language)(cfg)
     groups = parameter_groups(model)
     names = [n for ns in groups.values() for n in ns]

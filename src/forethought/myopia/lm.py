@@ -23,6 +23,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -34,8 +35,9 @@ from forethought.core.env import cache_dir
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import line_plot
+from forethought.core.precision import base_dtype
 from forethought.core.run import Run, RunConfig
-from forethought.core.runtime import compute_init, step_generator, unwrap
+from forethought.core.runtime import runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
 from forethought.models.gpt import GPT, GPTConfig
@@ -61,6 +63,8 @@ class LMConfig:
     run: RunConfig = field(RunConfig(name="myopia-lm"), "run folder, seed, device")
     base: str = field("gpt", "'gpt' = our GPT from scratch; else an HF causal LM to fine-tune (hub id, folder, "
                       "smollm2-135m)")
+    base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
+        "auto", "HF base: dtype it is loaded in (auto = fp32 when its weights train, run.precision under LoRA)")
     gpt: GPTConfig = field(GPTConfig(n_positions=64, n_embd=256, n_layer=4, n_head=4), "our GPT (base: gpt)")
     lora_r: int = field(0, "HF base: LoRA rank through peft (0 = full fine-tuning)")
     lora_alpha: int = field(32, "HF base: LoRA alpha")
@@ -82,6 +86,8 @@ class LMConfig:
             raise ForethoughtError(f"data.curve_sequences must be at least 1, got {self.data.curve_sequences}")
         if self.base == "gpt" and self.data.seq_len > self.gpt.n_positions:
             raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
+        if self.base != "gpt":
+            base_dtype(self.base_dtype, self.run.precision, trains_base=self.lora_r == 0)
 
 
 def tokenizer_spec(cfg: LMConfig) -> str:
@@ -105,7 +111,8 @@ def build_model(cfg: LMConfig, vocab_size: int) -> torch.nn.Module:
         return GPT(gcfg)
     from forethought.models.hf import load_causal_lm
 
-    model, _ = load_causal_lm(cfg.base)
+    dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.lora_r == 0)
+    model, _ = load_causal_lm(cfg.base, dtype=dtype)
     if cfg.lora_r > 0:
         from peft import LoraConfig, get_peft_model
 
@@ -155,7 +162,7 @@ def load_data(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def run(cfg: LMConfig, resume: str | None = None) -> dict:
-    rt = compute_init(cfg.run.device, cfg.run.seed)
+    rt = runtime_for(cfg.run)
     train_tokens, valid_tokens, vocab = load_data(cfg)
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, cfg.data.seq_len + 1)
     L = cfg.data.seq_len + 1

@@ -23,7 +23,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import line_plot
 from forethought.core.run import Run, RunConfig
-from forethought.core.runtime import compute_init
+from forethought.core.runtime import runtime_for
 from forethought.models.gpt import GPT
 
 
@@ -121,7 +121,7 @@ def run(cfg: ProbeConfig, resume: str | None = None) -> dict:
     from forethought.data.corpora import eval_windows, random_windows
     from forethought.myopia.lm import load_tokens, load_variant
 
-    rt = compute_init(cfg.run.device, cfg.run.seed)
+    rt = runtime_for(cfg.run)
     t0 = time.perf_counter()
     results: dict = {"lm_run": str(Path(cfg.lm_run)), "k_max": cfg.k_max, "variants": {}}
     for variant in cfg.variants:

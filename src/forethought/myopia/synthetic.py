@@ -24,7 +24,7 @@ from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.plots import heatmaps, line_plot
 from forethought.core.run import Run, RunConfig
-from forethought.core.runtime import compute_init, step_generator
+from forethought.core.runtime import runtime_for, step_generator
 from forethought.core.trainer import TrainConfig, train
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.probe import fit_ridge
@@ -184,7 +184,7 @@ def predict_zero_loss(task: TaskConfig, p: float, n: int = 4096, seed: int = 123
 
 
 def run(cfg: SyntheticConfig, resume: str | None = None) -> dict:
-    rt = compute_init(cfg.run.device, cfg.run.seed)
+    rt = runtime_for(cfg.run)
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     t0 = time.perf_counter()
     results: dict = {"task": vars(cfg.task).copy(), "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,

@@ -27,8 +27,9 @@ from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json, atomic_write_text
 from forethought.core.plots import pyplot, save_figure
+from forethought.core.precision import base_dtype
 from forethought.core.run import Run
-from forethought.core.runtime import compute_init, unwrap
+from forethought.core.runtime import runtime_for, unwrap
 from forethought.core.trainer import train
 from forethought.predgen.config import EvalSettings, PredGenConfig
 from forethought.predgen.data import eval_subset, load_split, split_record
@@ -40,6 +41,7 @@ from forethought.predgen.methods import (
     predict,
     predictor_loss,
     sampling_p,
+    with_sampling,
 )
 from forethought.predgen.metrics import classification_metrics, regression_metrics
 from forethought.predgen.model import (
@@ -68,10 +70,11 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
 
     if cfg.method not in METHODS:
         raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}")
-    rt = compute_init(cfg.run.device, cfg.run.seed)
+    dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.adapter.method == "full")
+    rt = runtime_for(cfg.run)
     spec, train_ex, eval_split = load_split(cfg.task, cfg.run.seed)
     eval_ex = eval_subset(eval_split, cfg.task.max_eval_examples, cfg.run.seed)
-    lm, tok = load_causal_lm(cfg.base, trust_remote_code=cfg.trust_remote_code)
+    lm, tok = load_causal_lm(cfg.base, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     check_layer(cfg.layer, lm)
     enc = Encoder(spec, tok, cfg.prompt, decode=cfg.method != "predictor")
     eval_items = enc.encode(eval_ex)
@@ -100,10 +103,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
             epoch, k = divmod(pos, n)
             perm = _perm(n, cfg.run.seed, epoch)  # lru-cached
             picks.append(train_item(perm[k]))
-        batch = enc.collate(picks)
-        batch["p"] = sampling_p(cfg.predgen, step, cfg.train.steps)
-        batch["seed"] = cfg.run.seed * 1_000_003 + step
-        return batch
+        return with_sampling(enc.collate(picks), sampling_p(cfg.predgen, step, cfg.train.steps),
+                             cfg.run.seed * 1_000_003 + step)
 
     task_type = spec.task_type
     if cfg.method == "predictor":

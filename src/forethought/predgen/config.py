@@ -61,6 +61,9 @@ class PredGenConfig:
     run: RunConfig = field(RunConfig(name="predgen"), "run folder, seed, device")
     method: Literal["predictor", "generator", "predgen"] = field("predgen", "predictor | generator | predgen")
     base: str = field("smollm2-135m", "HF causal LM: hub id, local folder, or smollm2-135m (offline)")
+    base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
+        "auto", "dtype the base is loaded in: auto = run.precision for a frozen base (LoRA / AdaLoRA / DoRA), "
+        "fp32 when its own weights train (adapter.method full; mixed precision autocasts them)")
     trust_remote_code: bool = field(False, "allow model code from the hub")
     adapter: AdapterConfig = field(AdapterConfig(), "PEFT setting (the same for every method)")
     task: TaskConfig = field(TaskConfig(), "task and data")

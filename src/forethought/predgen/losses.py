@@ -74,13 +74,21 @@ def sampling_probability(step: int, total_steps: int, schedule: Schedule = "line
 
 
 def mix_tokens(gold: torch.Tensor, predicted: torch.Tensor, answer_mask: torch.Tensor, p: float,
-               per: Literal["token", "sequence"] = "token", g: torch.Generator | None = None) -> torch.Tensor:
+               per: Literal["token", "sequence"] = "token", uniform: torch.Tensor | None = None) -> torch.Tensor:
     """Decoder inputs for the mixed pass. gold, predicted: (B, T) ids, where ``predicted[:, t]`` is the model's
     token for position t (from the teacher-forced pass, shifted); answer_mask (B, T) bool marks answer-token
-    inputs that may be replaced. Each is replaced with probability p (one coin per token, or one per sequence)."""
+    inputs that may be replaced. Each is replaced with probability p (one coin per token, or one per sequence):
+    ``uniform`` (B, >= max(T, 1)) holds the coins' uniforms in [0, 1) (column 0 for a sequence's coin)."""
     if p <= 0:
         return gold.clone()
     B, T = gold.shape
-    shape = (B, T) if per == "token" else (B, 1)
-    coins = torch.rand(shape, generator=g, device="cpu").to(gold.device) < p
-    return torch.where(coins.expand(B, T) & answer_mask, predicted, gold)
+    coins = uniform[:, :T] if per == "token" else uniform[:, :1].expand(B, T)
+    return torch.where((coins.to(gold.device) < p) & answer_mask, predicted, gold)
+
+
+def sample_by_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Categorical draws by the inverse CDF: probs (..., V) (rows sum to 1), uniform (...) in [0, 1) -> (...)
+    indices, the first whose cumulative probability exceeds the uniform (a zero-probability index never is)."""
+    cdf = probs.cumsum(-1)
+    idx = (cdf <= uniform.unsqueeze(-1) * cdf[..., -1:]).sum(-1)
+    return idx.clamp_max(probs.shape[-1] - 1)

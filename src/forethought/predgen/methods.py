@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from forethought.core.accumulate import AveragedLoss
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.predgen.decoding import (
@@ -36,7 +37,13 @@ from forethought.predgen.decoding import (
     detach_kv,
     prompt_pass,
 )
-from forethought.predgen.losses import mix_tokens, sampling_probability, wdal_paper, wdal_reference
+from forethought.predgen.losses import (
+    mix_tokens,
+    sample_by_uniform,
+    sampling_probability,
+    wdal_paper,
+    wdal_reference,
+)
 from forethought.predgen.model import PredGenModel
 from forethought.predgen.tasks import Example, TaskSpec, format_target, parse_target, render_prompt
 
@@ -180,11 +187,12 @@ class Encoder:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def task_loss(out: torch.Tensor, target: torch.Tensor, task_type: str) -> torch.Tensor:
-    """Cross-entropy for classes (out (B, C), target (B,) long), MSE for regression (out (B, 1))."""
+def task_loss(out: torch.Tensor, target: torch.Tensor, task_type: str, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy for classes (out (B, C), target (B,) long), MSE for regression (out (B, 1)); ``reduction``
+    mean or sum over the rows."""
     if task_type == "classification":
-        return F.cross_entropy(out.float(), target)
-    return F.mse_loss(out.float()[:, 0], target.float())
+        return F.cross_entropy(out.float(), target, reduction=reduction)
+    return F.mse_loss(out.float()[:, 0], target.float(), reduction=reduction)
 
 
 def token_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,14 +201,16 @@ def token_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) ->
     return (ce * mask).sum(), mask.sum()
 
 
-def writer_loss(pp: PromptPass, answer_logits: torch.Tensor, batch: dict[str, Any], mask_prompt: bool) -> torch.Tensor:
-    """Token-weighted cross-entropy of the answer (B, M) — and of the prompt when it is not masked."""
+def writer_sums(pp: PromptPass, answer_logits: torch.Tensor, batch: dict[str, Any], mask_prompt: bool
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy of the answer tokens (B, M) — and of the prompt's when it is not masked — and the
+    token count: the writer's loss is their ratio, a token average (see core/accumulate.py for why sums)."""
     total, count = token_ce(answer_logits, batch["answer_ids"], batch["answer_mask"])
     if not mask_prompt:
         pm = batch["prompt_mask"].bool()
         ptotal, pcount = token_ce(pp.logits[:, :-1], batch["prompt_ids"][:, 1:], pm[:, 1:] & pm[:, :-1])
         total, count = total + ptotal, count + pcount
-    return total / count.clamp_min(1)
+    return total, count
 
 
 def _answer_logits(lm: Any, pp: PromptPass, kv: Any, batch: dict[str, Any]) -> torch.Tensor:
@@ -219,20 +229,31 @@ def predictor_loss(m: PredGenModel, batch: dict[str, Any], task_type: str, layer
     return loss, {}
 
 
-def generator_loss(m: PredGenModel, batch: dict[str, Any], mask_prompt: bool) -> tuple[torch.Tensor, dict]:
+def generator_loss(m: PredGenModel, batch: dict[str, Any], mask_prompt: bool) -> tuple[AveragedLoss, dict]:
+    """The answer tokens' average cross-entropy (the trainer averages it over the whole batch's tokens)."""
     pp = prompt_pass(m.lm, batch["prompt_ids"], batch["prompt_mask"], all_logits=not mask_prompt)
-    return writer_loss(pp, _answer_logits(m.lm, pp, pp.kv, batch), batch, mask_prompt), {}
+    total, count = writer_sums(pp, _answer_logits(m.lm, pp, pp.kv, batch), batch, mask_prompt)
+    return AveragedLoss({"l_w": total}, {"l_w": count}), {}
 
 
 def _pad_to(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
     return F.pad(x, (0, width - x.shape[1]), value=value)
 
 
+def with_sampling(batch: dict[str, Any], p: float, seed: int) -> dict[str, Any]:
+    """``batch`` with PredGen's scheduled-sampling inputs: ``p`` (this step's probability) and ``uniform`` (B, M, 2),
+    seeded uniforms per example and answer position — [..., 0] the coins, [..., 1] the sampled tokens. They travel
+    with their rows, so a row's draws do not depend on how the batch is split into micro-batches or processes."""
+    B, M = batch["answer_ids"].shape
+    return {**batch, "p": p, "uniform": torch.rand(B, M, 2, generator=torch.Generator().manual_seed(seed))}
+
+
 def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc: Encoder, task_type: str,
-                 layer: int, mask_prompt: bool) -> tuple[torch.Tensor, dict]:
-    """One PredGen step (see the module docstring). ``batch['p']`` is this step's sampling probability and
-    ``batch['seed']`` seeds its coins."""
-    lm, g = m.lm, torch.Generator().manual_seed(int(batch["seed"]))
+                 layer: int, mask_prompt: bool) -> tuple[AveragedLoss, dict]:
+    """One PredGen step (see the module docstring), on a batch :func:`with_sampling` prepared. The loss is
+    WDAL(L_W, L_D) of the token-averaged L_W and the row-averaged L_D (combined over the whole batch by the
+    trainer)."""
+    lm, u = m.lm, batch["uniform"]
     gold, amask, pmask = batch["answer_ids"], batch["answer_mask"], batch["prompt_mask"]
     B, M = gold.shape
     pp = prompt_pass(lm, batch["prompt_ids"], pmask, layer, all_logits=not mask_prompt)
@@ -242,10 +263,9 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
         if s.tokens == "greedy":
             own = tf.argmax(-1)
         else:
-            probs = torch.softmax(tf.double(), -1).flatten(0, 1).cpu()
-            own = torch.multinomial(probs, 1, generator=g).view(B, M).to(gold.device)
+            own = sample_by_uniform(torch.softmax(tf.double(), -1), u[..., 1].to(tf.device, torch.float64))
         # input position i holds answer token i; it is replaced only where a next answer token exists
-        mixed = mix_tokens(gold[:, :-1], own[:, :-1], amask[:, 1:], float(batch["p"]), s.per, g)
+        mixed = mix_tokens(gold[:, :-1], own[:, :-1], amask[:, 1:], float(batch["p"]), s.per, u[..., 0])
         third = gold[:, :-1]
         roll = None
         if s.adapter_states == "rollout":
@@ -267,10 +287,11 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
     else:
         z_mask = amask
         z = torch.cat([first_state, z_rows[:, :M - 1]], dim=1)
-    l_w = writer_loss(pp, w_logits, batch, mask_prompt)
-    l_d = task_loss(m.head(z, z_mask), batch["target"], task_type)
-    combine = {"paper": wdal_paper, "reference": wdal_reference, "sum": lambda a, b: a + b}[s.wdal]
-    return combine(l_w, l_d), {"l_w": l_w.detach(), "l_d": l_d.detach(), "p": float(batch["p"])}
+    w_total, w_count = writer_sums(pp, w_logits, batch, mask_prompt)
+    d_total = task_loss(m.head(z, z_mask), batch["target"], task_type, reduction="sum")
+    wdal = {"paper": wdal_paper, "reference": wdal_reference, "sum": lambda a, b: a + b}[s.wdal]
+    return AveragedLoss({"l_w": w_total, "l_d": d_total}, {"l_w": w_count, "l_d": B},
+                        combine=lambda mean: wdal(mean["l_w"], mean["l_d"])), {"p": float(batch["p"])}
 
 
 def sampling_p(s: PredGenSettings, step: int, total_steps: int) -> float:

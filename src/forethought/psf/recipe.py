@@ -43,7 +43,7 @@ from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run, RunConfig
-from forethought.core.runtime import Runtime, compute_init, step_generator, unwrap
+from forethought.core.runtime import Runtime, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, random_windows, vocab_size_for
 from forethought.psf.ar import ARModelConfig, ar_loss, build_ar
@@ -292,7 +292,7 @@ def ar_val_ce(model: torch.nn.Module, windows: torch.Tensor, bos_id: int, batch:
 
 def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
     cfg.validate()  # also when the config was built in Python rather than loaded
-    rt = compute_init(cfg.run.device, cfg.run.seed)
+    rt = runtime_for(cfg.run)
     if rt.world_size > 1:  # stages leave some parameters unused and rollouts run outside the DDP forward
         raise ForethoughtError("psf recipe runs in one process (CPU or one GPU); multi-process training is not "
                                "supported yet")
