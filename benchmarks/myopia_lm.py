@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _queue import run_queue  # noqa: E402
 
+from _stats import run_started, t_interval  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-lm"
 GROUPS = {"a": ["vanilla", "local"], "b": ["detach_hidden", "zero_past"]}
@@ -62,16 +64,6 @@ def main() -> None:
     collect(" ".join(["python", *sys.argv]))
 
 
-def _t_interval(xs: list[float]) -> list[float] | None:
-    """Student-t 95 % interval of the mean of paired per-seed differences (None for one seed)."""
-    from scipy.stats import t
-
-    if len(xs) < 2:
-        return None
-    half = t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
-    return [statistics.fmean(xs) - half, statistics.fmean(xs) + half]
-
-
 def _paired(a: dict[int, float], b: dict[int, float]) -> dict | None:
     """a − b over the seeds both have."""
     seeds = sorted(set(a) & set(b))
@@ -79,7 +71,7 @@ def _paired(a: dict[int, float], b: dict[int, float]) -> dict | None:
         return None
     d = [a[s] - b[s] for s in seeds]
     return {"seeds": seeds, "per_seed": d, "mean": statistics.fmean(d),
-            "std": statistics.stdev(d) if len(d) > 1 else None, "ci95_of_mean": _t_interval(d)}
+            "std": statistics.stdev(d) if len(d) > 1 else None, "ci95_of_mean": t_interval(d)}
 
 
 def collect(command: str) -> None:
@@ -102,9 +94,8 @@ def collect(command: str) -> None:
             continue
         seed = int(d.name[1:].split("-")[0])
         r = json.loads(rfile.read_text())
-        env = json.loads((d / "env.json").read_text())
-        starts.append(time.mktime(time.strptime(env["started"][:19], "%Y-%m-%dT%H:%M:%S")))
-        run_commands[d.name] = env["command"]
+        starts.append(run_started(d))
+        run_commands[d.name] = json.loads((d / "env.json").read_text())["command"]
         setup = setup or {k: r[k] for k in ("base", "corpus", "tokenizer", "seq_len", "steps", "batch_size",
                                             "tokens_seen", "eval_sequences", "params")}
         for variant, x in r["variants"].items():

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _queue import run_queue  # noqa: E402
 
+from _stats import run_started, t_interval  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-synthetic"
 
@@ -56,13 +58,6 @@ def main() -> None:
     collect(" ".join(["python", *sys.argv]))
 
 
-def _started(run_dir: Path) -> float | None:
-    env = run_dir / "env.json"
-    if not env.is_file():
-        return None
-    return time.mktime(time.strptime(json.loads(env.read_text())["started"][:19], "%Y-%m-%dT%H:%M:%S"))
-
-
 def collect(command: str) -> None:
     """Assemble every finished (p, model) run under RUNS, whichever invocation trained it. The runs are resumable
     and may span several invocations of this script: all of them are listed in ``command``, and ``wall_s`` spans
@@ -80,7 +75,7 @@ def collect(command: str) -> None:
         mode, seed_text = rest.rsplit("-s", 1)
         found.append((float(p_text[2:]), mode, int(seed_text)))
     found.sort(key=lambda j: (-j[0], j[2], j[1] != "vanilla"))
-    starts = [t for p, mode, seed in found if (t := _started(RUNS / f"p={p:g}-{mode}-s{seed}")) is not None]
+    starts = [t for p, mode, seed in found if (t := run_started(RUNS / f"p={p:g}-{mode}-s{seed}")) is not None]
     res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
                  "run_commands": {},
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
@@ -144,24 +139,12 @@ def collect(command: str) -> None:
             diffs = [mm[s] - v[s] for s in both]
             res[key]["myopic_minus_vanilla"] = {"seeds": both, "per_seed": diffs, "mean": statistics.fmean(diffs),
                                                 "std": statistics.stdev(diffs) if len(diffs) > 1 else None,
-                                                "ci95_of_mean": _t_interval(diffs)}
+                                                "ci95_of_mean": t_interval(diffs)}
     res["train_wall_s_total"] = train_wall
     _plots(res)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "myopia_synthetic.json").write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k.startswith("p=")}, indent=2))
-
-
-def _t_interval(xs: list[float]) -> list[float] | None:
-    """Student-t 95 % interval of the mean of paired differences (None for one seed)."""
-    import statistics
-
-    from scipy.stats import t
-
-    if len(xs) < 2:
-        return None
-    half = t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
-    return [statistics.fmean(xs) - half, statistics.fmean(xs) + half]
 
 
 def _plots(res: dict) -> None:

@@ -104,13 +104,14 @@ def shard(batch: Any, rank: int, world: int) -> Any:
     return split_batch(batch, rank, world, "processes")
 
 
-def _to(batch: Any, device: torch.device) -> Any:
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A batch (tensors, dicts / tuples / lists of them) on ``device``."""
     if isinstance(batch, torch.Tensor):
         return batch.to(device)
     if isinstance(batch, dict):
-        return {k: _to(v, device) for k, v in batch.items()}
+        return {k: to_device(v, device) for k, v in batch.items()}
     if isinstance(batch, (tuple, list)):
-        return type(batch)(_to(v, device) for v in batch)
+        return type(batch)(to_device(v, device) for v in batch)
     return batch
 
 
@@ -196,7 +197,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        batch = _to(shard(batch_fn(step), rt.rank, rt.world_size), rt.device)
+        batch = to_device(shard(batch_fn(step), rt.rank, rt.world_size), rt.device)
         micro = [split_batch(batch, i, k, "grad_accum micro-batches") for i in range(k)]
         wrapped.train()
         opt.zero_grad(set_to_none=True)

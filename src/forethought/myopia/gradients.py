@@ -31,7 +31,7 @@ from forethought.core.io import atomic_write_text
 from forethought.core.plots import pyplot, save_figure
 from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import runtime_for, step_generator, unwrap
-from forethought.core.trainer import TrainConfig, train
+from forethought.core.trainer import TrainConfig, to_device, train
 from forethought.data.corpora import eval_windows, random_windows
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia import lm, synthetic
@@ -209,7 +209,7 @@ def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)  # after every input is checked
 
     def eval_fn(m: torch.nn.Module, step: int) -> dict[str, float]:
-        batches = [_to(b, rt.device) for b in fixed]
+        batches = [to_device(b, rt.device) for b in fixed]
         g, g_m = split_gradient(m, loss_fn, batches, names, cfg.mode)
         return {**compare(g, g_m, groups), **held_out(m)}
 
@@ -226,12 +226,6 @@ def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
                           title=f"{cfg.experiment}: vanilla training")
         _report(results, parent)
     return results
-
-
-def _to(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, dict):
-        return {k: v.to(device) for k, v in batch.items()}
-    return batch.to(device)
 
 
 def plot_measurements(rows: list[dict], groups: list[str], path, title: str = "") -> None:
