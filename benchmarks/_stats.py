@@ -1,9 +1,8 @@
-"""Helpers the benchmark scripts share: a run folder's start time and the interval of a seed-mean difference."""
+"""Helpers the benchmark scripts share: a run folder's start time (intervals: forethought.eval.stats)."""
 
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -14,13 +13,3 @@ def run_started(run_dir: Path) -> float | None:
     if not env.is_file():
         return None
     return time.mktime(time.strptime(json.loads(env.read_text())["started"][:19], "%Y-%m-%dT%H:%M:%S"))
-
-
-def t_interval(xs: list[float]) -> list[float] | None:
-    """Student-t 95 % interval of the mean of paired per-seed differences (None for one seed)."""
-    from scipy.stats import t
-
-    if len(xs) < 2:
-        return None
-    half = t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
-    return [statistics.fmean(xs) - half, statistics.fmean(xs) + half]

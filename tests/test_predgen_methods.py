@@ -336,6 +336,48 @@ def test_every_builtin_task_trains_and_evaluates(world: dict, tmp_path: Path, mo
     assert ("expected_value" in res) == ("mse" in res)
 
 
+def test_text_answers_decode_only_the_examples_own_choices(world: dict, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARC with text answers: every example decodes under its own choices' trie (the fake ARC's choices of
+    different questions share all but their first words, so a task-wide trie would mix them), batched decoding
+    equals one-at-a-time decoding, and the CLI's predictions are always one of the example's own choices."""
+    from test_predgen_tasks import _make_root
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0, answer="text")
+    spec2, ex2 = load_task("arc-easy", "train", 0, answer="text")
+    examples = ex + ex2
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(examples)
+    assert enc.trie is None and all(it["trie"].values == [spec.labels.index(k) for k in e.options]
+                                    for it, e in zip(items, examples))
+    assert [it["answer"] for it in items] == [enc.answer_tokens(e.options[e.target]) + [enc.eos_id]
+                                              for e in examples]
+    m = _model(world, "generator", enc)
+    b = enc.collate(items)
+    d = constrained_greedy(m.lm, enc.tries(b), b["prompt_ids"], b["prompt_mask"], pad_id=enc.pad_id)
+    for r, (it, e) in enumerate(zip(items, examples)):
+        toks = d.tokens[r][d.mask[r]].tolist()
+        assert toks in it["trie"].sequences and toks == it["trie"].sequences[d.choice[r]]
+        one = enc.collate([it])
+        alone = constrained_greedy(m.lm, enc.tries(one), one["prompt_ids"], one["prompt_mask"])
+        assert alone.choice == [d.choice[r]]
+    for method in ("generator", "predgen"):
+        code = main(["predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--method", method,
+                     "--task.name", "arc-easy", "--task.answer", "text", "--train.steps", "2",
+                     "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path), "--run.name", method])
+        assert code == 0
+        rows = [json.loads(line) for line in (tmp_path / method / "predictions.jsonl").read_text().splitlines()]
+        by_id = {e.id: e for e in ex}
+        assert len(rows) == len(ex)
+        for row in rows:
+            options = by_id[row["id"]].options
+            assert row["decoded_text"].strip() == options[row["decoded"]]  # its own choice, letter and text agree
+        assert json.loads((tmp_path / method / "model" / "predgen.json").read_text())["task_spec"]["answer"] == "text"
+    code = main(["predgen", "eval", "--model", str(tmp_path / "predgen"), "--eval.latency_examples", "0"])
+    assert code == 0  # the saved model decodes text answers again
+
+
 def test_two_process_training(world: dict, tmp_path: Path) -> None:
     """torchrun, 2 CPU processes (gloo): the Predictor's losses (a mean over examples, so the mean of the two
     ranks' means is the global mean) match the 1-process run on the same global batch; PredGen runs under DDP.

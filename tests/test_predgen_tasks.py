@@ -186,6 +186,26 @@ def test_arc_numeric_labels_mapped(root: Path, level: str) -> None:
     assert [ex.target for ex in test] == ["E", "D"] and test[0].id == f"{level.title()}-t1"
 
 
+def test_text_answers_and_renamed_labels(root: Path) -> None:
+    spec, train = load_task("arc-easy", "train", answer="text")
+    assert spec.answer == "text" and spec.labels == list("ABCDE")
+    assert train[1].options == {L: f"What melts ice? option {i}" for i, L in enumerate("ABCD")}  # "1".."4" -> A-D
+    assert train[1].options[train[1].target] == "What melts ice? option 1"
+    _, piqa = load_task("piqa", "train", answer="text")
+    assert all(ex.options == {"A": ex.fields["sol1"], "B": ex.fields["sol2"]} for ex in piqa)
+    with pytest.raises(ForethoughtError, match="answer 'text' applies to the multiple-choice tasks"):
+        load_task("sst2", "train", answer="text")
+    # label words of several tokens for a built-in task: targets and spec follow, class order kept
+    spec, renamed = load_task("sst2", "train", labels=["rather bad", "quite good"])
+    assert spec.labels == ["rather bad", "quite good"]
+    assert [ex.target for ex in renamed] == ["rather bad", "quite good", "quite good", "rather bad"]
+    for bad, match in ((["one"], "has 2 classes"), (["x", "x"], "distinct")):
+        with pytest.raises(ForethoughtError, match=match):
+            load_task("sst2", "train", labels=bad)
+    with pytest.raises(ForethoughtError, match="regression task"):
+        load_task("stsb", "train", labels=["a"])
+
+
 def test_piqa(root: Path) -> None:
     spec, train = load_task("piqa", "train")
     _, evals = load_task("piqa", "eval")

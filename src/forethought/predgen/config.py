@@ -23,7 +23,11 @@ class TaskConfig:
     text_fields: list[str] = field([], "data files: the columns shown to the model (default: all but target/id)")
     task_type: str = field("classification", "data files: classification | regression")
     eval_path: str = field("", "data files: a separate eval file (default: a seeded 20 percent split)")
-    labels: list[str] = field([], "data files: label words in class order (default: sorted train targets)")
+    labels: list[str] = field([], "label words in class order: data files (default: sorted train targets); "
+                              "built-in classification tasks: new words, one per class (several tokens each, say)")
+    answer: Literal["letter", "text"] = field(
+        "letter", "multiple-choice tasks (arc-*, piqa): write the choice's letter, or its text (decoded under "
+        "the example's own choices); other tasks: letter (= their label word)")
     id_field: str = field("", "data files: a column of example ids")
     long_field: str = field("", "data files: the field cut when a prompt is over its token budget")
     max_train_examples: int = field(0, "use at most this many training examples (a seeded subset; 0 = all)")
@@ -31,14 +35,21 @@ class TaskConfig:
                                    "the examples of the learning curve (train.eval_every)")
 
     def options(self, builtin: bool) -> dict[str, Any]:
-        opts: dict[str, Any] = {"template": self.template or None}
+        if self.answer not in ("letter", "text"):
+            raise ForethoughtError(f"task.answer must be letter or text, got '{self.answer}'")
+        opts: dict[str, Any] = {"template": self.template or None, "labels": self.labels or None}
         if not builtin:
+            if self.answer == "text":
+                raise ForethoughtError("task.answer text applies to the built-in multiple-choice tasks "
+                                       "(arc-easy, arc-challenge, piqa)")
             opts.update(target_field=self.target_field or None, text_fields=self.text_fields or None,
-                        task_type=self.task_type, eval_path=self.eval_path or None, labels=self.labels or None,
+                        task_type=self.task_type, eval_path=self.eval_path or None,
                         id_field=self.id_field or None, long_field=self.long_field or None)
-        elif any((self.target_field, self.text_fields, self.eval_path, self.labels, self.id_field, self.long_field)):
-            raise ForethoughtError(f"task '{self.name}' is built in: target_field, text_fields, eval_path, labels, "
+        elif any((self.target_field, self.text_fields, self.eval_path, self.id_field, self.long_field)):
+            raise ForethoughtError(f"task '{self.name}' is built in: target_field, text_fields, eval_path, "
                                    "id_field and long_field apply only to data files")
+        else:
+            opts["answer"] = "text" if self.answer == "text" else None
         return {k: v for k, v in opts.items() if v is not None}
 
 

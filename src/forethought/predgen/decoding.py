@@ -150,18 +150,23 @@ class Decoded:
 
 
 @torch.no_grad()
-def constrained_greedy(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                       layer: int = -1, pad_id: int = 0, prompt: PromptPass | None = None) -> Decoded:
-    """Greedy decoding restricted to the trie's answers, batched, one cached forward step per answer token."""
+def constrained_greedy(lm: Any, trie: AnswerTrie | list[AnswerTrie], prompt_ids: torch.Tensor,
+                       prompt_mask: torch.Tensor, layer: int = -1, pad_id: int = 0,
+                       prompt: PromptPass | None = None) -> Decoded:
+    """Greedy decoding restricted to the trie's answers, batched, one cached forward step per answer token.
+    ``trie`` may be one trie per row (each example's own choices); ``choice`` indexes the row's trie."""
     pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask, layer)
     B, dev = prompt_ids.shape[0], prompt_ids.device
+    tries = trie if isinstance(trie, list) else [trie] * B
+    if len(tries) != B:
+        raise ValueError(f"{len(tries)} tries for {B} rows")
     logits, state = pp.last_logits, pp.states[:, -1]
     cache, mask = _new_cache(pp.kv), prompt_mask
-    nodes: list[_Node | None] = [trie.root] * B
+    nodes: list[_Node | None] = [t.root for t in tries]
     toks, states, masks = [], [], []
     logprob = torch.zeros(B, dtype=torch.float64, device=dev)
     choice = [-1] * B
-    for _ in range(trie.depth):
+    for _ in range(max(t.depth for t in tries)):
         live = torch.tensor([n is not None for n in nodes], device=dev)
         lp = F.log_softmax(logits.double(), dim=-1)  # (B, V)
         allowed = torch.zeros_like(lp, dtype=torch.bool)

@@ -106,7 +106,10 @@ class Encoder:
         self.texts: list[str] | None = None
         self.trie: AnswerTrie | None = None
         self.number_trie: AnswerTrie | None = None
-        if decode:
+        self.text_answers = spec.answer == "text"  # per-example choices: each item carries its own trie
+        if decode and self.text_answers:
+            self.values = list(range(len(spec.labels)))
+        elif decode:
             self.values, self.texts = self.candidates()
             seqs = [self.answer_tokens(t) for t in self.texts]
             self.trie = AnswerTrie([s + [self.eos_id] for s in seqs], self.values)
@@ -138,6 +141,33 @@ class Encoder:
     def answer_tokens(self, text: str) -> list[int]:
         return list(self.tok(" " + text, add_special_tokens=False)["input_ids"])
 
+    def answer_text(self, ex: Example) -> str:
+        """What the generator writes for the example's target: its choice text, label word or number."""
+        if self.text_answers:
+            return self._options(ex)[str(ex.target)]
+        return format_target(self.spec, ex.target, self.cfg.decimals)
+
+    def _options(self, ex: Example) -> dict[str, str]:
+        if not ex.options:
+            raise ForethoughtError(f"example {ex.id}: text answers need the example's choices, and it has none")
+        return ex.options
+
+    def example_trie(self, ex: Example) -> AnswerTrie:
+        """The trie of one example's own choices (text answers): its values are the choices' class indices."""
+        options = self._options(ex)
+        unknown = [k for k in options if k not in self.spec.labels]
+        if unknown:
+            raise ForethoughtError(f"example {ex.id}: choice(s) {unknown} are not labels of {self.spec.labels}")
+        seqs = [self.answer_tokens(t) + [self.eos_id] for t in options.values()]
+        try:
+            return AnswerTrie(seqs, [self.spec.labels.index(k) for k in options])
+        except ValueError:
+            raise ForethoughtError(f"example {ex.id}: two choices have the same text") from None
+
+    def tries(self, batch: dict[str, Any]) -> AnswerTrie | list[AnswerTrie]:
+        """What a batch decodes under: the task's trie, or one trie per row (text answers)."""
+        return batch["tries"] if self.text_answers else self.trie
+
     def prompt_tokens(self, ex: Example) -> list[int]:
         text = render_prompt(self.spec, ex, self.tok, self.cfg.max_prompt_tokens, self.cfg.chat)
         ids = list(self.tok(text, add_special_tokens=True)["input_ids"])
@@ -154,10 +184,11 @@ class Encoder:
         out = []
         for ex in examples:
             item: dict[str, Any] = {"prompt": self.prompt_tokens(ex), "id": ex.id}
+            if self.text_answers and self.values is not None:
+                item["trie"] = self.example_trie(ex)
             if with_targets:
                 item["target"] = self.target(ex)
-                answer = format_target(self.spec, ex.target, self.cfg.decimals)
-                item["answer"] = self.answer_tokens(answer) + [self.eos_id]
+                item["answer"] = self.answer_tokens(self.answer_text(ex)) + [self.eos_id]
             out.append(item)
         return out
 
@@ -170,6 +201,8 @@ class Encoder:
             n = len(it["prompt"])
             batch["prompt_ids"][b, P - n:] = torch.tensor(it["prompt"])
             batch["prompt_mask"][b, P - n:] = 1
+        if "trie" in items[0]:
+            batch["tries"] = [it["trie"] for it in items]
         if "answer" in items[0]:
             M = max(len(i["answer"]) for i in items)
             batch["answer_ids"] = torch.full((B, M), self.pad_id, dtype=torch.long)
@@ -269,7 +302,7 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
         third = gold[:, :-1]
         roll = None
         if s.adapter_states == "rollout":
-            roll = constrained_greedy(lm, enc.trie, batch["prompt_ids"], pmask, layer, enc.pad_id,
+            roll = constrained_greedy(lm, enc.tries(batch), batch["prompt_ids"], pmask, layer, enc.pad_id,
                                       prompt=PromptPass(pp.last_logits.detach(), pp.states.detach(), kv0))
             third = roll.tokens[:, :-1]
     width = max(M - 1, third.shape[1])
@@ -333,18 +366,19 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
     n_batches = -(-len(items) // batch_size)
     for chunk in tqdm(batches(items, batch_size), total=n_batches, desc=f"predict ({method})", mininterval=5,
                       disable=n_batches < 2):
-        b = enc.collate([{"prompt": i["prompt"]} for i in chunk])
+        b = enc.collate([{k: i[k] for k in ("prompt", "trie") if k in i} for i in chunk])
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
         pp = prompt_pass(m.lm, ids, mask, layer)  # one prompt pass serves the head, the decoder and E[y]
         if method == "predictor":
             pred += _from_head(m.head(pp.states, mask), task_type)
             continue
-        d = constrained_greedy(m.lm, enc.trie, ids, mask, layer, enc.pad_id, prompt=pp)
-        values = [enc.values[c] for c in d.choice]
+        tries = enc.tries(b)
+        d = constrained_greedy(m.lm, tries, ids, mask, layer, enc.pad_id, prompt=pp)
+        values = [t.values[c] for t, c in zip(tries if isinstance(tries, list) else [tries] * len(chunk), d.choice)]
         for row, tok in zip(d.mask.cpu(), d.tokens.cpu()):
             text = enc.tok.decode(tok[row].tolist(), skip_special_tokens=True)
             texts.append(text)
-            failures += parse_target(enc.spec, text) is None
+            failures += not enc.text_answers and parse_target(enc.spec, text) is None  # a choice's text: none
         decoded += values
         pred += _from_head(m.head(d.states, d.mask), task_type) if method == "predgen" else values
         if expected and task_type == "regression":

@@ -134,8 +134,9 @@ def extract(model: Any, enc: Encoder, items: list[dict[str, Any]], layer: int, w
     """(N, d) pooled features and (N, m_max·d) answer-token features of every item."""
     model.eval()
     out: dict[str, list[torch.Tensor]] = {k: [] for k in wanted}
+    depth = max(i["trie"].depth for i in items) if enc.text_answers else enc.trie.depth  # answer-feature width
     for chunk in batches(items, batch_size):
-        b = enc.collate([{"prompt": i["prompt"]} for i in chunk])
+        b = enc.collate([{k: i[k] for k in ("prompt", "trie") if k in i} for i in chunk])
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
         pp = prompt_pass(model.lm, ids, mask, layer)
         if "pooled_last" in out:
@@ -144,9 +145,9 @@ def extract(model: Any, enc: Encoder, items: list[dict[str, Any]], layer: int, w
             w = mask.unsqueeze(-1).float()
             out["pooled_mean"].append(((pp.states.float() * w).sum(1) / w.sum(1)).cpu())
         if "tokens" in out:
-            d = constrained_greedy(model.lm, enc.trie, ids, mask, layer, enc.pad_id, prompt=pp)
+            d = constrained_greedy(model.lm, enc.tries(b), ids, mask, layer, enc.pad_id, prompt=pp)
             z = (d.states.float() * d.mask.unsqueeze(-1)).cpu()  # (B, m, d)
-            z = torch.nn.functional.pad(z, (0, 0, 0, enc.trie.depth - z.shape[1]))
+            z = torch.nn.functional.pad(z, (0, 0, 0, depth - z.shape[1]))
             out["tokens"].append(z.flatten(1))
     return {k: torch.cat(v) for k, v in out.items()}
 

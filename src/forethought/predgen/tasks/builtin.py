@@ -76,14 +76,22 @@ class _Builtin:
 
 def load_builtin(name: str, split: str, seed: int, options: dict[str, Any]) -> tuple[TaskSpec, list[Example]]:
     builtin = _BUILTINS[name]
-    unknown = sorted(set(options) - {"template"})
+    unknown = sorted(set(options) - {"template", "answer", "labels"})
     if unknown:
         raise ForethoughtError(
-            f"task '{name}': option(s) {', '.join(unknown)} apply only to data files; built-in tasks accept template"
+            f"task '{name}': option(s) {', '.join(unknown)} apply only to data files; built-in tasks accept "
+            "template, answer and labels"
         )
     spec = dataclasses.replace(builtin.spec, labels=list(builtin.spec.labels))
     if options.get("template") is not None:
         spec.template = str(options["template"])
+    answer = options.get("answer", "label")
+    if answer == "text":
+        if name not in MULTIPLE_CHOICE:
+            raise ForethoughtError(f"task '{name}': answer 'text' applies to the multiple-choice tasks "
+                                   f"({', '.join(MULTIPLE_CHOICE)}); use answer 'letter'")
+        spec.answer = "text"
+    renamed = _renamed_labels(name, spec, options.get("labels"))
     root = data_root()
     if root is not None and all((root / f).is_file() for f in builtin.files):
         examples = builtin.read_local(root, split, seed)
@@ -94,7 +102,34 @@ def load_builtin(name: str, split: str, seed: int, options: dict[str, Any]) -> t
     check_template(spec, examples[0])
     if spec.task_type == "classification":
         check_labels(spec, examples, f"task '{name}' {split} split")
+    if renamed:
+        examples = [_relabel(ex, renamed) for ex in examples]
+        spec.labels = [renamed[w] for w in spec.labels]
     return spec, examples
+
+
+def _renamed_labels(name: str, spec: TaskSpec, labels: list[str] | None) -> dict[str, str] | None:
+    """``task.labels`` on a built-in classification task: new label words (e.g. several tokens each), one per
+    class in the task's order; the map from the task's own words to them."""
+    if not labels:
+        return None
+    if spec.task_type != "classification":
+        raise ForethoughtError(f"task '{name}' is a regression task; task.labels applies to classification")
+    if spec.answer == "text":
+        raise ForethoughtError(f"task '{name}': task.labels and answer 'text' exclude each other (the text is "
+                               "the choice's own)")
+    words = [str(w).strip() for w in labels]
+    if len(words) != len(spec.labels):
+        raise ForethoughtError(f"task '{name}' has {len(spec.labels)} classes ({', '.join(spec.labels)}); "
+                               f"task.labels gives {len(words)}")
+    if any(not w for w in words) or len(set(words)) != len(words):
+        raise ForethoughtError(f"task '{name}': task.labels must be distinct, non-empty words, got {labels}")
+    return dict(zip(spec.labels, words, strict=True))
+
+
+def _relabel(ex: Example, renamed: dict[str, str]) -> Example:
+    options = {renamed[k]: v for k, v in ex.options.items()} if ex.options else None
+    return dataclasses.replace(ex, target=renamed[str(ex.target)], options=options)
 
 
 def _read_from_hub(name: str, builtin: _Builtin, root: Path | None, split: str, seed: int) -> list[Example]:
@@ -220,8 +255,11 @@ def _arc_example(stem: Any, labels: list[Any], texts: list[Any], answer: Any, wh
     key = _letter(answer, where)
     if key not in letters:
         raise ForethoughtError(f"{where}: answerKey {answer!r} is not one of the choices {letters}")
+    options = {letter: as_text(text).strip() for letter, text in zip(letters, texts, strict=True)}
+    if len(options) != len(letters):
+        raise ForethoughtError(f"{where}: repeated choice labels {letters}")
     choices = "\n".join(f"{letter}. {as_text(text)}" for letter, text in zip(letters, texts, strict=True))
-    return Example({"question": as_text(stem), "choices": choices}, key, ex_id)
+    return Example({"question": as_text(stem), "choices": choices}, key, ex_id, options)
 
 
 def _arc_local(level: str, root: Path, split: str, seed: int) -> list[Example]:
@@ -265,7 +303,7 @@ def _piqa_example(record: dict[str, Any], label: Any, where: str, example_id: st
     text = as_text(label)
     if text not in ("0", "1"):
         raise ForethoughtError(f"{where}: label must be 0 or 1, got {label!r}")
-    return Example(fields, "AB"[int(text)], example_id)
+    return Example(fields, "AB"[int(text)], example_id, {"A": fields["sol1"].strip(), "B": fields["sol2"].strip()})
 
 
 def _piqa_local(root: Path, split: str, seed: int) -> list[Example]:
@@ -392,6 +430,8 @@ def _wassa_builtin(name: str, emotions: tuple[str, ...]) -> _Builtin:
     spec = TaskSpec(name, "regression", [], _WASSA_TEMPLATE, value_range=(0.0, 1.0), long_field="tweet")
     return _Builtin(spec, _wassa_files(emotions), functools.partial(_wassa_local, emotions))
 
+
+MULTIPLE_CHOICE = ("arc-easy", "arc-challenge", "piqa")  # their examples carry options: answer 'text' works
 
 _BUILTINS: dict[str, _Builtin] = {
     "sst2": _Builtin(

@@ -3,6 +3,7 @@ words or value range and a default template; and new inputs to predict on."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,9 @@ def load_file_task(path: Path, split: str, seed: int, opts: dict[str, Any]) -> t
 
 def read_inputs(path: str | Path, spec: TaskSpec, id_field: str | None = None) -> list[Example]:
     """New inputs to predict: a ``.csv``/``.tsv``/``.jsonl`` file holding (at least) the fields the task's template
-    reads. Targets are not needed (``Example.target`` is None). Missing fields raise with the line."""
+    reads. Targets are not needed (``Example.target`` is None). Missing fields raise with the line. A task that
+    answers with the choice's text (``spec.answer == "text"``) also needs ``options``: a JSON object from label
+    to choice text (``{"A": "a rock", "B": "a leaf"}``; a .jsonl file, or a JSON string in a CSV/TSV cell)."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ForethoughtError(f"input file not found: {path}")
@@ -174,5 +177,18 @@ def read_inputs(path: str | Path, spec: TaskSpec, id_field: str | None = None) -
         where = f"{path} line {line}"
         fields = {f: as_text(need(record, f, where)) for f in needed}
         example_id = as_text(need(record, id_field, where)) if id_field else f"{path.stem}-{line}"
-        out.append(Example(fields, None, example_id))  # type: ignore[arg-type]
+        options = _input_options(need(record, "options", where), spec, where) if spec.answer == "text" else None
+        out.append(Example(fields, None, example_id, options))  # type: ignore[arg-type]
     return out
+
+
+def _input_options(value: Any, spec: TaskSpec, where: str) -> dict[str, str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = None
+    if not isinstance(value, dict) or not value or not all(k in spec.labels for k in value):
+        raise ForethoughtError(f"{where}: 'options' must be an object from label ({', '.join(spec.labels)}) to "
+                               "choice text")
+    return {str(k): as_text(v).strip() for k, v in value.items()}

@@ -22,11 +22,14 @@ class Example:
     """One example: its text fields (filled into the task template), its target and a stable id.
 
     ``target`` is the label word (a string in ``TaskSpec.labels``) for classification, a float for regression.
+    ``options``: multiple-choice tasks, each label word's choice text (ARC ``{"A": "a rock", ...}``), what the
+    generator writes when the task answers with the text (``TaskSpec.answer == "text"``).
     """
 
     fields: dict[str, str]
     target: str | float
     id: str
+    options: dict[str, str] | None = None
 
 
 @dataclass
@@ -42,6 +45,8 @@ class TaskSpec:
     - ``long_field``: the field shortened when a prompt exceeds its token budget (see ``render_prompt``).
     - ``truncate_side``: which end of ``long_field`` is cut: ``right`` (default) keeps its beginning, ``left``
       keeps its end.
+    - ``answer``: ``label`` — the generator writes the label word (a multiple-choice task's letter); ``text`` —
+      it writes the example's own choice text (``Example.options``), decoded under that example's choices.
     """
 
     name: str
@@ -51,6 +56,7 @@ class TaskSpec:
     value_range: tuple[float, float] | None = None
     long_field: str | None = None
     truncate_side: Literal["left", "right"] = "right"
+    answer: Literal["label", "text"] = "label"
 
     def __post_init__(self) -> None:
         if self.task_type not in ("classification", "regression"):
@@ -59,6 +65,8 @@ class TaskSpec:
             )
         if self.truncate_side not in ("left", "right"):
             raise ForethoughtError(f"task '{self.name}': truncate_side must be 'left' or 'right'")
+        if self.answer not in ("label", "text"):
+            raise ForethoughtError(f"task '{self.name}': answer must be 'label' or 'text', got '{self.answer}'")
         if self.task_type == "classification" and len(set(self.labels)) != len(self.labels):
             raise ForethoughtError(f"task '{self.name}': duplicate label words in {self.labels}")
         if self.value_range is not None:
