@@ -134,7 +134,9 @@ def extract(model: Any, enc: Encoder, items: list[dict[str, Any]], layer: int, w
     """(N, d) pooled features and (N, m_max·d) answer-token features of every item."""
     model.eval()
     out: dict[str, list[torch.Tensor]] = {k: [] for k in wanted}
-    depth = max(i["trie"].depth for i in items) if enc.text_answers else enc.trie.depth  # answer-feature width
+    depth = 0  # the answer features' width: the deepest answer
+    if "tokens" in out:
+        depth = max(i["trie"].depth for i in items) if enc.text_answers else enc.trie.depth
     for chunk in batches(items, batch_size):
         b = enc.collate([{k: i[k] for k in ("prompt", "trie") if k in i} for i in chunk])
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
