@@ -134,6 +134,30 @@ def test_losses_finite_and_adapter_reads_model_fed_states(world: dict) -> None:
         assert any(g is not None and g.abs().sum() > 0 for g in grads)
 
 
+def test_wdal_forms_scale_the_heads_gradient(world: dict) -> None:
+    """The head sees L_D only through WDAL, so its gradient is dWDAL/dL_D times the gradient of L_D alone:
+    L_W for the paper's product, 1/(1+L_D) + (1+L_W) for the reference form, 1 for the sum. The trainer's
+    grad_norms reports exactly those ratios on one batch (the roll-out is greedy: the same for every form)."""
+    from forethought.core.trainer import grad_norms
+
+    enc, items = _encoder(world)
+    batch = with_sampling(enc.collate(items[:8]), 0.5, 3)
+    norms, means = {}, {}
+    for form in ("sum", "paper", "reference"):
+        m = _model(world, "predgen", enc)
+        averaged, _ = m(predgen_loss, batch, PredGenSettings(wdal=form), enc, "classification", -1, True)
+        averaged.value().backward()
+        means[form] = {k: float(v) for k, v in averaged.means().items()}
+        norms[form] = grad_norms({"head": list(m.head.parameters()),
+                                  "writer": [p for p in m.lm.parameters() if p.requires_grad]})
+    lw, ld = means["sum"]["l_w"], means["sum"]["l_d"]
+    assert means["paper"] == pytest.approx(means["sum"], rel=1e-6)
+    assert norms["paper"]["grad_norm_head"] == pytest.approx(lw * norms["sum"]["grad_norm_head"], rel=1e-4)
+    ref = 1 / (1 + ld) + (1 + lw)
+    assert norms["reference"]["grad_norm_head"] == pytest.approx(ref * norms["sum"]["grad_norm_head"], rel=1e-4)
+    assert all(n["grad_norm_writer"] > 0 for n in norms.values())
+
+
 def _adapter_heldout_loss(world: dict, adapter_states: str, steps: int = 40) -> float:
     """Train only the task adapter (frozen LM) on random labels, reading states from the given pass; return
     its loss on held-out examples. Random labels cannot be predicted from the input, so only a leak of the
@@ -493,6 +517,8 @@ def test_learning_curve_and_report(world: dict, tmp_path: Path) -> None:
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("eval")] == [2, 4]
     assert curve[-1]["accuracy"] == pytest.approx(res["accuracy"]) and res["eval_examples"] == 10
+    logged = [r for r in rows if "loss" in r]
+    assert logged and all(r["grad_norm_head"] > 0 and r["grad_norm_writer"] > 0 for r in logged)
     assert (run / "learning_curve.png").stat().st_size > 0
     report = (run / "report.md").read_text()
     assert "predictor" in report and "learning_curve.png" in report and f"{res['accuracy']:.4f}" in report

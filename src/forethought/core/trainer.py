@@ -132,9 +132,12 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
           resume: str | None = None, desc: str = "train", params: list[torch.nn.Parameter] | None = None,
           eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
           model_config: dict | None = None,
-          after_step: Callable[[torch.nn.Module, int], None] | None = None) -> dict[str, Any]:
+          after_step: Callable[[torch.nn.Module, int], None] | None = None,
+          grad_groups: dict[str, list[torch.nn.Parameter]] | None = None) -> dict[str, Any]:
     """Train ``model`` in place for ``cfg.steps`` steps; returns the loss curve and timings. ``after_step(model,
-    step)`` runs after each optimizer step, while the gradients are still there (AdaLoRA's rank allocation)."""
+    step)`` runs after each optimizer step, while the gradients are still there (AdaLoRA's rank allocation).
+    ``grad_groups``: on every logged step, ``grad_norm_<name>`` — the L2 norm of that group's gradient (the whole
+    batch's, before clipping) — joins the metrics row (not under FSDP, whose gradients are sharded)."""
     acc = rt.accelerator
     k = cfg.grad_accum
     if cfg.batch_size % (k * rt.world_size):
@@ -202,17 +205,19 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         wrapped.train()
         opt.zero_grad(set_to_none=True)
         step_out = accumulate_gradients(wrapped, loss_fn, micro, acc, check)
+        done = step + 1
+        logged = done % cfg.log_every == 0 or done == cfg.steps
+        norms = grad_norms(grad_groups) if logged and grad_groups and not fsdp else {}
         if cfg.grad_clip > 0:
             acc.clip_grad_norm_(clip, cfg.grad_clip)
         opt.step()
         if after_step is not None:
             after_step(wrapped, step)
-        done = step + 1
-        if done % cfg.log_every == 0 or done == cfg.steps:
+        if logged:
             mean_loss = acc.reduce(step_out.loss.detach(), reduction="mean").item()
             curve.append((done, mean_loss))
             log({"step": done, "loss": mean_loss, "lr": lr_at(step, cfg),
-                 **{name: float(v) for name, v in step_out.metrics.items()}})
+                 **{name: float(v) for name, v in step_out.metrics.items()}, **norms})
             bar.set_postfix(loss=f"{mean_loss:.4f}")
         if eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
             log({"step": done, "eval": True, **run_eval(eval_fn, acc.unwrap_model(wrapped), done)})
@@ -249,6 +254,15 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         out["eval_curve"] = evals
         if rt.is_main:
             plot_eval_curve(evals, run.path("eval_curve.png"), title=desc)
+    return out
+
+
+def grad_norms(groups: dict[str, list[torch.nn.Parameter]]) -> dict[str, float]:
+    """``grad_norm_<name>``: the L2 norm of each group's current gradients (parameters without one count 0)."""
+    out = {}
+    for name, params in groups.items():
+        sq = [p.grad.detach().float().pow(2).sum() for p in params if p.grad is not None]
+        out[f"grad_norm_{name}"] = float(torch.stack(sq).sum().sqrt()) if sq else 0.0
     return out
 
 

@@ -125,8 +125,12 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     eval_fn = None
     if cfg.train.eval_every > 0:
         eval_fn = curve_eval_fn(cfg.method, enc, eval_items, cfg.eval.batch_size, cfg.layer, rt.device)
+    # the writer (the LM's adapter) and the head's gradient norms: WDAL's forms scale them differently
+    groups = {"writer": [p for p in model.lm.parameters() if p.requires_grad]}
+    if model.head is not None:
+        groups["head"] = [p for p in model.head.parameters() if p.requires_grad]
     out = train(model, loss_fn, batch_fn, cfg.train, run, rt, resume=resume, desc=f"predgen {cfg.method}",
-                after_step=after_step, eval_fn=eval_fn)
+                after_step=after_step, eval_fn=eval_fn, grad_groups=groups)
     results: dict[str, Any] = {"method": cfg.method, "task": spec.name, "base": cfg.base,
                                "adapter": dataclasses.asdict(cfg.adapter), "steps": cfg.train.steps,
                                "batch_size": bs, "train_examples": n, "eval_examples": len(eval_items),
