@@ -7,6 +7,7 @@ wrong type raise :class:`ForethoughtError` naming the key, so a typo never silen
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
@@ -23,11 +24,12 @@ T = TypeVar("T")
 
 
 def field(default: Any, help: str = "") -> Any:  # noqa: A002 - mirrors argparse's name
-    """A dataclass field with a help string (mutable defaults are copied per instance)."""
+    """A dataclass field with a help string (mutable defaults are copied per instance, nested sections deeply:
+    a shallow copy would share a section's own sections between every instance)."""
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": help})
     if dataclasses.is_dataclass(default):
-        return dataclasses.field(default_factory=lambda: dataclasses.replace(default), metadata={"help": help})
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
     return dataclasses.field(default=default, metadata={"help": help})
 
 

@@ -32,6 +32,7 @@ import torch
 from forethought.core.env import data_root, datasets_available, hub_dataset_unavailable_reason, load_hub_dataset
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_bytes
+from forethought.data.planted import PLANTED
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -102,6 +103,10 @@ class CorpusSource:
 def resolve_corpus(name: str) -> CorpusSource:
     """Turn a corpus name into a :class:`CorpusSource`, or raise one readable error saying what was tried."""
     name = name.strip()
+    if name == PLANTED:
+        raise ForethoughtError("corpus 'planted' is generated as token ids, not text, so it has no text to read or "
+                               "tokenise; only commands that read forethought.data.planted directly (psf recipe) "
+                               "support it")
     if name == "generated":
         return CorpusSource("generated", "generated")
     if name.startswith("hf:"):
@@ -496,9 +501,11 @@ def eval_windows(tokens: np.ndarray, n: int, length: int) -> torch.Tensor:
     return torch.from_numpy(np.asarray(tokens[:n * length], dtype=np.int64).reshape(n, length))
 
 
-def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator) -> torch.Tensor:
-    """``n`` windows of ``length`` tokens at uniform random starts (every start, the last one included): (n, length)."""
-    starts = torch.randint(0, len(tokens) - length + 1, (n,), generator=g).numpy()
+def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator, align: int = 1) -> torch.Tensor:
+    """``n`` windows of ``length`` tokens at uniform random starts (every start, the last one included), starts
+    restricted to multiples of ``align`` (``align`` = the document length of a corpus of equal-length documents
+    keeps windows on document starts): (n, length)."""
+    starts = torch.randint(0, (len(tokens) - length) // align + 1, (n,), generator=g).numpy() * align
     return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
 
 

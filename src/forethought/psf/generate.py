@@ -26,6 +26,7 @@ from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run
 from forethought.core.runtime import pick_device
 from forethought.data.corpora import eval_windows, load_token_splits
+from forethought.data.planted import PLANTED, PlantedConfig, PlantedTokenizer, planted_split
 from forethought.models.gpt import GPT
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
 from forethought.psf.model import PSFModel, PSFModelConfig, generate_blocks
@@ -42,19 +43,40 @@ RUN_KEYS = ("stages", "final_stage", "vocab_size", "bos_id")
 
 @dataclass
 class PSFDataConfig:
-    corpus: str = field("wikitext-2", "corpus name (wikitext-2, tinyshakespeare, tinystories, generated), a .txt "
-                        "path, or hf:<dataset>")
-    tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id")
+    corpus: str = field("wikitext-2", "corpus name (wikitext-2, tinyshakespeare, tinystories, generated, planted), "
+                        "a .txt path, or hf:<dataset>")
+    tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id (not used by the planted corpus)")
     eval_sequences: int = field(256, "validation windows (non-overlapping, from the start of the valid split)")
     cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
+    planted: PlantedConfig = field(PlantedConfig(), "corpus 'planted': token ids from a topic HMM over blocks with "
+                                   "an exact likelihood (documents of blocks x block_tokens = model.seq_len tokens)")
 
     def validate(self) -> None:
         if self.eval_sequences < 1:
             raise ForethoughtError(f"eval_sequences must be at least 1, got {self.eval_sequences}")
+        if self.corpus == PLANTED:
+            try:
+                self.planted.validate()
+            except ForethoughtError as e:
+                raise ForethoughtError(f"planted: {e}") from None
+
+
+def check_planted_shape(cfg: PSFDataConfig, seq_len: int, blocks: int) -> None:
+    """With the planted corpus, PSF's windows must be whole documents and its blocks the planted blocks."""
+    p = cfg.planted
+    if cfg.corpus == PLANTED and (seq_len != p.document_tokens or blocks != p.blocks):
+        raise ForethoughtError(f"data.planted: a document is {p.blocks} blocks of {p.block_tokens} tokens, and PSF's "
+                               f"windows and blocks must be its documents and blocks: set model.seq_len "
+                               f"{p.document_tokens} and model.blocks {p.blocks} (got {seq_len} and {blocks})")
 
 
 def load_data(cfg: PSFDataConfig, seq_len: int) -> tuple[np.ndarray, np.ndarray, Any]:
-    """Train/valid token arrays and the tokenizer."""
+    """Train/valid token arrays and the tokenizer (for the planted corpus: its documents, concatenated, and a
+    stand-in tokenizer that writes ids as numbers)."""
+    if cfg.corpus == PLANTED:
+        check_planted_shape(cfg, seq_len, cfg.planted.blocks)  # the length; the recipe checks model.blocks at load
+        return (planted_split(cfg.planted, "train"), planted_split(cfg.planted, "valid"),
+                PlantedTokenizer(cfg.planted.vocab_size, cfg.planted.block_tokens))
     from forethought.data.corpora import load_corpus_text
     from forethought.data.tokenizers import load_tokenizer
 
@@ -122,7 +144,10 @@ def read_saved_config(run_dir: Path) -> SavedRecipe:
 
     if not isinstance(raw, dict) or not isinstance(raw.get("run"), dict) or "seed" not in raw["run"]:
         raise ForethoughtError(f"{path} is not a 'psf recipe' config (no run.seed)")
-    return SavedRecipe(int(raw["run"]["seed"]), section(PSFDataConfig, "data"), section(PSFModelConfig, "model"),
+    data = section(PSFDataConfig, "data")
+    if isinstance(data.planted, dict):  # the nested section, as YAML gave it
+        data.planted = section(PlantedConfig, "data", "planted")
+    return SavedRecipe(int(raw["run"]["seed"]), data, section(PSFModelConfig, "model"),
                        section(PriorConfig, "prior", "model"), section(ARModelConfig, "ar", "model"))
 
 

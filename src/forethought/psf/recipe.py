@@ -22,6 +22,10 @@ without writing into its folder. The results.json files a rerun will reuse are r
 trains or is written. ``<stage>.train.eval_every N`` evaluates that stage every N steps on the first
 ``EVAL_WINDOWS`` validation windows (PSF stages: teacher-forced CE and KL; priors: flow loss; AR: CE).
 
+With ``data.corpus planted`` (:mod:`forethought.data.planted`) every window is one whole document (training
+windows start at document starts, and ``model.seq_len`` / ``model.blocks`` must equal the documents' length and
+blocks), and results.json adds ``true_val_nll``: the true generator's exact NLL per token of the validation windows.
+
 Sampling and rebuilding a finished run live in :mod:`forethought.psf.generate`.
 """
 
@@ -46,12 +50,14 @@ from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import Runtime, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, random_windows, vocab_size_for
+from forethought.data.planted import PLANTED, build_generator, token_nll
 from forethought.psf.ar import ARModelConfig, ar_loss, build_ar
 from forethought.psf.generate import (
     MODEL_STAGES,
     STAGE_KEYS,
     PSFDataConfig,
     build_psf,
+    check_planted_shape,
     configure,
     load_data,
 )
@@ -143,7 +149,12 @@ class RecipeConfig:
                     raise ForethoughtError(f"steps must be at least {least}, got {section.steps}")
             except ForethoughtError as e:
                 raise ForethoughtError(f"{key}: {e}") from None
+        check_planted_shape(self.data, self.model.seq_len, self.model.blocks)
+        planted = self.data.planted.blocks if self.data.corpus == PLANTED else 0
         for k in self.longer_blocks.blocks:
+            if planted and k > 0 and planted % k:
+                raise ForethoughtError(f"longer_blocks.blocks: K'={k} must divide data.planted.blocks ({planted}), "
+                                       "so that each longer block is whole planted blocks")
             try:
                 check_blocks(self.model.seq_len, k)
             except ForethoughtError as e:
@@ -302,21 +313,25 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     vocab = vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
     L, K = cfg.model.seq_len, cfg.model.blocks
+    planted = cfg.data.corpus == PLANTED
+    align = window_align(cfg)
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, L)
     # training windows on which every model stage recalibrates its state normalisation when it ends
     calibration = random_windows(train_tokens, cfg.prior.model.stats_sequences, L,
-                                 step_generator(cfg.run.seed, 0, salt=3))
+                                 step_generator(cfg.run.seed, 0, salt=3), align)
     t0 = time.perf_counter()
 
     def batch_fn_for(batch_size: int) -> Any:
         def batch_fn(step: int) -> dict:
-            return {"tokens": random_windows(train_tokens, batch_size, L, step_generator(cfg.run.seed, step)),
+            return {"tokens": random_windows(train_tokens, batch_size, L, step_generator(cfg.run.seed, step), align),
                     "step": step}
         return batch_fn
 
-    results: dict[str, Any] = {"corpus": cfg.data.corpus, "tokenizer": cfg.data.tokenizer, "vocab_size": vocab,
-                               "bos_id": tokenizer.eos_token_id, "seq_len": L, "blocks": K, "stages": {},
-                               "eval_sequences": len(windows)}
+    results: dict[str, Any] = {"corpus": cfg.data.corpus, "tokenizer": "token ids" if planted else cfg.data.tokenizer,
+                               "vocab_size": vocab, "bos_id": tokenizer.eos_token_id, "seq_len": L, "blocks": K,
+                               "stages": {}, "eval_sequences": len(windows)}
+    if planted:  # what the validation cross-entropies compare with: the exact NLL of the same windows
+        results["true_val_nll"] = float(token_nll(build_generator(cfg.data.planted), windows.numpy()).mean())
     # Each stage seeds the global RNG (dropout, code noise) itself, so a stage that starts fresh after earlier
     # ones were skipped as complete trains exactly as in an uninterrupted run.
     prev_ckpt: Path | None = None
@@ -357,6 +372,11 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
         atomic_write_text(parent.path("report.md"), report_markdown(results))
         print(report_markdown(results))
     return results
+
+
+def window_align(cfg: RecipeConfig) -> int:
+    """Training windows start at multiples of this: the planted corpus's document starts, else anywhere."""
+    return cfg.model.seq_len if cfg.data.corpus == PLANTED else 1
 
 
 def _previous_results(run_dir: Path) -> dict | None:
@@ -431,7 +451,7 @@ def _train_prior_stage(model: PSFModel, stage: Stage, sub: Run, rt: Runtime, cfg
                  if k.startswith(("net.", "time_mlp.")) and prior.state_dict()[k].shape == v.shape}
             load_weights(prior, w, strict=False, where=str(prev_prior))
         stats_windows = random_windows(train_tokens, pcfg.stats_sequences, cfg.model.seq_len,
-                                       step_generator(cfg.run.seed, 0, salt=2))
+                                       step_generator(cfg.run.seed, 0, salt=2), window_align(cfg))
         data = torch.cat([trajectories(model, stats_windows[i:i + 64].to(rt.device), with_codes).cpu()
                           for i in range(0, len(stats_windows), 64)])
         prior.set_stats(data)
@@ -487,6 +507,8 @@ def report_markdown(results: dict) -> str:
     for name, r in results["stages"].items():
         val = r.get("val_ce", r.get("val_flow_loss"))
         lines.append(f"| {name} | {r['steps']} | {num(r.get('final_loss'))} | {num(val)} | {r['train_wall_s']:.1f} |")
+    if "true_val_nll" in results:
+        lines.append(f"\nthe true generator's exact NLL of the validation windows: {results['true_val_nll']:.4f}")
     lines.append("\nvalidation: teacher-forced cross-entropy given the real text's states (PSF stages), next-token "
                  "cross-entropy (ar), flow loss (prior stages).")
     lines += ["", "parameters: " + json.dumps(results["params"]), ""]
