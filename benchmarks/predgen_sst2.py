@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _queue import run_queue  # noqa: E402
+from _jobs import run_queue  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-sst2"

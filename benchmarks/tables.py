@@ -156,6 +156,38 @@ def predgen_sst2() -> list[str]:
     return out
 
 
+def predgen_curves() -> list[str]:
+    r = _load("predgen_curves.json")
+    if r is None or not r.get("tasks"):
+        return ["(predgen_curves.json not yet produced)"]
+    out = [f"{SMOLLM2} + {r['adapter']}, lr {r['lr']:g}, batch {r['batch_size']}, seed {r['seed']}, evaluated every "
+           f"{r['eval_every_examples']} examples.", ""]
+    if r.get("sweep"):
+        out += ["Learning-rate sweep (generator, SST-2, accuracy on a seeded dev subset at the end of a short run):",
+                "", "| lr | " + " | ".join(f"{n} ex." for n, _ in next(iter(r["sweep"].values()))["curve"]) + " |",
+                "|---|" + "---|" * len(next(iter(r["sweep"].values()))["curve"])]
+        for lr, row in r["sweep"].items():
+            out.append(f"| {lr} | " + " | ".join(f"{a:.3f}" for _, a in row["curve"]) + " |")
+        out.append("")
+    out += ["| task | method | final accuracy | decoded answer | examples seen | best on the curve (at examples) |",
+            "|---|---|---|---|---|---|"]
+    for task, e in r["tasks"].items():
+        for m, v in e["methods"].items():
+            best = max(v["curve"], key=lambda c: c["accuracy"]) if v["curve"] else None
+            at = f"{best['accuracy']:.3f} ({best['examples_seen']})" if best else "–"
+            out.append(f"| {task} ({v['eval_examples']}) | {m} | {v['accuracy']:.3f} | "
+                       f"{_fmt(v.get('decoded_accuracy'))} | {v['examples_seen']} | {at} |")
+    out += ["", "Paired on the same eval examples (final models): accuracy difference, paired bootstrap 95 % "
+            "interval, McNemar's exact p (b = first right only, c = second right only):", "",
+            "| task | comparison | difference | 95 % interval | McNemar p (b / c) |", "|---|---|---|---|---|"]
+    for task, e in r["tasks"].items():
+        for name, d in e["paired"].items():
+            mc = d["mcnemar"]
+            out.append(f"| {task} | {name.replace('_', ' ')} | {d['difference']:+.3f} | "
+                       f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | {mc['p_value']:.3g} ({mc['b']} / {mc['c']}) |")
+    return out
+
+
 def predgen_speed() -> list[str]:
     r = _load("predgen_speed.json")
     if r is None:
@@ -239,7 +271,7 @@ def psf_wikitext() -> list[str]:
 if __name__ == "__main__":
     for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm),
                       ("gradients", myopia_gradients),
-                      ("predgen sst2", predgen_sst2), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
+                      ("predgen sst2", predgen_sst2), ("predgen curves", predgen_curves), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
                       ("predgen regression", predgen_regression),
                       ("psf wikitext", psf_wikitext)):
         print(f"### {title}\n")

@@ -27,3 +27,42 @@ def test_myopia_step_cost_quick(tmp_path: Path) -> None:
     first = {k: v["first_step_loss"] for k, v in res["gpt"]["variants"].items()}
     assert first["myopic"] == pytest.approx(first["vanilla"], rel=1e-5)  # same weights, same forward
     assert res["machine"]["machine"]["torch_threads"] >= 1 and res["wall_s"] > 0
+
+
+def test_predgen_curves_collect_pairs_the_methods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The curves benchmark's collection from finished run folders: every method's curve and final accuracy,
+    and paired statistics computed from the runs' predictions on the same examples."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predgen_curves", ROOT / "benchmarks" / "predgen_curves.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(mod, "OUT", tmp_path / "out")
+    targets = ["positive", "negative"] * 10
+    right = {"predictor": range(10), "generator": range(14), "predgen": range(4, 20)}  # examples each gets right
+    for m, good in right.items():
+        run = tmp_path / "runs" / f"sst2-{m}-s0"
+        run.mkdir(parents=True)
+        flip = {"positive": "negative", "negative": "positive"}
+        rows = [{"id": f"e{i}", "target": t, "prediction": t if i in good else flip[t],
+                 "decoded": t if i < 12 else flip[t]} for i, t in enumerate(targets)]
+        (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        acc = len(good) / 20
+        (run / "results.json").write_text(json.dumps({
+            "accuracy": acc, "macro_f1": acc, "eval_examples": 20, "train_examples": 100, "steps": 4,
+            "batch_size": 2, "train_wall_s": 1.0, "learning_curve": [{"examples_seen": 4, "accuracy": 0.5},
+                                                                     {"examples_seen": 8, "accuracy": acc}]}))
+        (run / "env.json").write_text(json.dumps({"command": f"train {m}", "started": "2026-12-01T10:00:00"}))
+    args = argparse.Namespace(threads=2, seed=0, lr=5e-4, batch_size=2, examples=8, eval_every=4)
+    mod.collect("python benchmarks/predgen_curves.py", args)
+    res = json.loads((tmp_path / "out" / "predgen_curves.json").read_text())
+    task = res["tasks"]["sst2"]
+    assert task["methods"]["generator"]["accuracy"] == 0.7 and len(task["methods"]["predgen"]["curve"]) == 2
+    d = task["paired"]["predgen_minus_predictor"]  # predgen right on 4-19, predictor on 0-9
+    assert d["difference"] == pytest.approx(0.3) and d["mcnemar"]["b"] == 10 and d["mcnemar"]["c"] == 4
+    assert d["ci95"][0] < 0.3 < d["ci95"][1]
+    own = task["paired"]["predgen_adapter_minus_its_decoded"]  # adapter right on 4-19, decoded on 0-11
+    assert own["mcnemar"]["b"] == 8 and own["mcnemar"]["c"] == 4
+    assert (tmp_path / "out" / "predgen_curves.png").stat().st_size > 0
