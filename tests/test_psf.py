@@ -1,5 +1,6 @@
 """Predictive State Flow: masks, the state shift, landing-target alignment, flow prior, sampler, KV cache, CLI."""
 
+import copy
 import json
 import math
 import os
@@ -25,7 +26,7 @@ from forethought.psf.model import (
     generate_blocks,
     kl_free_bits,
     mix_states,
-    realized_states,
+    realized_summaries,
 )
 from forethought.psf.prior import (
     FlowPrior,
@@ -182,9 +183,55 @@ def test_forward_loss_codes_kl_and_self_realized():
     torch.testing.assert_close(out["kl"], per_block.sum() / 12)
     out["loss"].backward()
     assert m.code_head.weight.grad is not None
-    real = realized_states(m, tokens, generator=torch.Generator().manual_seed(1))
+    real = realized_summaries(m, tokens, generator=torch.Generator().manual_seed(1))
     assert real.shape == (2, 4, m.state_dim) and real.requires_grad
     assert torch.isfinite(m(tokens, realized=real)["loss"])
+
+
+def test_realized_summaries_are_standardised_with_the_clean_batch_statistics():
+    """Issue 14: the rollout's re-encoded summaries are standardised with the clean batch's mean and variance
+    (not their own), and only the clean pass moves the running estimates."""
+    m = tiny_psf().train()
+    m.landing = True
+    tokens = torch.randint(0, V, (6, 12))
+    fresh = copy.deepcopy(m)
+    real = realized_summaries(m, tokens, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(m.state_norm.running_mean, fresh.state_norm.running_mean)  # the rollout updates nothing
+    assert int(m.state_norm.updates) == 0
+    out = m(tokens, realized=real, mix_prob=1.0)  # every block takes its realized state
+    fresh(tokens)  # the clean pass alone
+    for name in ("running_mean", "running_var", "updates"):
+        assert torch.equal(getattr(m.state_norm, name), getattr(fresh.state_norm, name)), name
+    raw = m.summaries(tokens)[0]  # dropout 0: the forward's clean summaries
+    mean, var = raw.mean(0), raw.var(0, unbiased=False)
+    expect = m.states_from((real - mean) / (var + m.state_norm.eps).sqrt())
+    torch.testing.assert_close(out["states"], expect, rtol=1e-12, atol=1e-12)
+    # the rollout's gradient still reaches the encoder through the re-encoding of the generated text
+    m.zero_grad()
+    (g,) = torch.autograd.grad(out["loss"], [real])
+    assert g.abs().sum() > 0
+    real.backward(g)
+    assert m.encoder.wte.weight.grad.abs().sum() > 0
+
+
+def test_generated_text_shifted_from_real_text_keeps_its_shift():
+    """Summaries of generated text shifted by a constant from the clean ones: standardised with their own batch
+    statistics (the bug) the shift vanishes; with the clean batch's it stays, divided by the clean spread."""
+    m = tiny_psf().train()
+    tokens = torch.randint(0, V, (8, 12))
+    raw = m.summaries(tokens)[0].detach()
+    shift = torch.linspace(-2.0, 3.0, m.state_dim, dtype=raw.dtype)
+    clean, shifted = m.normalise(raw, raw + shift)
+    sd = (raw.var(0, unbiased=False) + m.state_norm.eps).sqrt()
+    torch.testing.assert_close(shifted - clean, (shift / sd).expand_as(clean), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(shifted.mean(0), shift / sd, rtol=1e-10, atol=1e-10)  # clean's mean is 0
+    own = m.state_norm(raw + shift)  # what the old code did: the shift is gone
+    torch.testing.assert_close(own, clean, rtol=1e-8, atol=1e-8)
+    out = m(tokens, realized=raw + shift, mix_prob=1.0)
+    torch.testing.assert_close(out["states"][:, 1:], (clean + shift / sd)[:, :-1], rtol=1e-10, atol=1e-10)
+    m.eval()  # at evaluation both use the running estimates
+    clean, shifted = m.normalise(raw, raw + shift)
+    torch.testing.assert_close(shifted - clean, (shift / (m.state_norm.running_var[:4] + 1e-5).sqrt()).expand_as(clean))
 
 
 def test_kl_free_bits_and_state_mixing():

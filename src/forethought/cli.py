@@ -48,6 +48,10 @@ COMMANDS = [
             "forethought.psf.recipe:RecipeConfig"),
     Command("psf", "sample", "sample a 'psf recipe' run (PSF or AR; unconditional or prompted) to JSONL + text",
             "forethought.psf.generate:sample", "forethought.psf.generate:SampleConfig"),
+    Command("psf", "diagnose", "diagnose a 'psf recipe' run: state-shuffle cost per position (codes kept, zeroed, "
+            "shuffled), the AR block-cut ceiling, decoding from clean states vs prior samples vs the mean "
+            "trajectory; writes diagnose.json", "forethought.psf.diagnose:diagnose",
+            "forethought.psf.diagnose:DiagnoseConfig"),
     Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
             "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head",
             "forethought.predgen.commands:run_train", "forethought.predgen.commands:PredGenConfig"),

@@ -18,14 +18,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from forethought.core.errors import ForethoughtError
+
+if TYPE_CHECKING:  # type hints only: importing transformers takes seconds, and unigram entropy needs none of it
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_JUDGE = "smollm2-135m"
 

@@ -8,6 +8,7 @@ our token arrays), the targets are ``x_1 .. x_L``. Serial depth of sampling: L d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +49,38 @@ def ar_loss(model: torch.nn.Module, tokens: torch.Tensor, bos_id: int) -> torch.
     """Mean next-token cross-entropy over all L tokens of (B, L) windows."""
     logits = model(ar_inputs(tokens, bos_id))  # (B, L, V)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens.reshape(-1))
+
+
+def block_diagonal_causal_mask(T: int, block: int, device: torch.device | None = None) -> torch.Tensor:
+    """(T, T) bool, True = may attend: query i sees key j when both lie in the same block and j <= i."""
+    i = torch.arange(T, device=device)
+    return (i[None, :] <= i[:, None]) & (i[None, :] // block == i[:, None] // block)
+
+
+def ar_token_nll(model: torch.nn.Module, tokens: torch.Tensor, bos_id: int, cut_every: int = 0,
+                 cut: Literal["restart", "mask"] = "restart") -> torch.Tensor:
+    """Next-token cross-entropy of every token of (B, L) windows, (B, L) in nats. ``cut_every`` n > 0 cuts the
+    context at every n-token block boundary: each block sees only its own earlier tokens, and its first token
+    only ``bos``. ``cut``: ``restart`` runs every block as its own sequence ``[bos, x_1 .. x_{n-1}]`` at positions
+    0..n-1 (where the model saw ``bos`` in training); ``mask`` keeps the true positions, puts ``bos`` at every
+    block start and masks attention block-diagonally. Either way the first block sees what it sees in full
+    context."""
+    B, L = tokens.shape
+    n = cut_every or L
+    if L % n:
+        raise ValueError(f"windows of {L} tokens are not whole blocks of {n}")
+    if cut == "restart":
+        rows = tokens.reshape(B * (L // n), n)
+        logits = model(ar_inputs(rows, bos_id))  # (B·K, n, V)
+    elif cut == "mask":
+        inputs = ar_inputs(tokens, bos_id)
+        inputs[:, ::n] = bos_id
+        rows = tokens
+        logits = model(inputs, attn_mask=None if n == L else block_diagonal_causal_mask(L, n, tokens.device))
+    else:
+        raise ValueError(f"cut must be 'restart' or 'mask', got {cut!r}")
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), rows.reshape(-1), reduction="none")
+    return nll.view(B, L)
 
 
 @torch.no_grad()

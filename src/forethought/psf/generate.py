@@ -189,16 +189,7 @@ def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device
     cfg = read_saved_config(run_dir)
     results = read_run_results(run_dir)
     stage = stage or results["final_stage"]
-    model_stages = [s for s in results["stages"] if stage_kind(s) == "model"]
-    if stage not in model_stages:
-        raise ForethoughtError(f"stage '{stage}' was not trained in {run_dir} "
-                               f"(model stages: {', '.join(model_stages)})")
-    ckpt = latest_checkpoint(run_dir / stage)
-    if ckpt is None:
-        raise ForethoughtError(f"no checkpoint for stage '{stage}' in {run_dir}")
-    info = results["stages"][stage]
-    model = configure(build_psf(cfg.model, results["vocab_size"], cfg.seed), info["features"], info["blocks"])
-    load_checkpoint(ckpt, model)
+    model = load_stage_model(run_dir, cfg, results, stage)
     prior = None
     pname = f"prior_{stage}" if stage.startswith("blocks") else "prior"
     pckpt = latest_checkpoint(run_dir / pname)
@@ -217,6 +208,22 @@ def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device
     _, valid, tokenizer = load_data(cfg.data, cfg.model.seq_len)
     return RecipeArtifacts(cfg, results, stage, model.to(dev).eval(), prior.to(dev) if prior else None,
                            ar.to(dev) if ar else None, tokenizer, int(results["bos_id"]), valid)
+
+
+def load_stage_model(run_dir: Path, cfg: SavedRecipe, results: dict, stage: str) -> PSFModel:
+    """The PSF model of one trained model stage of a recipe run (on the CPU, in training mode), from the run's
+    saved config and results (:func:`read_saved_config`, :func:`read_run_results`) and the stage's checkpoint."""
+    model_stages = [s for s in results["stages"] if stage_kind(s) == "model"]
+    if stage not in model_stages:
+        raise ForethoughtError(f"stage '{stage}' was not trained in {run_dir} "
+                               f"(model stages: {', '.join(model_stages)})")
+    ckpt = latest_checkpoint(run_dir / stage)
+    if ckpt is None:
+        raise ForethoughtError(f"no checkpoint for stage '{stage}' in {run_dir}")
+    info = results["stages"][stage]
+    model = configure(build_psf(cfg.model, results["vocab_size"], cfg.seed), info["features"], info["blocks"])
+    load_checkpoint(ckpt, model)
+    return model
 
 
 def prior_source(results: dict, pname: str) -> str:
@@ -248,6 +255,20 @@ def sample_psf(model: PSFModel, prior: FlowPrior | None, n: int, *, temperature:
                             prompt=None if prompt is None else prompt[i:i + batch_size])
                  for i in range(0, n, batch_size)]
         return torch.cat(parts)
+    states, codes, force, force_blocks = sample_states(model, prior, n, steps=steps, generator=generator,
+                                                       trajectory=trajectory, prompt=prompt)
+    return generate_blocks(model, states, codes, temperature=temperature, top_p=top_p, generator=generator,
+                           force=force, force_blocks=force_blocks)
+
+
+@torch.no_grad()
+def sample_states(model: PSFModel, prior: FlowPrior, n: int, *, steps: int | None = None,
+                  generator: torch.Generator | None = None, trajectory: Literal["prior", "mean"] = "prior",
+                  prompt: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The first half of :func:`sample_psf` (same arguments): what the decoder is given for ``n`` documents —
+    states (n, K, S), codes (n, K, code_dim) or None, and, with a prompt, the tokens and blocks to force (else
+    None, None)."""
     dev = next(model.parameters()).device
     K, nb, S = model.blocks, model.block_len, model.state_dim
     if prior.blocks != K:
@@ -280,8 +301,7 @@ def sample_psf(model: PSFModel, prior: FlowPrior | None, n: int, *, temperature:
     codes = None
     if model.use_codes:
         codes = traj[..., S:] if prior.dim > S else torch.zeros(n, K, model.code_dim, device=dev)
-    return generate_blocks(model, states, codes, temperature=temperature, top_p=top_p, generator=generator,
-                           force=force, force_blocks=force_blocks)
+    return states, codes, force, force_blocks
 
 
 @dataclass

@@ -113,7 +113,9 @@ class StateNorm(nn.Module):
     normalisation" has the measurement). Standardising with the batch's statistics, with gradient through them,
     keeps the states' variation in front of the decoder. Statistics are per block index, over the batch only, so
     state k never mixes in another block's summary (no leak of block k into s_{k+1}'s normalisation through the
-    batch mean); evaluation, and batches of one, use running estimates.
+    batch mean); evaluation, and batches of one, use running estimates. Summaries of the model's own rollout are
+    standardised with the statistics of the clean batch they came from (:meth:`PSFModel.normalise`), never with
+    their own, and never reach the running estimates.
     """
 
     def __init__(self, dim: int, max_blocks: int, momentum: float = 0.05, eps: float = 1e-5):
@@ -123,18 +125,27 @@ class StateNorm(nn.Module):
         self.register_buffer("running_var", torch.ones(max_blocks, dim))
         self.register_buffer("updates", torch.zeros((), dtype=torch.long))
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def statistics(self, h: torch.Tensor, update: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance (K, S) that standardise (B, K, S) summaries ``h``: in training (batches of two or
+        more) the batch's own, with gradient, and, when ``update``, folded into the running estimates; otherwise
+        the running estimates."""
         K = h.shape[1]
-        if self.training and h.shape[0] > 1:
-            mean, var = h.mean(0), h.var(0, unbiased=False)  # (K, S)
+        if not (self.training and h.shape[0] > 1):
+            return self.running_mean[:K].to(h.dtype), self.running_var[:K].to(h.dtype)
+        mean, var = h.mean(0), h.var(0, unbiased=False)  # (K, S)
+        if update:
             with torch.no_grad():  # the first batch sets the estimates (a tensor rate: no host sync per step)
                 rate = torch.where(self.updates == 0, 1.0, self.momentum).to(self.running_mean.dtype)
                 self.running_mean[:K].lerp_(mean.detach().to(self.running_mean.dtype), rate)
                 self.running_var[:K].lerp_(var.detach().to(self.running_var.dtype), rate)
                 self.updates += 1
-        else:
-            mean, var = self.running_mean[:K].to(h.dtype), self.running_var[:K].to(h.dtype)
+        return mean, var
+
+    def standardise(self, h: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
         return (h - mean) * torch.rsqrt(var + self.eps)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.standardise(h, *self.statistics(h))
 
     @torch.no_grad()
     def calibrate(self, raw: torch.Tensor) -> None:
@@ -233,7 +244,17 @@ class PSFModel(nn.Module):
         h (B, T/n, S) (standardised, see :class:`StateNorm`) and pooled encoder features (B, T/n, d) for the code
         head."""
         raw, feats = self.summaries(tokens, embeds)
-        return self.state_norm(raw), feats
+        return self.normalise(raw)[0], feats
+
+    def normalise(self, raw: torch.Tensor, *others: torch.Tensor, update: bool = True) -> list[torch.Tensor]:
+        """Standardise (B, K, S) raw summaries and, with the same statistics, ``others`` (e.g. the summaries of
+        the model's own rollout of the same batch): in training the statistics are those of ``raw`` alone, and
+        only ``raw`` reaches the running estimates (when ``update``). Returns [raw, *others] standardised (as
+        given, with ``model.state_norm none``)."""
+        if not isinstance(self.state_norm, StateNorm):
+            return [raw, *others]
+        mean, var = self.state_norm.statistics(raw, update)
+        return [self.state_norm.standardise(x, mean, var) for x in (raw, *others)]
 
     def summaries(self, tokens: torch.Tensor | None, embeds: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -295,15 +316,20 @@ class PSFModel(nn.Module):
     def forward(self, tokens: torch.Tensor, realized: torch.Tensor | None = None, mix_prob: float = 0.5,
                 generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Teacher-forced loss on (B, L) tokens: cross-entropy over all L tokens (+ free-bits KL per token with
-        codes). ``realized`` (B, K, S): states of the model's own rollout; each block takes it instead of the
-        clean state with probability ``mix_prob`` (self-realized prefix training; the target stays the real
-        block)."""
+        codes). ``realized`` (B, K, S): the raw summaries (before the state normalisation) of the model's own
+        rollout of ``tokens`` (:func:`realized_summaries`); they are standardised with the statistics of this
+        batch's clean summaries, so that generated text keeps its shift from real text, and each block takes
+        the resulting state instead of the clean one with probability ``mix_prob`` (self-realized prefix
+        training; the target stays the real block)."""
         if tokens.shape[1] != self.seq_len:
             raise ForethoughtError(f"PSF model expects sequences of {self.seq_len} tokens, got {tokens.shape[1]}")
-        h, feats = self.encode(tokens)
-        s = self.states_from(h)
-        if realized is not None:
-            s = mix_states(s, realized, mix_prob, generator)
+        raw, feats = self.summaries(tokens)
+        if realized is None:
+            (h,) = self.normalise(raw)
+            s = self.states_from(h)
+        else:
+            h, h_real = self.normalise(raw, realized)
+            s = mix_states(self.states_from(h), self.states_from(h_real), mix_prob, generator)
         out: dict[str, torch.Tensor] = {"states": s}
         codes = None
         if self.use_codes:
@@ -368,18 +394,21 @@ def calibrate_states(model: PSFModel, windows: torch.Tensor, batch: int = 64) ->
     model.train(was_training)
 
 
-def realized_states(model: PSFModel, tokens: torch.Tensor, temperature: float = 0.65, top_p: float = 0.95,
-                    generator: torch.Generator | None = None) -> torch.Tensor:
+def realized_summaries(model: PSFModel, tokens: torch.Tensor, temperature: float = 0.65, top_p: float = 0.95,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
     """Self-realized prefix: decode every block from the clean states of ``tokens`` (no gradient), re-encode
-    the generated text and return its states (B, K, S). The re-encoding keeps its gradient, so the encoder also
-    learns to summarise generated text usefully."""
+    the generated text and return its raw summaries (B, K, S), before the state normalisation:
+    :meth:`PSFModel.forward` standardises them with the clean batch's statistics (standardising them with their
+    own would erase their shift from real text's states). The re-encoding keeps its gradient, so the encoder
+    also learns to summarise generated text usefully. Neither pass here touches the running estimates."""
     was_training = model.training
     model.eval()  # no dropout in the rollout ...
     model.state_norm.train(was_training)  # ... but the clean states normalised as in the teacher-forced pass
     with torch.no_grad():
-        h, feats = model.encode(tokens)
+        raw, feats = model.summaries(tokens)
+        (h,) = model.normalise(raw, update=False)  # the teacher-forced pass updates the estimates, once
         codes = model.posterior(feats)[0] if model.use_codes else None  # posterior mean: the block's own code
         generated = generate_blocks(model, model.states_from(h), codes, temperature=temperature, top_p=top_p,
                                     generator=generator)
     model.train(was_training)
-    return model.states(generated)
+    return model.summaries(generated)[0]

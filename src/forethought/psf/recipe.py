@@ -61,7 +61,7 @@ from forethought.psf.generate import (
     configure,
     load_data,
 )
-from forethought.psf.model import PSFModel, PSFModelConfig, calibrate_states, check_blocks, realized_states
+from forethought.psf.model import PSFModel, PSFModelConfig, calibrate_states, check_blocks, realized_summaries
 from forethought.psf.prior import FlowPrior, PriorConfig
 from forethought.psf.sampling import device_generator
 
@@ -413,7 +413,7 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
         if feats["self_realized"]:
             seed = int(torch.randint(0, 2**62, (1,), generator=step_generator(cfg.run.seed, batch["step"], salt=1)))
             gen = device_generator(seed, tokens.device)
-            realized = realized_states(unwrap(m), tokens, ro.temperature, ro.top_p, gen)
+            realized = realized_summaries(unwrap(m), tokens, ro.temperature, ro.top_p, gen)
         out = m(tokens, realized=realized, mix_prob=ro.prob, generator=gen)
         metrics = {"ce": out["ce"].detach()}
         if "kl" in out:

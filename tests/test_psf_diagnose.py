@@ -1,0 +1,169 @@
+"""``forethought psf diagnose`` on a tiny recipe run of the planted corpus: every part of diagnose.json, the
+identity permutation costs exactly nothing, the block-cut AR model sees the first block as in full context, and
+bad inputs fail in one line with nothing written."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from cli_harness import expect_clean_failure, snapshot
+
+from forethought import cli
+from forethought.core.config import load_config
+from forethought.core.errors import ForethoughtError
+from forethought.data.corpora import eval_windows
+from forethought.psf.ar import ar_token_nll, block_diagonal_causal_mask
+from forethought.psf.diagnose import (
+    GROUPS,
+    DiagnoseConfig,
+    derangements,
+    diagnose,
+    distinct_ngrams,
+    group_means,
+    sample_measures,
+    state_shuffle_cost,
+)
+from forethought.psf.generate import load_recipe
+
+PLANTED_TINY = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
+                "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
+                "--data.planted.train_documents", "256", "--data.planted.valid_documents", "32"]
+QUICK = ["--n_boot", "200", "--samples", "8", "--permutations", "2", "--batch_size", "16"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """base -> codes -> prior -> ar on the planted corpus (seconds): a stage with codes, a prior, the AR baseline."""
+    out = tmp_path_factory.mktemp("diag")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FORETHOUGHT_CACHE", str(out / "cache"))
+    try:
+        assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "pl",
+                         "--landing.enabled", "false", "--self_realized.enabled", "false",
+                         "--longer_blocks.blocks", "[]", *PLANTED_TINY]) == 0
+    finally:
+        mp.undo()
+    return out / "pl"
+
+
+def finite_numbers(obj, where=""):
+    """Every number in a JSON tree is finite; returns how many there are."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return 0
+    if isinstance(obj, (int, float)):
+        assert math.isfinite(obj), where
+        return 1
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    return sum(finite_numbers(v, f"{where}.{k}") for k, v in items)
+
+
+def test_diagnose_writes_every_part(run, capsys):
+    before = snapshot(run)
+    assert cli.main(["psf", "diagnose", "--recipe_run", str(run), "--all_stages", "true", *QUICK]) == 0
+    printed = capsys.readouterr().out
+    assert "state-shuffle cost" in printed and "ceiling" in printed and "decoding" in printed
+    after = snapshot(run)
+    assert set(after) - set(before) == {"diagnose.json"}  # nothing else written or changed
+    assert all(after[k] == v for k, v in before.items())
+    res = json.loads((run / "diagnose.json").read_text())
+    assert res["stage"] == "codes" and res["corpus"] == "planted" and res["eval_sequences"] == 32
+    assert set(res["shuffle"]) == {"codes", "base"}
+    assert set(res["shuffle"]["codes"]["modes"]) == {"posterior_mean", "zeroed", "shuffled_with_states"}
+    assert set(res["shuffle"]["base"]["modes"]) == {"none"}
+    for r in res["shuffle"].values():
+        for m in r["modes"].values():
+            for g in GROUPS:
+                lo, hi = m[g]["interval"]
+                assert lo <= m[g]["diff"] <= hi
+                assert m[g]["diff"] == pytest.approx(m[g]["shuffled"] - m[g]["true"])
+            assert len(m["diff_per_block"]) == 4
+    for mode in ("posterior_mean", "zeroed"):  # s_1 is the learned start state of every document
+        assert res["shuffle"]["codes"]["modes"][mode]["diff_per_block"][0] == pytest.approx(0.0, abs=1e-6)
+    assert res["shuffle"]["base"]["modes"]["none"]["diff_per_block"][0] == pytest.approx(0.0, abs=1e-6)
+    assert res["ceiling"]["available"] and res["ceiling"]["cut"] == "restart"
+    assert res["ceiling"]["diff_per_block"][0] == pytest.approx(0.0, abs=1e-5)  # block 1: the same context
+    dec = res["decoding"]
+    for src in ("data", "clean", "prior", "mean"):
+        assert {"true_nll", "persistence", "block_coherence", "distinct_2", "distinct_3"} <= set(dec[src]), src
+        assert dec[src]["n"] == 8
+    assert {"same_source", "other_source"} == set(dec["clean"]["topic_agreement"])
+    assert dec["data"]["true_nll"]["mean"] < dec["prior"]["true_nll"]["mean"]  # a few steps: far from the data
+    assert finite_numbers(res) > 100
+
+
+def test_identity_permutation_costs_exactly_nothing(run):
+    art = load_recipe(run)
+    windows = eval_windows(art.valid_tokens, 12, art.model.seq_len)
+    res = state_shuffle_cost(art.model, windows, [torch.arange(12), torch.arange(12)], batch=5, n_boot=50)
+    assert set(res["modes"]) == {"posterior_mean", "zeroed", "shuffled_with_states"}
+    for m in res["modes"].values():
+        for g in GROUPS:
+            assert m[g]["diff"] == 0.0 and m[g]["interval"] == [0.0, 0.0] and m[g]["true"] == m[g]["shuffled"]
+        assert m["diff_per_block"] == [0.0] * 4
+    shuffled = state_shuffle_cost(art.model, windows, derangements(12, 2, torch.Generator().manual_seed(0)),
+                                  batch=5, n_boot=50)
+    assert shuffled["modes"]["zeroed"]["all"]["diff"] != 0.0
+
+
+@pytest.mark.parametrize("cut", ["restart", "mask"])
+def test_block_cut_ar_sees_the_first_block_as_in_full_context(run, cut):
+    art = load_recipe(run)
+    w = eval_windows(art.valid_tokens, 6, art.model.seq_len)
+    n = art.model.block_len
+    with torch.no_grad():
+        full = ar_token_nll(art.ar, w, art.bos_id)
+        blocked = ar_token_nll(art.ar, w, art.bos_id, cut_every=n, cut=cut)
+    assert full.shape == blocked.shape == (6, 32)
+    torch.testing.assert_close(blocked[:, :n], full[:, :n], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(blocked[:, n:], full[:, n:])  # later blocks lost their context
+    # cutting the context is what it says: a later block's loss does not depend on earlier blocks' tokens
+    w2 = w.clone()
+    w2[:, :n] = (w2[:, :n] + 1) % 32
+    with torch.no_grad():
+        torch.testing.assert_close(ar_token_nll(art.ar, w2, art.bos_id, cut_every=n, cut=cut)[:, n:], blocked[:, n:])
+
+
+def test_small_helpers():
+    m = block_diagonal_causal_mask(6, 3)
+    assert m.tolist()[3] == [False, False, False, True, False, False] and m[5, 3] and not m[2, 3]
+    for p in derangements(5, 20, torch.Generator().manual_seed(1)):
+        assert sorted(p.tolist()) == list(range(5)) and not torch.any(p == torch.arange(5))
+    nll = torch.arange(12.0).view(2, 6)  # blocks of 3: first tokens 0, 3 | 6, 9
+    g = group_means(nll, 3)
+    assert g["first"].tolist() == [1.5, 7.5] and g["all"].tolist() == [2.5, 8.5] and g["rest"].tolist() == [3.0, 9.0]
+    assert distinct_ngrams(np.array([[1, 2, 1, 2, 1], [1, 2, 3, 4, 5]]), 2).tolist() == [0.5, 1.0]
+    text = sample_measures(np.array([[1, 2, 1, 2], [3, 4, 5, 6]]), np.array([1.0, 2.0]), None)  # a text corpus
+    assert set(text) == {"n", "distinct_2", "distinct_3", "unigram_entropy", "decoder_entropy"}
+
+
+def test_bad_inputs_fail_in_one_line_and_write_nothing(run, tmp_path):
+    base = ["psf", "diagnose", *QUICK]
+    expect_clean_failure([*base, "--recipe_run", str(tmp_path / "nope")], tmp_path, tmp_path,
+                         ["nope", "not a finished 'psf recipe' run folder"])
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(run, unfinished, ignore=shutil.ignore_patterns("diagnose.json"))
+    (unfinished / "results.json").unlink()  # a run stopped before its last stage ended
+    expect_clean_failure([*base, "--recipe_run", str(unfinished)], tmp_path, unfinished,
+                         ["unfinished", "not a finished 'psf recipe' run folder"])
+    expect_clean_failure(["psf", "diagnose"], tmp_path, tmp_path, ["--recipe_run"])
+    expect_clean_failure([*base, "--recipe_run", str(run), "--eval_sequences", "1"], tmp_path, run,
+                         ["eval_sequences must be at least 2"])
+    before = snapshot(run)  # the same checks in-process, for speed
+    with pytest.raises(ForethoughtError, match="^stage 'landing' was not trained in"):
+        diagnose(DiagnoseConfig(recipe_run=str(run), stage="landing"))
+    with pytest.raises(ForethoughtError, match=r"^top_p must be in \(0, 1\]"):
+        load_config(DiagnoseConfig, None, ["--recipe_run", str(run), "--top_p", "0"])
+    assert snapshot(run) == before
+
+
+def test_a_run_without_the_ar_baseline_reports_the_ceiling_absent(run, tmp_path):
+    no_ar = tmp_path / "no_ar"
+    shutil.copytree(run, no_ar, ignore=shutil.ignore_patterns("diagnose.json", "ar"))
+    assert cli.main(["psf", "diagnose", "--recipe_run", str(no_ar), "--eval_sequences", "8", *QUICK]) == 0
+    res = json.loads((no_ar / "diagnose.json").read_text())
+    assert res["ceiling"] == {"available": False, "reason": "the run has no AR baseline (train it with baselines: "
+                                                            "[ar])"}
+    assert res["eval_sequences"] == 8 and res["decoding"]["prior"]["available"]
