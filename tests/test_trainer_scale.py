@@ -225,6 +225,35 @@ def test_trainer_accumulation_and_checkpointing_match_plain_training(tmp_path: P
         assert json.loads((run.dir / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
 
 
+def test_lr_scales_and_gradient_norms(tmp_path: Path) -> None:
+    """One AdamW step moves every weight by lr (the first step's m / sqrt(v) is the gradient's sign): by 10·lr for
+    the parameters given an lr scale of 10; the logged gradient norms are those of each group."""
+    model = torch.nn.Linear(3, 2, bias=False)
+    head = torch.nn.Linear(2, 1, bias=False)
+    both = torch.nn.Sequential(model, head)
+    before = [p.detach().clone() for p in both.parameters()]
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+
+    def loss_fn(m: Any, batch: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        return m(batch).pow(2).mean(), {}
+
+    run = Run.create(tmp_path, "scales")
+    cfg = TrainConfig(steps=1, batch_size=4, lr=1e-3, warmup_steps=0, weight_decay=0.0, log_every=1)
+    train(both, loss_fn, lambda s: x, cfg, run, compute_init("cpu", seed=0),
+          grad_groups={"body": list(model.parameters()), "head": list(head.parameters())},
+          lr_scales={id(p): 10.0 for p in head.parameters()})
+    moved = [(p.detach() - b).abs() for p, b in zip(both.parameters(), before)]
+    assert torch.allclose(moved[0], torch.full_like(moved[0], 1e-3), rtol=1e-3)
+    assert torch.allclose(moved[1], torch.full_like(moved[1], 1e-2), rtol=1e-3)
+    row = json.loads((run.dir / "metrics.jsonl").read_text().splitlines()[0])
+    both.zero_grad()
+    for p, b in zip(both.parameters(), before):
+        p.data.copy_(b)
+    loss_fn(both, x)[0].backward()
+    assert row["grad_norm_body"] == pytest.approx(float(model.weight.grad.norm()), rel=1e-5)
+    assert row["grad_norm_head"] == pytest.approx(float(head.weight.grad.norm()), rel=1e-5)
+
+
 def test_accumulation_settings_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ForethoughtError, match="batch_size 6 is not divisible by grad_accum 4"):
         load_config(TrainConfig, None, ["--batch_size", "6", "--grad_accum", "4"])

@@ -133,7 +133,8 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
           eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
           model_config: dict | None = None,
           after_step: Callable[[torch.nn.Module, int], None] | None = None,
-          grad_groups: dict[str, list[torch.nn.Parameter]] | None = None) -> dict[str, Any]:
+          grad_groups: dict[str, list[torch.nn.Parameter]] | None = None,
+          lr_scales: dict[int, float] | None = None) -> dict[str, Any]:
     """Train ``model`` in place for ``cfg.steps`` steps; returns the loss curve and timings. ``after_step(model,
     step)`` runs after each optimizer step, while the gradients are still there (AdaLoRA's rank allocation).
     ``grad_groups``: on every logged step, ``grad_norm_<name>`` — the L2 norm of that group's gradient (the whole
@@ -155,10 +156,13 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
     if cfg.activation_checkpointing:
         set_activation_checkpointing(model, True)
     model.to(rt.device)
-    decay = [p for p in trainable if p.dim() >= 2]
-    no_decay = [p for p in trainable if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, cfg.beta2))
+    scales = lr_scales or {}
+    groups = []
+    for scale in dict.fromkeys([1.0, *scales.values()]):  # one pair of groups (decay / none) per lr factor
+        mine = [p for p in trainable if scales.get(id(p), 1.0) == scale]
+        groups += [{"params": [p for p in mine if p.dim() >= 2], "weight_decay": cfg.weight_decay, "lr_scale": scale},
+                   {"params": [p for p in mine if p.dim() < 2], "weight_decay": 0.0, "lr_scale": scale}]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
     start, wall_before = 0, 0.0
     ckpt = resolve_resume(run.dir, resume)
     if ckpt is None and resume in (None, "", "none", "never") and latest_checkpoint(run.dir) is not None:
@@ -199,7 +203,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
                disable=None if rt.is_main else True, dynamic_ncols=True)
     for step in bar:
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
+            g["lr"] = lr_at(step, cfg) * g.get("lr_scale", 1.0)  # (checkpoints before lr_scale: 1)
         batch = to_device(shard(batch_fn(step), rt.rank, rt.world_size), rt.device)
         micro = [split_batch(batch, i, k, "grad_accum micro-batches") for i in range(k)]
         wrapped.train()

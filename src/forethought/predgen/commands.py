@@ -70,6 +70,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
 
     if cfg.method not in METHODS:
         raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}")
+    if not cfg.head.lr_scale > 0:
+        raise ForethoughtError(f"head.lr_scale must be positive, got {cfg.head.lr_scale}")
     dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.adapter.method == "full")
     rt = runtime_for(cfg.run)
     spec, train_ex, eval_split = load_split(cfg.task, cfg.run.seed)
@@ -129,8 +131,9 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     groups = {"writer": [p for p in model.lm.parameters() if p.requires_grad]}
     if model.head is not None:
         groups["head"] = [p for p in model.head.parameters() if p.requires_grad]
+    scales = {id(p): cfg.head.lr_scale for p in groups.get("head", [])} if cfg.head.lr_scale != 1.0 else None
     out = train(model, loss_fn, batch_fn, cfg.train, run, rt, resume=resume, desc=f"predgen {cfg.method}",
-                after_step=after_step, eval_fn=eval_fn, grad_groups=groups)
+                after_step=after_step, eval_fn=eval_fn, grad_groups=groups, lr_scales=scales)
     results: dict[str, Any] = {"method": cfg.method, "task": spec.name, "base": cfg.base,
                                "adapter": dataclasses.asdict(cfg.adapter), "steps": cfg.train.steps,
                                "batch_size": bs, "train_examples": n, "eval_examples": len(eval_items),

@@ -57,6 +57,8 @@ class TaskConfig:
 class HeadConfig:
     pooling: str = field("", "predictor: last | mean; predgen adapter: attention | mean ('' = last / attention)")
     hidden: int = field(256, "predgen adapter MLP width")
+    lr_scale: float = field(1.0, "the head's / adapter's learning rate is train.lr times this (1 = one rate for "
+                            "all, as in the paper)")
 
 
 @dataclass
