@@ -13,3 +13,36 @@ def run_started(run_dir: Path) -> float | None:
     if not env.is_file():
         return None
     return time.mktime(time.strptime(json.loads(env.read_text())["started"][:19], "%Y-%m-%dT%H:%M:%S"))
+
+
+def predictions(run_dir: Path) -> list[dict]:
+    """A PredGen run's eval-split predictions (predictions.jsonl rows: id, prediction, decoded, target)."""
+    return [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
+
+
+def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classification", key_a: str = "prediction",
+           key_b: str = "prediction") -> dict:
+    """Method A vs method B on the same eval examples (matched by id). Classification: the accuracy difference,
+    its paired bootstrap 95 % interval and McNemar's exact test; regression: the differences in MSE and Pearson
+    r with paired bootstrap 95 % intervals."""
+    from forethought.eval.stats import mcnemar_exact, paired_bootstrap
+
+    by_id = {r["id"]: r for r in rows_b}
+    if sorted(by_id) != sorted(r["id"] for r in rows_a):
+        raise SystemExit("paired comparison: the two runs were evaluated on different examples")
+    other = [by_id[r["id"]] for r in rows_a]
+    if task_type == "classification":
+        a = [r[key_a] == r["target"] for r in rows_a]
+        b = [r[key_b] == r["target"] for r in other]
+        boot = paired_bootstrap("accuracy", a, b, n_boot=10_000, seed=0)
+        return {"difference": boot["observed"], "ci95": list(boot["interval"]), "mcnemar": mcnemar_exact(a, b),
+                "n": len(a)}
+    a = [float(r[key_a]) for r in rows_a]
+    b = [float(r[key_b]) for r in other]
+    t = [float(r["target"]) for r in rows_a]
+    out: dict = {"n": len(a)}
+    for metric in ("mse", "pearson"):
+        boot = paired_bootstrap(metric, a, b, t, n_boot=10_000, seed=0)
+        out[metric] = {"difference": boot["observed"], "ci95": list(boot["interval"]), "a": boot["metric_a"],
+                       "b": boot["metric_b"]}
+    return out

@@ -29,9 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 from _jobs import run_queue  # noqa: E402
-from _stats import run_started  # noqa: E402
-
-from forethought.eval.stats import mcnemar_exact, paired_bootstrap  # noqa: E402
+from _stats import paired, predictions, run_started  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-curves"
@@ -87,22 +85,6 @@ def main() -> None:
     collect(" ".join(["python", *sys.argv]), args)
 
 
-def _predictions(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
-
-
-def paired(rows_a: list[dict], rows_b: list[dict], key_a: str = "prediction", key_b: str = "prediction") -> dict:
-    """McNemar and the paired bootstrap of accuracy(A) - accuracy(B) on the same examples (matched by id)."""
-    by_id = {r["id"]: r for r in rows_b}
-    if sorted(by_id) != sorted(r["id"] for r in rows_a):
-        raise SystemExit("paired comparison: the two runs were evaluated on different examples")
-    a = [r[key_a] == r["target"] for r in rows_a]
-    b = [by_id[r["id"]][key_b] == by_id[r["id"]]["target"] for r in rows_a]
-    boot = paired_bootstrap("accuracy", a, b, n_boot=10_000, seed=0)
-    return {"difference": boot["observed"], "ci95": list(boot["interval"]), "mcnemar": mcnemar_exact(a, b),
-            "n": len(a)}
-
-
 def collect(command: str, args: argparse.Namespace) -> None:
     log = RUNS / "invocations.txt"
     seen = log.read_text().splitlines() if log.is_file() else []
@@ -134,7 +116,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
         preds = {}
         for m, p in done.items():
             r = json.loads((p / "results.json").read_text())
-            preds[m] = _predictions(p)
+            preds[m] = predictions(p)
             entry["methods"][m] = {
                 "accuracy": r["accuracy"], "macro_f1": r["macro_f1"], "decoded_accuracy": r.get("decoded", {}).get(
                     "accuracy"), "eval_examples": r["eval_examples"], "train_examples": r["train_examples"],
@@ -150,7 +132,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
                 entry["paired"][f"{b}_minus_{a}"] = paired(preds[b], preds[a])
         if "predgen" in preds:
             entry["paired"]["predgen_adapter_minus_its_decoded"] = paired(preds["predgen"], preds["predgen"],
-                                                                          "prediction", "decoded")
+                                                                          key_b="decoded")
         res["tasks"][task] = entry
     starts = [s for s in starts if s is not None]
     res["wall_s"] = max(ends) - min(starts) if starts and ends else None

@@ -188,6 +188,35 @@ def predgen_curves() -> list[str]:
     return out
 
 
+def predgen_tasks() -> list[str]:
+    r = _load("predgen_tasks.json")
+    if r is None or not r.get("tasks"):
+        return ["(predgen_tasks.json not yet produced)"]
+    out = [f"{SMOLLM2} + {r['adapter']}, lr {r['lr']:g}, seeds {', '.join(map(str, r['seeds']))}.", "",
+           "| task | method | examples seen | metric (mean ± std over seeds) | per seed |", "|---|---|---|---|---|"]
+    for task, e in r["tasks"].items():
+        k = e["metric"]
+        for v, m in e["methods"].items():
+            per = ", ".join(f"{row[k]:.3f}" for row in m["per_seed"].values())
+            sd = "" if m.get(f"{k}_std") is None else f" ± {m[f'{k}_std']:.3f}"
+            out.append(f"| {task} | {v} | {m['examples_seen']} | {k} {m[k]:.3f}{sd} | {per} |")
+    out += ["", "Paired differences (first − second): per seed on the same eval examples, paired bootstrap 95 % "
+            "interval (accuracy: and McNemar's p); over seeds, the t-interval of the mean difference:", "",
+            "| task | comparison | per seed: difference [95 % interval] | seed mean [95 % interval] |",
+            "|---|---|---|---|"]
+    for task, e in r["tasks"].items():
+        for name, d in e["paired"].items():
+            cells = []
+            for s, row in d["per_seed"].items():
+                x = row if "difference" in row else row[d["metric"]]
+                p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
+                cells.append(f"s{s} {x['difference']:+.3f} [{x['ci95'][0]:+.3f}, {x['ci95'][1]:+.3f}]{p}")
+            ci = d["ci95_of_seed_mean"]
+            over = f"{d['seed_mean_difference']:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
+            out.append(f"| {task} | {name.replace('_', ' ')} ({d['metric']}) | {'; '.join(cells)} | {over} |")
+    return out
+
+
 def predgen_speed() -> list[str]:
     r = _load("predgen_speed.json")
     if r is None:
@@ -271,7 +300,7 @@ def psf_wikitext() -> list[str]:
 if __name__ == "__main__":
     for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm),
                       ("gradients", myopia_gradients),
-                      ("predgen sst2", predgen_sst2), ("predgen curves", predgen_curves), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
+                      ("predgen sst2", predgen_sst2), ("predgen curves", predgen_curves), ("predgen tasks", predgen_tasks), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
                       ("predgen regression", predgen_regression),
                       ("psf wikitext", psf_wikitext)):
         print(f"### {title}\n")

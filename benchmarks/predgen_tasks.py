@@ -1,0 +1,143 @@
+"""Benchmark: Predictor, Generator and PredGen at one fixed CPU budget per task, 3 seeds, on tasks whose answers
+are several tokens long: ARC-Easy answered with the choice's text (5.3 answer tokens on average) and STS-B
+(2-decimal numbers, 6 tokens); on ARC-Easy also PredGen with the reference-code and the sum form of WDAL.
+
+Every run is ``forethought predgen train --config small`` with the task's steps (sized so one run trains in
+about 10 minutes on 2 threads), the same examples in the same order for every method of a seed, and its own
+resumable run folder; one run at a time. Collected into ``benchmarks/results/predgen_tasks.json``: per task and
+method the metric per seed and mean ± std; per seed the paired comparison on the same eval examples (accuracy:
+the difference with its paired bootstrap 95 % interval and McNemar's exact test; regression: the MSE and
+Pearson differences with paired bootstrap intervals); over seeds the Student-t 95 % interval of the mean paired
+difference.
+
+    FORETHOUGHT_DATA=../shared/data python benchmarks/predgen_tasks.py [--tasks arc-easy stsb] [--seeds 0 1 2]
+        [--collect-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "src"))
+from _jobs import run_queue  # noqa: E402
+from _stats import paired, predictions, run_started  # noqa: E402
+
+from forethought.eval.stats import seed_mean_difference  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results"
+RUNS = ROOT / "runs" / "bench-predgen-tasks"
+# variant name -> method overrides; the WDAL forms only on the classification task
+VARIANTS = {"predictor": ["--method", "predictor"], "generator": ["--method", "generator"],
+            "predgen": ["--method", "predgen"],
+            "predgen-wdal-reference": ["--method", "predgen", "--predgen.wdal", "reference"],
+            "predgen-wdal-sum": ["--method", "predgen", "--predgen.wdal", "sum"]}
+TASKS: dict[str, dict] = {
+    "arc-easy": {"args": ["--task.name", "arc-easy", "--task.answer", "text", "--task.max_eval_examples", "1000"],
+                 "steps": 75, "variants": list(VARIANTS), "metric": "accuracy"},
+    "stsb": {"args": ["--task.name", "stsb"], "steps": 90, "variants": ["predictor", "generator", "predgen"],
+             "metric": "pearson"},
+}
+COMPARE = [("predgen", "predictor"), ("predgen", "generator"), ("predgen-wdal-reference", "predgen"),
+           ("predgen-wdal-sum", "predgen")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--collect-only", action="store_true")
+    ap.add_argument("overrides", nargs="*", help="extra config overrides for every run (after --)")
+    args = ap.parse_args()
+    if not args.collect_only:
+        jobs = []
+        for seed in args.seeds:  # seed-major: partial results stay balanced
+            for task in args.tasks:
+                t = TASKS[task]
+                for v in t["variants"]:
+                    name = f"{task}-{v}-s{seed}"
+                    jobs.append((name, [sys.executable, "-m", "forethought.cli", "predgen", "train", "--config",
+                                        "small", *VARIANTS[v], *t["args"], "--train.steps", str(t["steps"]),
+                                        "--train.lr", str(args.lr), "--eval.latency_examples", "0",
+                                        "--run.seed", str(seed), "--run.out_dir", str(RUNS), "--run.name", name,
+                                        "--resume", "auto", *args.overrides]))
+        run_queue([(n, a) for n, a in jobs if not (RUNS / n / "results.json").is_file()], 1, RUNS, ROOT,
+                  threads=args.threads)
+    collect(" ".join(["python", *sys.argv]), args)
+
+
+def collect(command: str, args: argparse.Namespace) -> None:
+    log = RUNS / "invocations.txt"
+    seen = log.read_text().splitlines() if log.is_file() else []
+    if command not in seen:
+        seen.append(command)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("\n".join(seen) + "\n")
+    res: dict = {"command": " ; ".join(seen), "base": "smollm2-135m", "adapter": "LoRA r=16 (all linear layers)",
+                 "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
+                             "threads_per_run": args.threads, "parallel_runs": 1},
+                 "seeds": args.seeds, "lr": args.lr, "tasks": {}}
+    starts, ends = [], []
+    for task, t in TASKS.items():
+        entry: dict = {"metric": t["metric"], "steps": t["steps"], "methods": {}, "paired": {}}
+        preds: dict[str, dict[int, list[dict]]] = {}
+        for v in t["variants"]:
+            per_seed = {}
+            for seed in args.seeds:
+                run = RUNS / f"{task}-{v}-s{seed}"
+                if not (run / "results.json").is_file():
+                    continue
+                r = json.loads((run / "results.json").read_text())
+                per_seed[seed] = r
+                preds.setdefault(v, {})[seed] = predictions(run)
+                starts.append(run_started(run))
+                ends.append((run / "results.json").stat().st_mtime)
+            if not per_seed:
+                continue
+            keys = ("accuracy", "macro_f1") if t["metric"] == "accuracy" else ("pearson", "mse", "spearman")
+            entry["methods"][v] = {
+                "per_seed": {str(s): {k: r.get(k) for k in keys} | {"decoded": r.get("decoded"),
+                                                                      "train_wall_s": r["train_wall_s"],
+                                                                      "eval_examples": r["eval_examples"]}
+                             for s, r in per_seed.items()},
+                "examples_seen": next(iter(per_seed.values()))["steps"] * next(iter(per_seed.values()))["batch_size"],
+            }
+            for k in keys:
+                vals = [r[k] for r in per_seed.values()]
+                entry["methods"][v][k] = statistics.fmean(vals)
+                entry["methods"][v][f"{k}_std"] = statistics.stdev(vals) if len(vals) > 1 else None
+        task_type = "classification" if t["metric"] == "accuracy" else "regression"
+        for a, b in COMPARE:
+            common = sorted(set(preds.get(a, {})) & set(preds.get(b, {})))
+            if not common:
+                continue
+            rows = {str(s): paired(preds[a][s], preds[b][s], task_type) for s in common}
+            per_seed_a = [entry["methods"][a]["per_seed"][str(s)][t["metric"]] for s in common]
+            per_seed_b = [entry["methods"][b]["per_seed"][str(s)][t["metric"]] for s in common]
+            over = seed_mean_difference(per_seed_a, per_seed_b)
+            entry["paired"][f"{a}_minus_{b}"] = {
+                "per_seed": rows, "seeds": common, "metric": t["metric"],
+                "seed_mean_difference": over["mean_diff"], "seed_std_difference": over["std_diff"],
+                "ci95_of_seed_mean": None if over["interval"] is None else list(over["interval"]),
+                "per_seed_difference": over["diffs"]}
+        if entry["methods"]:
+            res["tasks"][task] = entry
+    starts = [s for s in starts if s is not None]
+    res["wall_s"] = max(ends) - min(starts) if starts and ends else None
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "predgen_tasks.json").write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps({t: {v: m.get(e["metric"]) for v, m in e["methods"].items()} for t, e in res["tasks"].items()},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
