@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from torch.profiler import record_function
 from tqdm.auto import tqdm
 
 from forethought.core.accumulate import AveragedLoss
@@ -289,9 +290,10 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
     lm, u = m.lm, batch["uniform"]
     gold, amask, pmask = batch["answer_ids"], batch["answer_mask"], batch["prompt_mask"]
     B, M = gold.shape
-    pp = prompt_pass(lm, batch["prompt_ids"], pmask, layer, all_logits=not mask_prompt)
+    with record_function("predgen.prompt_pass"):  # the labels time a step's parts (benchmarks/predgen_speed.py)
+        pp = prompt_pass(lm, batch["prompt_ids"], pmask, layer, all_logits=not mask_prompt)
     kv0 = detach_kv(pp.kv)
-    with torch.no_grad():
+    with torch.no_grad(), record_function("predgen.teacher_forced"):
         tf = _answer_logits(lm, pp, kv0, batch)  # (B, M, V)
         if s.tokens == "greedy":
             own = tf.argmax(-1)
@@ -300,16 +302,18 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
         # input position i holds answer token i; it is replaced only where a next answer token exists
         mixed = mix_tokens(gold[:, :-1], own[:, :-1], amask[:, 1:], float(batch["p"]), s.per, u[..., 0])
         third = gold[:, :-1]
-        roll = None
-        if s.adapter_states == "rollout":
+    roll = None
+    if s.adapter_states == "rollout":
+        with torch.no_grad(), record_function("predgen.rollout"):
             roll = constrained_greedy(lm, enc.tries(batch), batch["prompt_ids"], pmask, layer, enc.pad_id,
                                       prompt=PromptPass(pp.last_logits.detach(), pp.states.detach(), kv0))
-            third = roll.tokens[:, :-1]
+        third = roll.tokens[:, :-1]
     width = max(M - 1, third.shape[1])
     first_state = pp.states[:, -1:]  # (B, 1, d): the state that predicts answer token 1
     if width > 0:
         rows = torch.cat([_pad_to(mixed, width, enc.pad_id), _pad_to(third, width, enc.pad_id)])
-        logits, states = continue_pass(lm, pp.kv, pmask, rows, layer)  # (2B, width, V), (2B, width, d)
+        with record_function("predgen.continuation"):
+            logits, states = continue_pass(lm, pp.kv, pmask, rows, layer)  # (2B, width, V), (2B, width, d)
         w_logits = torch.cat([pp.last_logits.unsqueeze(1), logits[:B, :M - 1]], dim=1)
         z_rows = states[:B] if s.adapter_states == "mixed" else states[B:]
     else:
@@ -320,8 +324,9 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
     else:
         z_mask = amask
         z = torch.cat([first_state, z_rows[:, :M - 1]], dim=1)
-    w_total, w_count = writer_sums(pp, w_logits, batch, mask_prompt)
-    d_total = task_loss(m.head(z, z_mask), batch["target"], task_type, reduction="sum")
+    with record_function("predgen.losses"):
+        w_total, w_count = writer_sums(pp, w_logits, batch, mask_prompt)
+        d_total = task_loss(m.head(z, z_mask), batch["target"], task_type, reduction="sum")
     wdal = {"paper": wdal_paper, "reference": wdal_reference, "sum": lambda a, b: a + b}[s.wdal]
     return AveragedLoss({"l_w": w_total, "l_d": d_total}, {"l_w": w_count, "l_d": B},
                         combine=lambda mean: wdal(mean["l_w"], mean["l_d"])), {"p": float(batch["p"])}
