@@ -287,7 +287,9 @@ def psf_wikitext() -> list[str]:
     for m in ("psf", "psf_content", "psf_mean_trajectory", "ar", "token_flow"):
         x = r[m]
         g = x["gen_ppl_at_matched_entropy"]
-        out.append(f"| {m} | {'not bracketed' if g is None else f'{g:.1f}'} | {x['entropy']:.3f} | "
+        iv = x.get("matched_entropy", {}).get("interval")  # the 95 % bootstrap interval (psf eval)
+        g = "not bracketed" if g is None else f"{g:.1f}" + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else "")
+        out.append(f"| {m} | {g} | {x['entropy']:.3f} | "
                    f"{x['mauve']:.3f} | {x['flops_per_sample']:.3g} | {x['flops_per_sample_analytic']:.3g} | "
                    f"{x['samples_per_s_b1']:.2f} | {x['samples_per_s_b32']:.2f} | {x['serial_depth']} | "
                    f"{x['params'] / 1e6:.2f}M | {x['train_tokens'] / 1e6:.2f}M | {x['train_wall_s'] / 60:.0f} |")

@@ -52,6 +52,10 @@ COMMANDS = [
             "shuffled), the AR block-cut ceiling, decoding from clean states vs prior samples vs the mean "
             "trajectory; writes diagnose.json", "forethought.psf.diagnose:diagnose",
             "forethought.psf.diagnose:DiagnoseConfig"),
+    Command("psf", "eval", "evaluate a 'psf recipe' run (PSF, its mean trajectory, the AR baseline, --compare runs "
+            "such as the content-state ablation or a token flow): sweeps of gen-PPL, unigram entropy, n-gram "
+            "repetition, MAUVE (planted: exact NLL), bootstrap intervals, differences, matched entropy, cost",
+            "forethought.psf.evaluate:evaluate", "forethought.psf.evaluate:EvalConfig"),
     Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
             "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head",
             "forethought.predgen.commands:run_train", "forethought.predgen.commands:PredGenConfig"),

@@ -501,6 +501,31 @@ def eval_windows(tokens: np.ndarray, n: int, length: int) -> torch.Tensor:
     return torch.from_numpy(np.asarray(tokens[:n * length], dtype=np.int64).reshape(n, length))
 
 
+def spread_windows(tokens: np.ndarray, n: int, length: int, spread: str = "even", seed: int = 0
+                   ) -> tuple[torch.Tensor, np.ndarray]:
+    """``n`` non-overlapping windows of ``length`` tokens drawn across a whole split: (n, length) int64 and their
+    token offsets (n,). The split is cut into its ``len(tokens) // length`` aligned windows (offsets at multiples
+    of ``length``: with the planted corpus, its documents) and ``n`` of them are taken: ``even`` = evenly spaced
+    from the first to the last, ``random`` = a seeded random subset (numpy ``default_rng(seed)``, in split
+    order), ``first`` = the first ``n`` (what :func:`eval_windows` gives)."""
+    if length <= 0:
+        raise ForethoughtError(f"window length must be > 0, got {length}")
+    count = len(tokens) // length
+    if n < 1 or n > count:
+        raise ForethoughtError(f"the split holds {count} windows of {length} tokens; {n} asked")
+    if spread == "even":
+        idx = np.unique(np.round(np.linspace(0, count - 1, n)).astype(np.int64))  # unique: n <= count
+    elif spread == "random":
+        idx = np.sort(np.random.default_rng(seed).choice(count, size=n, replace=False))
+    elif spread == "first":
+        idx = np.arange(n)
+    else:
+        raise ForethoughtError(f"unknown spread '{spread}'; expected even, random or first")
+    offsets = idx * length
+    windows = np.stack([np.asarray(tokens[o:o + length], dtype=np.int64) for o in offsets])
+    return torch.from_numpy(windows), offsets
+
+
 def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator, align: int = 1) -> torch.Tensor:
     """``n`` windows of ``length`` tokens at uniform random starts (every start, the last one included), starts
     restricted to multiples of ``align`` (``align`` = the document length of a corpus of equal-length documents

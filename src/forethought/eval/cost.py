@@ -65,6 +65,13 @@ def analytic_flops(n_params: int, tokens: int, n_layer: int = 0, d_model: int = 
     return 2 * n_params * tokens + 4 * n_layer * d_model * tokens * c
 
 
+def analytic_cached_decode(n_params: int, n_layer: int, d_model: int, prefix: int, steps: int) -> int:
+    """FLOPs of one KV-cached decode (:func:`analytic_flops` per call): a prefix call over ``prefix`` positions
+    (dense grid; none when 0), then ``steps`` one-position calls attending prefix + j keys (j = 1..steps)."""
+    total = analytic_flops(n_params, prefix, n_layer, d_model, prefix) if prefix else 0
+    return total + sum(analytic_flops(n_params, 1, n_layer, d_model, prefix + j) for j in range(1, steps + 1))
+
+
 def matmul_params(model: torch.nn.Module) -> int:
     """Parameters of the model's ``nn.Linear`` layers (each counted once even when tied): N in 2·N·T."""
     seen: set[int] = set()

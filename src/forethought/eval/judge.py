@@ -40,6 +40,7 @@ class JudgeResult:
     features: np.ndarray  # (n, d) float32 judge hidden states for MAUVE
     entropies: np.ndarray  # (n,) per-sample unigram entropy (nats)
     nll_per_token: np.ndarray  # (n,) each sample's mean NLL (nan for an empty sample)
+    token_counts: np.ndarray  # (n,) each sample's scored judge tokens (gen-PPL = exp(sum nll·count / sum count))
 
 
 def load_judge(name: str = DEFAULT_JUDGE) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -142,7 +143,7 @@ class JudgePass:
         ent = np.asarray(entropies)
         return JudgeResult(gen_ppl=math.exp(float(np.sum(totals)) / n_tokens), entropy=float(ent.mean()),
                            n_tokens=n_tokens, features=np.stack(feats).astype(np.float32), entropies=ent,
-                           nll_per_token=per_token)
+                           nll_per_token=per_token, token_counts=count.astype(np.int64))
 
     def save(self, path: Path) -> None:
         """Flat arrays + row offsets in one safetensors file, written atomically."""

@@ -4,6 +4,8 @@
 - ``paired_bootstrap``: percentile interval of metric(A) - metric(B), resampling example indices with replacement,
   the same indices for both methods; metric helpers ``accuracy``, ``mse``, ``pearson`` work on the last axis, so
   one call scores every resample of a chunk.
+- ``resample_indices`` / ``percentile_interval``: the pieces of any other percentile bootstrap (a statistic of
+  resampled sets, e.g. gen-PPL or MAUVE of sample sets, or the difference between two independent sets).
 - ``seed_mean_difference`` / ``t_interval``: mean ± std over seeds and the Student-t interval of the mean of the
   paired per-seed differences (scipy's binomial and t distributions).
 
@@ -196,6 +198,25 @@ def paired_bootstrap(metric: str | Metric, a: Sequence[Any] | np.ndarray, b: Seq
     if keep_distribution:
         out["distribution"] = np.where(ok, diffs, np.nan)
     return out
+
+
+def resample_indices(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, n) example indices drawn with replacement: one bootstrap resample per row."""
+    if n < 1 or n_boot < 1:
+        raise ValueError(f"a bootstrap needs n >= 1 examples and n_boot >= 1 resamples, got {n} and {n_boot}")
+    return rng.integers(0, n, size=(n_boot, n))
+
+
+def percentile_interval(values: Sequence[float] | np.ndarray, level: float = 0.95) -> tuple[float, float] | None:
+    """The (1 -/+ level) / 2 quantiles (linear interpolation) of the finite ``values`` (bootstrap statistics:
+    resamples whose statistic is undefined are nan and left out); None when none is finite."""
+    level = _check_level(level)
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    low, high = np.quantile(v, [(1 - level) / 2, (1 + level) / 2])
+    return (float(low), float(high))
 
 
 # ---------------------------------------------------------------------------------------------- Student t

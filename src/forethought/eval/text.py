@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from forethought.core.errors import ForethoughtError
-from forethought.data.corpora import encode_text
+from forethought.data.corpora import encode_text, spread_windows
 
 # WikiText's tokenised forms of intra-word hyphens and number separators ("1 @,@ 000" = "1,000").
 _AT_SEPARATORS = ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."))
@@ -93,22 +93,30 @@ def decode_samples(ids: torch.Tensor | np.ndarray | Sequence[Sequence[int]], tok
 
 
 def reference_windows(text: str, tokenizer: PreTrainedTokenizerBase, length: int, n: int | None = None,
-                      documents: bool = True) -> np.ndarray:
+                      documents: bool = True, spread: str = "even", seed: int = 0) -> np.ndarray:
     """Cut held-out text (e.g. the raw WikiText-2 test split) into non-overlapping windows of ``length`` tokens.
 
     The text is tokenised exactly as training data is (``documents``: one document per line with eos after it,
     as token_array does for WikiText), so a window looks like a sample from a model trained on that data: it
-    may start mid-sentence and cross document boundaries. Returns int64 (n_windows, length), the first ``n``
-    windows when ``n`` is given (the split's order, so the set is deterministic).
+    may start mid-sentence and cross document boundaries. Returns int64 (n_windows, length): every window, or
+    ``n`` of them drawn across the whole text (``spread``, see :func:`reference_set`).
     """
+    return reference_set(text, tokenizer, length, n, documents, spread, seed)[0]
+
+
+def reference_set(text: str, tokenizer: PreTrainedTokenizerBase, length: int, n: int | None = None,
+                  documents: bool = True, spread: str = "even", seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`reference_windows` with where they came from: (windows (n, length), token offsets (n,), tokens in
+    the text). ``spread`` (forethought.data.corpora.spread_windows): ``even`` = evenly spaced over the whole
+    text, first to last window (the default: the first windows of WikiText-2's test split are a handful of its
+    articles), ``random`` = a seeded random subset, ``first`` = the first ``n``."""
     if length <= 0:
         raise ForethoughtError(f"reference length must be > 0, got {length}")
     ids = encode_text(text, tokenizer, documents=documents).astype(np.int64)
     count = len(ids) // length
-    if n is not None:
-        if n > count:
-            raise ForethoughtError(f"the held-out text gives only {count} references of {length} tokens, {n} asked")
-        count = n
     if count == 0:
         raise ForethoughtError(f"the held-out text has {len(ids)} tokens, fewer than one reference of {length}")
-    return ids[: count * length].reshape(count, length)  # (n, L)
+    if n is not None and n > count:
+        raise ForethoughtError(f"the held-out text gives only {count} references of {length} tokens, {n} asked")
+    windows, offsets = spread_windows(ids, count if n is None else n, length, spread, seed)
+    return windows.numpy(), offsets, len(ids)

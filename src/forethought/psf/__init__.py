@@ -4,7 +4,8 @@ over the K states -> block-causal decoder writing all blocks in parallel; plus t
 
 For benchmarks: :func:`load_recipe` rebuilds a finished ``psf recipe`` run; :func:`sample_psf` and
 :func:`sample_ar` return (n, L) token ids. Importing this package (and sampling) does not import the training
-loop; training lives in :mod:`forethought.psf.recipe` and :mod:`forethought.psf.token_flow`.
+loop; training lives in :mod:`forethought.psf.recipe` and :func:`forethought.psf.token_flow.train_token_flow`, the
+evaluation (``psf eval``: sweeps, judge, MAUVE, intervals, cost) in :mod:`forethought.psf.evaluate`.
 """
 
 from forethought.psf.ar import sample_ar

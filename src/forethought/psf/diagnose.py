@@ -51,6 +51,7 @@ from forethought.data.planted import (
     token_nll,
     topic_posteriors,
 )
+from forethought.eval.diversity import distinct_ngrams
 from forethought.eval.judge import unigram_entropy
 from forethought.eval.stats import paired_bootstrap
 from forethought.psf.ar import ar_token_nll
@@ -147,15 +148,6 @@ def compare(base: torch.Tensor, other: torch.Tensor, block_len: int, names: tupl
     per_block = (torch.as_tensor(other).double() - torch.as_tensor(base).double()).reshape(len(base), -1, block_len)
     out["diff_per_block"] = per_block.mean((0, 2)).tolist()
     return out
-
-
-def distinct_ngrams(ids: np.ndarray, n: int) -> np.ndarray:
-    """Per row of (N, T) ids: distinct n-grams / n-grams (1 = no n-gram repeats within the row)."""
-    out = []
-    for row in np.asarray(ids):
-        grams = [tuple(row[i:i + n]) for i in range(len(row) - n + 1)]
-        out.append(len(set(grams)) / len(grams) if grams else math.nan)
-    return np.array(out)
 
 
 def mean_se(x: np.ndarray) -> dict[str, float | None]:

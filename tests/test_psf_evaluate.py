@@ -1,0 +1,242 @@
+"""``forethought psf eval`` on tiny recipe runs: the planted corpus (the true generator judges: exact NLLs) with a
+token flow and a second recipe run compared, a text corpus with a tiny judge and MAUVE, references spread over the
+test split, n-gram repetition by hand, and bad inputs that fail in one line with nothing written."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from cli_harness import expect_clean_failure, snapshot
+from transformers import PreTrainedTokenizerFast
+
+from forethought import cli
+from forethought.core.errors import ForethoughtError
+from forethought.core.run import Run
+from forethought.core.runtime import compute_init
+from forethought.core.trainer import TrainConfig
+from forethought.data.corpora import eval_windows, generated_corpus, spread_windows
+from forethought.data.planted import build_generator, token_nll
+from forethought.data.tokenizers import EOT, train_byte_level_bpe
+from forethought.eval.diversity import ngram_repetition
+from forethought.psf.evaluate import EvalConfig, Scores, evaluate, metrics
+from forethought.psf.generate import load_data, load_recipe
+from forethought.psf.token_flow import TokenFlow, TokenFlowConfig, embedding_table, train_token_flow
+from forethought.testing import tiny_gpt2
+
+PLANTED_TINY = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
+                "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
+                "--data.planted.train_documents", "256", "--data.planted.valid_documents", "32",
+                "--data.planted.test_documents", "64"]
+QUICK = ["--samples", "8", "--references", "16", "--n_boot", "200", "--sweep", "[[1.0, 1.0], [0.7, 0.9]]",
+         "--token_flow_sweep", "[1.0, 2.0]"]
+OWN = ("psf", "psf_mean_trajectory", "ar")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A planted recipe run (base -> codes -> prior -> ar), a copy of it and a token flow on its AR table; a text
+    recipe run (generated corpus, base -> prior -> ar) and a tiny judge (seconds)."""
+    out = tmp_path_factory.mktemp("evalruns")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FORETHOUGHT_CACHE", str(out / "cache"))
+    try:
+        assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "pl",
+                         "--landing.enabled", "false", "--self_realized.enabled", "false",
+                         "--longer_blocks.blocks", "[]", *PLANTED_TINY]) == 0
+        assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "tx",
+                         "--landing.enabled", "false", "--self_realized.enabled", "false", "--codes.enabled",
+                         "false", "--longer_blocks.blocks", "[]"]) == 0
+        shutil.copytree(out / "pl", out / "pl_copy")
+        art = load_recipe(out / "pl")
+        docs = torch.from_numpy(load_data(art.cfg.data, 32)[0].astype(np.int64)).view(-1, 32)
+        torch.manual_seed(0)
+        tf = TokenFlow(TokenFlowConfig(seq_len=32, n_embd=32, n_layer=1, n_head=2, time_dim=8, steps=4),
+                       embedding_table(art.ar))
+        run = Run.create(out, "tf")
+        res = train_token_flow(tf, docs, TrainConfig(steps=4, batch_size=8, lr=3e-3, log_every=2), run,
+                               compute_init("cpu", 0))
+        run.write_results({"training_tokens": 4 * 8 * 32, "train_wall_s": res["wall_s"]})
+        backend = train_byte_level_bpe(generated_corpus(20_000, seed=1), 300)
+        tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOT, bos_token=EOT, unk_token=EOT,
+                                      pad_token=EOT)
+        judge = tiny_gpt2(vocab_size=len(tok), hidden_size=32, layers=1, heads=2, eos_token_id=tok.eos_token_id)
+        judge.save_pretrained(out / "judge")
+        tok.save_pretrained(out / "judge")
+    finally:
+        mp.undo()
+    return out
+
+
+@pytest.fixture
+def cache_env(runs, monkeypatch):
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(runs / "cache"))
+    return runs
+
+
+def numbers(obj, where=""):
+    """Every number in a JSON tree is finite (None allowed); returns how many there are."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return 0
+    if isinstance(obj, (int, float)):
+        assert math.isfinite(obj), where
+        return 1
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    return sum(numbers(v, f"{where}.{k}") for k, v in items)
+
+
+def check_point(p, keys):
+    for k in keys:
+        lo, hi = p["interval"][k]
+        assert math.isfinite(p[k]) and lo <= hi, (k, p[k], lo, hi)
+
+
+def test_eval_planted_with_compared_runs(cache_env, capsys):
+    runs = cache_env
+    run = runs / "pl"
+    before = snapshot(run)
+    assert cli.main(["psf", "eval", "--recipe_run", str(run), "--compare", f"[{runs / 'tf'}, {runs / 'pl_copy'}]",
+                     *QUICK]) == 0
+    printed = capsys.readouterr().out
+    assert "| psf |" in printed and "differences" in printed and "floor" in printed
+    after = snapshot(run)
+    assert all(after[k] == v for k, v in before.items())  # nothing of the run changed
+    assert all(k.startswith("eval/") for k in set(after) - set(before))
+    res = json.loads((run / "eval" / "results.json").read_text())
+    assert (run / "eval" / "curves.png").is_file()
+    assert numbers(res) > 100
+    assert set(res["models"]) == {*OWN, "tf", "pl_copy"}
+    assert res["judge"].startswith("true generator") and res["judge_max_tokens"] is None
+    keys = ("gen_ppl", "nll_per_token", "entropy", "repetition_2", "repetition_3", "repetition_4", "persistence",
+            "block_coherence")
+    for name, row in res["models"].items():
+        assert len(row["sweep"]) == 2, name
+        for p in row["sweep"]:
+            check_point(p, keys)
+            assert "mauve" not in p  # no MAUVE on the planted corpus
+        assert row["flops_per_sample"] > 0 and row["samples_per_s_b32"] > 0
+    assert [p["step_temperature"] for p in res["models"]["tf"]["sweep"]] == [1.0, 2.0]
+    assert res["models"]["psf"]["serial_depth"] == 8 + 8 and res["models"]["ar"]["serial_depth"] == 32
+    assert res["models"]["tf"]["serial_depth"] == 4 and res["models"]["psf_mean_trajectory"]["serial_depth"] == 8
+    # the floor and the references: test documents evenly spaced from the first to the last
+    refs = res["references"]
+    assert refs["split"] == "test" and refs["n"] == 16 and refs["split_tokens"] == 64 * 32
+    assert refs["offsets"][0] == 0 and refs["last_end"] == refs["split_tokens"]
+    assert res["floor"]["entropy_rate"] > 0 and res["target_entropy"] == pytest.approx(refs["entropy"])
+    # exact NLLs: the row's NLL per token is the true generator's token_nll of the same (cached) samples
+    gen = build_generator(load_recipe(run).cfg.data.planted)
+    cached = sorted((run / "eval" / "cache").glob("psf-p1-*.json"))
+    assert len(cached) == 1
+    ids = np.array(json.loads(cached[0].read_text())["ids"])
+    assert ids.shape == (8, 32)
+    assert res["models"]["psf"]["sweep"][1]["nll_per_token"] == pytest.approx(float(token_nll(gen, ids).mean()),
+                                                                               rel=1e-12)
+    assert res["models"]["psf"]["sweep"][1]["gen_ppl"] == pytest.approx(math.exp(token_nll(gen, ids).mean()))
+    # differences: an identical copy of the run samples exactly the same documents; the token flow shares no point
+    same = res["differences"]["psf - pl_copy"]
+    assert same["points_shared"] == 2
+    for p in same["per_point"]:
+        assert all(v == 0 for v in p["diff"].values())
+        assert all(lo <= 0 <= hi for lo, hi in p["interval"].values())
+    assert res["differences"]["psf - tf"]["points_shared"] == 0
+    assert set(res["differences"]) == {f"psf - {m}" for m in res["models"] if m != "psf"}
+    assert res["bootstrap"]["differences"].startswith("unpaired")
+
+
+def test_eval_text_with_judge_mauve_and_the_cache(cache_env, capsys):
+    runs = cache_env
+    run, out = runs / "tx", runs / "tx_eval"
+    opts = ["--recipe_run", str(run), "--judge", str(runs / "judge"), "--samples", "6", "--references", "8",
+            "--n_boot", "100", "--mauve_boot", "3", "--sweep", "[[1.0, 1.0], [0.5, 0.9]]", "--cost", "false",
+            "--out", str(out)]
+    assert cli.main(["psf", "eval", *opts, "--models", "[psf]", "--prepare_only", "true"]) == 0
+    assert not (out / "results.json").exists()
+    cached = sorted(p.name.split("-")[0] + ("-judge" if "judge" in p.name else "") for p in (out / "cache").iterdir())
+    assert cached == ["psf", "psf", "psf-judge", "psf-judge", "references-judge"]  # 2 sample sets, 3 judge passes
+    capsys.readouterr()
+    assert cli.main(["psf", "eval", *opts]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert {"psf-p0 samples", "psf-p1 judge", "references judge"} <= set(res["cache_hits"])
+    assert not any(h.startswith("ar") for h in res["cache_hits"])
+    assert set(res["models"]) == set(OWN) and res["judge_max_tokens"] > 0
+    for row in res["models"].values():
+        for p in row["sweep"]:
+            check_point(p, ("gen_ppl", "entropy", "repetition_2", "repetition_3", "repetition_4", "mauve"))
+            assert 0 < p["mauve"] <= 1 and p["judge_tokens"] > 0
+        m = row["matched_entropy"]
+        assert (m["gen_ppl"] is None) == (m["interval"] is None) and 0 <= m["bracketed_fraction"] <= 1
+        assert "flops_per_sample" not in row
+    assert numbers(res) > 50
+    # references: windows of the test split, evenly spaced from its start to its end
+    refs = res["references"]
+    windows = refs["split_tokens"] // 32
+    assert windows > 8 and refs["offsets"][0] == 0 and refs["offsets"][-1] == (windows - 1) * 32
+    assert refs["offsets"] == sorted(set(refs["offsets"]))
+    gaps = np.diff(refs["offsets"])
+    assert gaps.max() - gaps.min() <= 32  # evenly spaced, to the window
+
+
+def test_spread_windows_cover_the_split():
+    tokens = np.arange(1000)
+    w, off = spread_windows(tokens, 5, 10)  # 100 windows: 0, 25, 50, 74, 99 (rounded linspace)
+    assert off[0] == 0 and off[-1] == 990 and len(set(off.tolist())) == 5
+    assert torch.equal(w[:, 0], torch.from_numpy(off)) and w.shape == (5, 10)
+    r1, o1 = spread_windows(tokens, 7, 10, "random", seed=3)
+    r2, o2 = spread_windows(tokens, 7, 10, "random", seed=3)
+    assert np.array_equal(o1, o2) and np.all(np.diff(o1) >= 10) and np.all(o1 % 10 == 0)
+    first, _ = spread_windows(tokens, 4, 10, "first")
+    assert torch.equal(first, eval_windows(tokens, 4, 10))
+    assert spread_windows(tokens, 100, 10)[1].tolist() == list(range(0, 1000, 10))  # all of them
+    with pytest.raises(ForethoughtError):
+        spread_windows(tokens, 101, 10)
+
+
+def test_ngram_repetition_by_hand():
+    rows = [[1, 2, 1, 2, 1], [7, 7, 7, 7], [1, 2, 3, 4, 5], [4, 2]]
+    # [1,2,1,2,1]: 2-grams 12 21 12 21 -> 2 of 4 repeat; 3-grams 121 212 121 -> 1 of 3; 4-grams 1212 2121 -> 0
+    assert ngram_repetition(rows, 2)[:3].tolist() == pytest.approx([0.5, 2 / 3, 0.0])
+    assert ngram_repetition(rows, 3)[:2].tolist() == pytest.approx([1 / 3, 1 / 2])
+    rep4 = ngram_repetition(rows, 4)
+    assert rep4[:3].tolist() == pytest.approx([0.0, 0.0, 0.0]) and np.isnan(rep4[3])  # too short for a 4-gram
+    # the metric is the mean over samples that have n-grams, and a bootstrap resample reuses the same formula
+    s = Scores(nll=np.array([2.0, 4.0, 6.0, 1.0]), tokens=np.array([2, 2, 2, 1]), entropy=np.zeros(4),
+               repetition={4: rep4}, extra={}, features=None)
+    m = metrics(s)
+    assert m["repetition_4"] == 0.0 and m["nll_per_token"] == pytest.approx(13 / 7)
+    assert m["gen_ppl"] == pytest.approx(math.exp(13 / 7))
+    boot = metrics(s, np.array([[0, 0, 0, 0], [3, 3, 3, 3], [1, 2, 3, 0]]))
+    assert boot["nll_per_token"].tolist() == pytest.approx([1.0, 1.0, 13 / 7])
+    assert boot["repetition_4"][0] == 0.0 and np.isnan(boot["repetition_4"][1])
+
+
+def test_bad_inputs_fail_cleanly(cache_env, tmp_path):
+    """Through the console script: one line, exit 2, the run folder untouched (the fork server's start, shared
+    with the other bad-input tests, is most of this test's time)."""
+    runs = cache_env
+    run = runs / "pl"
+    base = ["psf", "eval", "--recipe_run", str(run)]
+    expect_clean_failure(["psf", "eval"], tmp_path, run, ["recipe_run"])
+    expect_clean_failure([*base, "--models", "[psf, gpt]"], tmp_path, run, ["models", "gpt"])
+    expect_clean_failure([*base, "--compare", f"[{runs / 'tx'}]"], tmp_path, run, ["compare", "other data"])
+    expect_clean_failure(["psf", "eval", "--recipe_run", str(runs / "tx"), "--references", "8", "--judge",
+                          str(tmp_path / "nojudge")], tmp_path, runs / "tx", ["nojudge"])
+
+
+def test_more_bad_inputs_raise_before_writing(cache_env, tmp_path):
+    runs = cache_env
+    run = runs / "pl"
+    before = snapshot(runs)
+    (tmp_path / "a_file").write_text("x")
+    bad = [({"samples": 1}, "samples"), ({"sweep": [[1.0, 0.0]]}, "top_p"), ({"sweep": [[1.0]]}, "sweep"),
+           ({"token_flow_sweep": [0.0]}, "step_temperature"), ({"mauve_boot": 300, "n_boot": 200}, "mauve_boot"),
+           ({"compare": [str(runs / "missing")]}, "missing"), ({"compare": [str(runs / "cache")]}, "neither"),
+           ({"compare": [str(runs / "tf"), str(runs / "tf")]}, "names another model"),
+           ({"references": 100}, "64 documents"), ({"out": str(tmp_path / "a_file")}, "a file"),
+           ({"out": str(run / "base")}, "stage 'base'"), ({"recipe_run": str(tmp_path)}, "not a finished")]
+    for kw, message in bad:
+        cfg = EvalConfig(**{"recipe_run": str(run), "cost": False, **kw})
+        with pytest.raises(ForethoughtError, match=message):
+            evaluate(cfg)
+    assert snapshot(runs) == before
