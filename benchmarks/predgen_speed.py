@@ -1,5 +1,7 @@
 """Benchmark: what PredGen costs. (1) Training step time, PredGen / Generator — the price of scheduled
 sampling, the roll-out and the adapter — same model, batch and process, steps interleaved, medians.
+(1b) The parts of one PredGen step (prompt pass, teacher-forced pass, roll-out, continuation, losses,
+backward, optimizer), profiled, on SST-2 and on ARC-Easy answered with the choice's text.
 (2) Inference: our KV-cached, batched, constrained greedy decoder vs a loop that re-runs the full sequence for
 every new token (as the reference code did), the same batches and the same constraint, 8 generated tokens.
 
@@ -49,6 +51,41 @@ def rerun_greedy(lm, trie, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return torch.stack(out, 1)
 
 
+def step_parts(model, opt, enc, items: list, steps: int) -> dict:  # noqa: ANN001
+    """Median seconds of each part of a PredGen step over ``steps`` steps on one batch: the forward's parts (the
+    profiler labels in predgen_loss), backward and the optimizer step; and the examples/s of the whole step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from forethought.predgen.methods import PredGenSettings, predgen_loss, with_sampling
+
+    batch = with_sampling(enc.collate(items), 0.5, 0)
+    rows: dict[str, list[float]] = {}
+    for i in range(steps + 1):
+        model.train()
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            loss = model(predgen_loss, batch, PredGenSettings(), enc, "classification", -1, True)[0].value()
+        t1 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        if i == 0:
+            continue  # warm-up
+        for ev in prof.key_averages():
+            if ev.key.startswith("predgen."):
+                rows.setdefault(ev.key.removeprefix("predgen."), []).append(ev.cpu_time_total / 1e6)
+        for name, v in (("forward_total", t1 - t0), ("backward", t2 - t1), ("optimizer", t3 - t2),
+                        ("step", t3 - t0)):
+            rows.setdefault(name, []).append(v)
+    out = {k: statistics.median(v) for k, v in rows.items()}
+    out["examples_per_s"] = len(items) / out["step"]
+    out["answer_tokens_max"] = int(batch["answer_mask"].sum(1).max())
+    out["prompt_tokens_mean"] = float(batch["prompt_mask"].sum(1).float().mean())
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=12, help="timed training steps per method (after 2 warm-up)")
@@ -56,12 +93,15 @@ def main() -> None:
     ap.add_argument("--decode-examples", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--base", default="smollm2-135m")
+    ap.add_argument("--parts-steps", type=int, default=4, help="steps timed part by part (profiled)")
+    ap.add_argument("--text-task", default="arc-easy", help="also time the parts on this task's text answers "
+                    "('' = skip)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t_start = time.time()
     from forethought.core.config import load_config
     from forethought.models.hf import load_causal_lm
-    from forethought.predgen.config import PredGenConfig
+    from forethought.predgen.config import PredGenConfig, TaskConfig
     from forethought.predgen.data import load_split
     from forethought.predgen.decoding import AnswerTrie, constrained_greedy
     from forethought.predgen.methods import (
@@ -106,6 +146,15 @@ def main() -> None:
                 times[name].append(time.perf_counter() - t0)
         print(f"step {step}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items() if v), flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
+    parts = step_parts(models["predgen"], opt, enc, items[:args.batch], args.parts_steps)
+    text_parts = None
+    if args.text_task:  # a multi-token task: ARC-Easy answered with the choice's text
+        tspec, ttrain, _ = load_split(TaskConfig(name=args.text_task, answer="text"), 0)
+        tenc = Encoder(tspec, tok, PromptConfig())
+        tmodel = PredGenModel(lm, build_head("predgen", d, tenc.n_out, "attention", 256, None))
+        topt = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad] + list(tmodel.head.parameters()),
+                                 lr=1e-4)
+        text_parts = step_parts(tmodel, topt, tenc, tenc.encode(ttrain[:args.batch]), args.parts_steps)
 
     # Inference: 8 generated tokens (7 answer tokens + EOS) under the same constraint for both decoders.
     g = torch.Generator().manual_seed(0)
@@ -143,6 +192,8 @@ def main() -> None:
         "decode": {"generated_tokens": 8, "examples": len(ev), "examples_per_s_cached": rates["cached"],
                    "examples_per_s_rerun": rates["rerun"], "same_tokens": same},
         "decode_speedup": rates["cached"] / rates["rerun"],
+        "predgen_step_parts_s": {"sst2": parts, **({args.text_task + " (text answers)": text_parts}
+                                                   if text_parts else {})},
         "notes": "training: SST-2 train prompts, label-word answers (+EOS), PredGen with p=0.5, the roll-out "
                  "and the attention adapter, AdamW step included, the two methods interleaved in one process. "
                  "Decoding: SST-2 dev prompts, a trie of 32 random 8-token answers (7 tokens + EOS), greedy.",
