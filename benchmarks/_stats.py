@@ -46,3 +46,15 @@ def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classificat
         out[metric] = {"difference": boot["observed"], "ci95": list(boot["interval"]), "a": boot["metric_a"],
                        "b": boot["metric_b"]}
     return out
+
+
+def invocations(runs_dir: Path, command: str) -> list[str]:
+    """Every command that has worked on this benchmark's run folder, ``command`` added once (a benchmark may
+    span several invocations; its JSON names them all)."""
+    log = runs_dir / "invocations.txt"
+    seen = log.read_text().splitlines() if log.is_file() else []
+    if command not in seen:
+        seen.append(command)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("\n".join(seen) + "\n")
+    return seen

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _jobs import run_queue  # noqa: E402
-from _stats import run_started  # noqa: E402
+from _stats import invocations, run_started  # noqa: E402
 
 from forethought.eval.stats import t_interval  # noqa: E402
 
@@ -78,11 +78,7 @@ def _paired(a: dict[int, float], b: dict[int, float]) -> dict | None:
 def collect(command: str) -> None:
     """Assemble every finished run under RUNS, whichever invocation trained it (all invocations are listed in
     ``command``; ``wall_s`` spans from the first run's start to now)."""
-    log = RUNS / "invocations.txt"
-    seen = log.read_text().splitlines() if log.is_file() else []
-    if command not in seen:
-        seen.append(command)
-        log.write_text("\n".join(seen) + "\n")
+    seen = invocations(RUNS, command)
     loss: dict[str, dict[int, float]] = {}
     per_pos: dict[str, dict[int, list[float]]] = {}
     curves: dict[str, list] = {}

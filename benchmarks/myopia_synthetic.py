@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _jobs import run_queue  # noqa: E402
-from _stats import run_started  # noqa: E402
+from _stats import invocations, run_started  # noqa: E402
 
 from forethought.eval.stats import t_interval  # noqa: E402
 
@@ -63,11 +63,7 @@ def collect(command: str) -> None:
     """Assemble every finished (p, model) run under RUNS, whichever invocation trained it. The runs are resumable
     and may span several invocations of this script: all of them are listed in ``command``, and ``wall_s`` spans
     from the first run's start to now."""
-    log = RUNS / "invocations.txt"
-    seen = log.read_text().splitlines() if log.is_file() else []
-    if command not in seen:
-        seen.append(command)
-        log.write_text("\n".join(seen) + "\n")
+    seen = invocations(RUNS, command)
     import statistics
 
     found = []  # (p, mode, seed) of every run folder, whichever invocation made it

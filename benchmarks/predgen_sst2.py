@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _jobs import run_queue  # noqa: E402
+from _stats import invocations  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-sst2"
@@ -54,12 +55,7 @@ def _mean_std(xs: list[float]) -> tuple[float, float]:
 
 
 def collect(command: str, seeds: list[int]) -> None:
-    log = RUNS / "invocations.txt"
-    seen = log.read_text().splitlines() if log.is_file() else []
-    if command not in seen:
-        seen.append(command)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text("\n".join(seen) + "\n")
+    seen = invocations(RUNS, command)
     res: dict = {"command": " ; ".join(seen), "task": "sst2 (dev, 872 examples)", "base": "smollm2-135m",
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1,
                              "parallel_runs": 2},

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 from _jobs import run_queue  # noqa: E402
-from _stats import paired, predictions, run_started  # noqa: E402
+from _stats import invocations, paired, predictions, run_started  # noqa: E402
 
 from forethought.eval.stats import seed_mean_difference  # noqa: E402
 
@@ -76,12 +76,7 @@ def main() -> None:
 
 
 def collect(command: str, args: argparse.Namespace) -> None:
-    log = RUNS / "invocations.txt"
-    seen = log.read_text().splitlines() if log.is_file() else []
-    if command not in seen:
-        seen.append(command)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text("\n".join(seen) + "\n")
+    seen = invocations(RUNS, command)
     res: dict = {"command": " ; ".join(seen), "base": "smollm2-135m", "adapter": "LoRA r=16 (all linear layers)",
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": args.threads, "parallel_runs": 1},

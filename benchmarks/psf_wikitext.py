@@ -83,6 +83,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _stats import invocations  # noqa: E402
 
 PRESETS = {
     "small": {"config": "small", "runs": ROOT / "runs" / "bench-psf-wikitext",
@@ -478,11 +480,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     ev = evaluate(args)
     command = " ".join(["python", *(sys.argv if argv is None else ["benchmarks/psf_wikitext.py", *argv])])
-    log = args.runs / "invocations.txt"
-    seen = log.read_text().splitlines() if log.is_file() else []
-    if command not in seen:
-        seen.append(command)
-        log.write_text("\n".join(seen) + "\n")
+    seen = invocations(args.runs, command)
     walls = args.runs / "eval-cache" / "walls.jsonl"  # wall time of every evaluating invocation
     with walls.open("a") as f:
         f.write(json.dumps({"command": command, "wall_s": time.time() - t0, "prepared": args.prepare,
