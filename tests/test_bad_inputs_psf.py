@@ -45,6 +45,7 @@ def _recipe_case(tmp_path: Path, env: dict[str, str], args: list[str], names: li
     (["--data.corpus", "no-such-corpus"], ["unknown corpus", "no-such-corpus"]),
     (["--data.tokenizer", "no-such-tokenizer"], ["tokenizer", "no-such-tokenizer"]),
     (["--prior.model.n_head", "3"], ["prior.model", "n_embd (32) must be divisible by n_head (3)"]),
+    (["--prior.model.conditioning", "mask"], ["prior.model.conditioning", "'none', 'known_mask'", "'mask'"]),
     (["--base.train.steps", "-3"], ["base.train", "steps", "-3"]),
     (["--ar.train.steps", "-2"], ["ar.train", "steps", "-2"]),
     (["--resume", "some/checkpoint"], ["--resume auto"]),
@@ -78,6 +79,7 @@ def test_corrupt_run_files_when_sampling(run_copy: Path, tmp_path: Path, trained
     (["--name", "base"], ["name 'base'", "trained model"]),  # would overwrite that stage's results.json
     (["--name", "results.json"], ["name 'results.json'", "file of the recipe run"]),
     (["--prompt_blocks", "9"], ["prompt_blocks must be in 1..4"]),
+    (["--prompt_blocks", "1", "--prompt_replace", "false"], ["conditioning none", "only through replacement"]),
 ])
 def test_bad_sample_settings_write_nothing(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
                                            args: list[str], names: list[str]) -> None:

@@ -75,11 +75,14 @@ from forethought.data.planted import (
     PLANTED,
     PlantedGenerator,
     block_coherence,
+    block_log_emissions,
     build_generator,
     entropy_rate,
+    forward,
     persistence,
     planted_split,
     token_nll,
+    topic_posteriors,
 )
 from forethought.eval.cost import (
     analytic_cached_decode,
@@ -425,6 +428,33 @@ def planted_scores(gen: PlantedGenerator, ids: np.ndarray) -> Scores:
     T = gen.document_tokens
     return Scores(token_nll(gen, ids) * T, np.full(len(ids), T, dtype=np.int64), entropy, rep,
                   {"persistence": persistence(gen, ids), "block_coherence": block_coherence(gen, ids)}, None)
+
+
+def prompted_scores(gen: PlantedGenerator, ids: np.ndarray, m: int) -> dict[str, np.ndarray]:
+    """How (n, T) planted documents whose first ``m`` blocks were a prompt continue it, per document (n,):
+
+    - ``junction_stay``: p(z_{m+1} = z_m | x), the posterior probability that the first continued block keeps
+      the prompt's last topic (true continuations average ``stay_prob``, by the tower rule);
+    - ``continuation_nll``: -(log p(x) - log p(blocks 1..m)) / continued tokens, the exact NLL per token of the
+      continuation given the prompt (log p(blocks 1..m) from the forward pass: later blocks marginalise out);
+    - ``continuation_persistence``: the posterior-expected fraction of consecutive continued block pairs
+      (m+1, m+2) .. (K-1, K) that keep their topic (nan when fewer than two blocks are continued)."""
+    K, T = gen.blocks, gen.document_tokens
+    if not 1 <= m < K:
+        raise ForethoughtError(f"a prompt of {m} blocks leaves nothing to continue in {K}-block documents"
+                               if m >= K else f"a prompt needs at least one block, got {m}")
+    post = topic_posteriors(gen, ids)
+    alpha = forward(gen, block_log_emissions(gen, ids))[0]  # (n, K, M)
+    a = alpha[:, m - 1]
+    top = a.max(-1, keepdims=True)
+    log_prompt = (top + np.log(np.exp(a - top).sum(-1, keepdims=True)))[:, 0]
+    stays = np.einsum("bkii->bk", post.pairs)  # (n, K-1): p(z_{k+1} = z_k | x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no continued pair: nan
+        inside = stays[:, m:].mean(1) if m < K - 1 else np.full(len(stays), np.nan)
+    return {"junction_stay": stays[:, m - 1],
+            "continuation_nll": -(post.log_px - log_prompt) / (T - m * gen.block_tokens),
+            "continuation_persistence": inside}
 
 
 def judge_scores(jp: JudgePass, cap: int | None) -> Scores:

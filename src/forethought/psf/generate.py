@@ -30,7 +30,7 @@ from forethought.data.planted import PLANTED, PlantedConfig, PlantedTokenizer, p
 from forethought.models.gpt import GPT
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
 from forethought.psf.model import PSFModel, PSFModelConfig, generate_blocks
-from forethought.psf.prior import FlowPrior, PriorConfig, sample_prior
+from forethought.psf.prior import FlowPrior, PriorConfig, leading_known_mask, sample_prior
 from forethought.psf.sampling import device_generator
 
 MODEL_STAGES = ("base", "landing", "self_realized", "codes")
@@ -196,7 +196,7 @@ def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device
     if pckpt is not None and pname in results["stages"]:
         pinfo = results["stages"][pname]
         if pinfo["blocks"] == model.blocks and stage == prior_source(results, pname):
-            prior = FlowPrior(cfg.prior, pinfo["dim"], pinfo["blocks"])
+            prior = prior_for(model, cfg.prior, pinfo["dim"], pinfo["blocks"])
             load_checkpoint(pckpt, prior)
             prior.eval()
     ar = None
@@ -226,6 +226,17 @@ def load_stage_model(run_dir: Path, cfg: SavedRecipe, results: dict, stage: str)
     return model
 
 
+def prompt_lead(model: PSFModel) -> int:
+    """States a prompt of m blocks fixes beyond the m-th: 1 for predictive states (s_{m+1} sums up the prompt)."""
+    return 1 if model.config.states == "predictive" else 0
+
+
+def prior_for(model: PSFModel, cfg: PriorConfig, dim: int, blocks: int) -> FlowPrior:
+    """A flow prior over ``model``'s (blocks, dim) trajectories, knowing their layout (state part, prompt lead),
+    so that a conditioned prior trains on the same known entries that prompted sampling fixes."""
+    return FlowPrior(cfg, dim, blocks, model.state_dim, prompt_lead(model))
+
+
 def prior_source(results: dict, pname: str) -> str:
     """The model stage a prior was trained on: the model stage just before it in the results."""
     names = list(results["stages"])
@@ -239,12 +250,14 @@ def prior_source(results: dict, pname: str) -> str:
 def sample_psf(model: PSFModel, prior: FlowPrior | None, n: int, *, temperature: float = 1.0, top_p: float = 1.0,
                steps: int | None = None, generator: torch.Generator | None = None,
                trajectory: Literal["prior", "mean"] = "prior", prompt: torch.Tensor | None = None,
-               batch_size: int = 0) -> torch.Tensor:
+               batch_size: int = 0, replace: bool = True) -> torch.Tensor:
     """(n, L) token ids from PSF: the prior's Euler sampler writes a (K, dim) state trajectory (``trajectory:
     mean`` uses the stored mean trajectory instead — the ablation), then the decoder writes all K blocks in
-    parallel. ``prompt`` (n, m·L/K): the first m blocks are given; their states (and codes) are fixed during the
-    flow (replacement) and their tokens are forced. Without a prior (``prior=None``) the mean trajectory is
-    impossible too, so a prior is required; codes the prior does not model are zero."""
+    parallel. ``prompt`` (n, m·L/K): the first m blocks are given; the states (and codes) they determine are
+    fixed during the flow — by replacement (``replace``), as a conditioned prior's input, or both
+    (:func:`forethought.psf.prior.sample_prior`) — and exactly kept, and their tokens are forced. Without a prior
+    (``prior=None``) the mean trajectory is impossible too, so a prior is required; codes the prior does not model
+    are zero."""
     if prior is None:
         raise ForethoughtError("sampling PSF needs a trained prior (the recipe's prior stage)")
     model.eval()
@@ -252,11 +265,11 @@ def sample_psf(model: PSFModel, prior: FlowPrior | None, n: int, *, temperature:
     if batch_size and n > batch_size:
         parts = [sample_psf(model, prior, min(batch_size, n - i), temperature=temperature, top_p=top_p, steps=steps,
                             generator=generator, trajectory=trajectory,
-                            prompt=None if prompt is None else prompt[i:i + batch_size])
+                            prompt=None if prompt is None else prompt[i:i + batch_size], replace=replace)
                  for i in range(0, n, batch_size)]
         return torch.cat(parts)
     states, codes, force, force_blocks = sample_states(model, prior, n, steps=steps, generator=generator,
-                                                       trajectory=trajectory, prompt=prompt)
+                                                       trajectory=trajectory, prompt=prompt, replace=replace)
     return generate_blocks(model, states, codes, temperature=temperature, top_p=top_p, generator=generator,
                            force=force, force_blocks=force_blocks)
 
@@ -264,7 +277,7 @@ def sample_psf(model: PSFModel, prior: FlowPrior | None, n: int, *, temperature:
 @torch.no_grad()
 def sample_states(model: PSFModel, prior: FlowPrior, n: int, *, steps: int | None = None,
                   generator: torch.Generator | None = None, trajectory: Literal["prior", "mean"] = "prior",
-                  prompt: torch.Tensor | None = None
+                  prompt: torch.Tensor | None = None, replace: bool = True
                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """The first half of :func:`sample_psf` (same arguments): what the decoder is given for ``n`` documents —
     states (n, K, S), codes (n, K, code_dim) or None, and, with a prompt, the tokens and blocks to force (else
@@ -273,6 +286,8 @@ def sample_states(model: PSFModel, prior: FlowPrior, n: int, *, steps: int | Non
     K, nb, S = model.blocks, model.block_len, model.state_dim
     if prior.blocks != K:
         raise ForethoughtError(f"the prior models {prior.blocks} states, the model decodes {K} blocks")
+    if prior.conditioned and (prior.state_dim, prior.prompt_lead) != (S, prompt_lead(model)):
+        raise ValueError("a conditioned prior must know the model's trajectory layout: build it with prior_for()")
     known, mask, force, force_blocks = None, None, None, None
     if prompt is not None:
         prompt = prompt.to(dev).long()
@@ -282,10 +297,10 @@ def sample_states(model: PSFModel, prior: FlowPrior, n: int, *, steps: int | Non
         h, feats = model.encode(prompt)  # (n, m, S): block-causal, so these equal the full text's h_1..h_m
         s = torch.cat([model.start.expand(n, 1, S), h], 1)[:, :K] if model.config.states == "predictive" else h
         known = torch.zeros(n, K, prior.dim, device=dev)
-        mask = torch.zeros(n, K, prior.dim, dtype=torch.bool, device=dev)
-        known[:, :s.shape[1], :S], mask[:, :s.shape[1], :S] = s, True
+        known[:, :s.shape[1], :S] = s
         if prior.dim > S:
-            known[:, :m, S:], mask[:, :m, S:] = model.posterior(feats)[0], True
+            known[:, :m, S:] = model.posterior(feats)[0]
+        mask = leading_known_mask(torch.full((n,), m, device=dev), K, prior.dim, S, prompt_lead(model))
         force = torch.zeros(n, model.seq_len, dtype=torch.long, device=dev)
         force[:, :m * nb] = prompt
         force_blocks = (torch.arange(K, device=dev) < m).expand(n, K)
@@ -294,7 +309,7 @@ def sample_states(model: PSFModel, prior: FlowPrior, n: int, *, steps: int | Non
         if known is not None:
             traj = torch.where(mask, known, traj)
     else:
-        traj = sample_prior(prior, n, steps, generator, known, mask)  # (n, K, dim)
+        traj = sample_prior(prior, n, steps, generator, known, mask, replace)  # (n, K, dim)
     states = traj[..., :S]
     if model.config.states == "predictive":
         states = torch.cat([model.start.expand(n, 1, S), states[:, 1:]], 1)  # s_1 is known exactly
@@ -317,6 +332,9 @@ class SampleConfig:
     prior_steps: int = field(0, "Euler steps (0 = the prior's configured steps)")
     trajectory: Literal["prior", "mean"] = field("prior", "sampled state trajectories, or the mean one (ablation)")
     prompt_blocks: int = field(0, "prompted generation: the first m blocks of validation windows are given")
+    prompt_replace: bool = field(True, "prompted: also set the known entries of x_t to their interpolant at every "
+                                 "Euler step (replacement); false needs a prior trained with conditioning "
+                                 "known_mask, whose input then alone carries the prompt")
     seed: int = field(0, "sampling seed")
     device: str = field("auto", "auto | cpu | cuda | mps")
 
@@ -375,7 +393,8 @@ def sample(cfg: SampleConfig, resume: str | None = None) -> dict:
     else:
         steps = cfg.prior_steps or art.prior.config.steps
         ids = sample_psf(art.model, art.prior, cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, steps=steps,
-                         generator=g, trajectory=cfg.trajectory, prompt=prompt, batch_size=cfg.batch_size)
+                         generator=g, trajectory=cfg.trajectory, prompt=prompt, batch_size=cfg.batch_size,
+                         replace=cfg.prompt_replace)
         depth = (steps if cfg.trajectory == "prior" else 0) + nb
     wall = time.perf_counter() - t0
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -60,6 +60,7 @@ from forethought.psf.generate import (
     check_planted_shape,
     configure,
     load_data,
+    prior_for,
 )
 from forethought.psf.model import PSFModel, PSFModelConfig, calibrate_states, check_blocks, realized_summaries
 from forethought.psf.prior import FlowPrior, PriorConfig
@@ -435,7 +436,7 @@ def _train_prior_stage(model: PSFModel, stage: Stage, sub: Run, rt: Runtime, cfg
     pcfg, tcfg = cfg.prior.model, stage.train
     with_codes = model.use_codes and not pcfg.state_only
     torch.manual_seed(cfg.run.seed + 1)
-    prior = FlowPrior(pcfg, trajectory_dim(model, pcfg), model.blocks)
+    prior = prior_for(model, pcfg, trajectory_dim(model, pcfg), model.blocks)
     n_params = sum(p.numel() for p in prior.parameters())
     model.to(rt.device).eval()
     if finished is not None:
