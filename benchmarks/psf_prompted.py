@@ -278,7 +278,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
            "per_seed": per_seed, "over_seeds": over_seeds(per_seed, args.prompt_blocks),
            "notes": {"true": "the test documents' own continuations", "interval": "95 % percentile bootstrap over "
                      "prompts (differences: paired, the same prompts); over seeds: Student-t of the seed mean",
-                     "base": "seed<S>-known_mask/base is a copy of seed<S>-none/base (the same model)"}}
+                     "base": "seed<S>-known_mask/base is a copy of seed<S>-none/base (the same model)",
+                     "wall_s": "this invocation only; each seed's training and evaluation times are its "
+                               "train_wall_s and eval_wall_s (a seed evaluated by an earlier invocation is read "
+                               "from its cache, <runs>/eval-seed<S>-<key>.json)"}}
     res["wall_s"] = time.perf_counter() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out, res)
