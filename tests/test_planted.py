@@ -195,3 +195,19 @@ def test_planted_shape_mismatch_and_text_commands_fail_cleanly(tmp_path):
     assert not runs.exists()
     assert cli.main(["myopia", "lm", "--config", "tiny", "--run.out_dir", str(runs), "--data.corpus", "planted"]) == 2
     assert not runs.exists()
+
+
+def test_planted_preset_fits_the_corpus_and_sizes_the_ar_baseline_like_psf():
+    """configs/psf/recipe_planted.yaml: whole planted documents as windows, every model stage but codes (kept off,
+    README "What made the states matter"), and an AR baseline within 10 % of PSF encoder + decoder."""
+    from forethought.psf.ar import build_ar
+    from forethought.psf.generate import build_psf
+    from forethought.psf.recipe import plan_stages
+
+    cfg = load_config(RecipeConfig, cli.resolve_config_path("psf", "recipe", "planted"))
+    p = cfg.data.planted
+    assert cfg.data.corpus == "planted" and (cfg.model.seq_len, cfg.model.blocks) == (p.document_tokens, p.blocks)
+    assert [s.name for s in plan_stages(cfg)] == ["base", "landing", "self_realized", "prior", "ar"]
+    n = build_psf(cfg.model, p.vocab_size, 0).num_params()
+    ar = build_ar(cfg.ar.model, p.vocab_size, cfg.model.seq_len).num_params()
+    assert abs(ar / (n["encoder"] + n["decoder"]) - 1) < 0.1

@@ -1,6 +1,7 @@
 """Predictive State Flow: masks, the state shift, landing-target alignment, flow prior, sampler, KV cache, CLI."""
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -234,6 +235,52 @@ def test_generated_text_shifted_from_real_text_keeps_its_shift():
     torch.testing.assert_close(shifted - clean, (shift / (m.state_norm.running_var[:4] + 1e-5).sqrt()).expand_as(clean))
 
 
+@pytest.mark.parametrize("kind", ["mask", "random"])
+def test_input_dropout_replaces_the_expected_fraction_in_training_only(kind):
+    """model.input_dropout p: in training each decoder input token is replaced (by the learned mask vector, or a
+    uniform random token) with probability p; at evaluation (and so in sampling) the decoder reads every token."""
+    torch.manual_seed(0)
+    cfg = PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, n_embd=16, enc_layers=1, dec_layers=1, n_head=2,
+                         code_dim=4, input_dropout=0.3, input_dropout_with=kind)
+    m = PSFModel(cfg).double().train()
+    assert (m.input_mask is not None) == (kind == "mask")
+    if kind == "mask":
+        assert "input_mask" in m.state_dict() and torch.all(m.input_mask == 0)  # starts at zero
+        with torch.no_grad():
+            m.input_mask.fill_(7.0)  # unlike any token embedding
+    tok = torch.randint(0, V, (400, 4, 50))
+    emb, clean = m.input_embeds(tok), m.decoder.wte(tok)
+    changed = (emb != clean).any(-1).double().mean().item()
+    if kind == "mask":
+        dropped = (emb == 7.0).all(-1)
+        assert torch.equal(dropped, (emb != clean).any(-1))  # a token is either kept or exactly the mask
+        assert changed == pytest.approx(0.3, abs=0.01)
+    else:  # a random token equals the original one 1/V of the time
+        assert changed == pytest.approx(0.3 * (1 - 1 / V), abs=0.01)
+    assert not torch.equal(m.input_embeds(tok), emb)  # fresh draws each call
+    m.eval()
+    assert torch.equal(m.input_embeds(tok), clean)
+    tokens = torch.randint(0, V, (3, 12))
+    s = m.states(tokens)
+    plain = PSFModel(dataclasses.replace(cfg, input_dropout=0.0)).double().eval()  # same weights, no dropout
+    plain.load_state_dict({k: v for k, v in m.state_dict().items() if k != "input_mask"}, strict=True)
+    torch.testing.assert_close(m.decode_logits(tokens, s), plain.decode_logits(tokens, s), rtol=0, atol=0)
+    # training: the loss still targets the real tokens and, with a mask, trains the mask vector
+    m.train()
+    out = m(tokens)
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"])
+    if kind == "mask":
+        assert m.input_mask.grad.abs().sum() > 0
+
+
+def test_input_dropout_off_by_default_and_validated():
+    m = tiny_psf()
+    assert m.config.input_dropout == 0 and m.input_mask is None and "input_mask" not in m.state_dict()
+    with pytest.raises(ForethoughtError, match=r"input_dropout must be in \[0, 1\)"):
+        PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, input_dropout=1.0).validate()
+
+
 def test_kl_free_bits_and_state_mixing():
     mu, logvar = torch.zeros(3, 4, 2), torch.zeros(3, 4, 2)
     term, raw = kl_free_bits(mu, logvar, budget=0.5)
@@ -465,6 +512,7 @@ def test_bad_inputs(tmp_path, capsys):
     (["--rollout.top_p", "0"], r"^rollout: top_p must be in \(0, 1\]"),
     (["--data.eval_sequences", "0"], r"^data: eval_sequences must be at least 1, got 0$"),
     (["--codes.train.steps", "0"], r"^codes\.train: steps must be at least 1, got 0$"),
+    (["--model.input_dropout", "-0.1"], r"^model: input_dropout must be in \[0, 1\), got -0.1$"),
     (["--ar.train.steps", "-1"], r"^ar\.train: steps must .*-1$"),
     (["--base.enabled", "false", "--landing.enabled", "false", "--self_realized.enabled", "false",
       "--codes.enabled", "false"], "every PSF model stage is disabled"),

@@ -32,6 +32,10 @@ In training x_{k+1,1} is the real token; at sampling it is what branch k+1 produ
 available because all branches take step 1 together. :func:`generate_blocks` with ``force`` reproduces the
 training logits exactly (tested). The landing and code input layers start at zero, so switching them on in a
 later stage starts from the previous stage's function.
+
+Input dropout (``input_dropout``, off by default): in training, each decoder input token x_{k,i} is replaced with
+that probability by a learned mask vector or a random token, a way to make the decoder lean on its states (on the
+planted corpus it did not; README, "What made the states matter").
 """
 
 from __future__ import annotations
@@ -61,6 +65,12 @@ class PSFModelConfig:
     dec_layers: int = field(6, "decoder transformer blocks")
     n_head: int = field(12, "attention heads")
     dropout: float = field(0.0, "dropout in encoder and decoder")
+    input_dropout: float = field(0.0, "in training, this fraction of the decoder's own input tokens (x_k,1..n-1 "
+                                 "of every branch) is replaced (input_dropout_with), so that the decoder must "
+                                 "lean on its states; never at evaluation or sampling")
+    input_dropout_with: Literal["mask", "random"] = field(
+        "mask", "what replaces a dropped input token: mask = a learned vector (starts at zero), random = a token "
+        "drawn uniformly from the vocabulary")
     state_dim: int = field(0, "state size (0 = n_embd)")
     pool: Literal["mean", "last"] = field("mean", "how a block's token features become its state")
     states: Literal["predictive", "content"] = field("predictive", "predictive: s_k sums up blocks < k "
@@ -86,8 +96,9 @@ class PSFModelConfig:
         for key in ("state_dim", "free_bits", "kl_weight"):
             if getattr(self, key) < 0:
                 raise ForethoughtError(f"{key} must not be negative, got {getattr(self, key)}")
-        if not 0 <= self.dropout < 1:
-            raise ForethoughtError(f"dropout must be in [0, 1), got {self.dropout}")
+        for key in ("dropout", "input_dropout"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be in [0, 1), got {getattr(self, key)}")
         if not 0 < self.state_norm_momentum <= 1:
             raise ForethoughtError(f"state_norm_momentum must be in (0, 1], got {self.state_norm_momentum}")
 
@@ -210,6 +221,9 @@ class PSFModel(nn.Module):
             nn.init.zeros_(m.weight)
             if getattr(m, "bias", None) is not None:
                 nn.init.zeros_(m.bias)
+        # created last and only when used, so the other weights (and older checkpoints) are unchanged
+        self.input_mask = nn.Parameter(torch.zeros(d)) \
+            if cfg.input_dropout > 0 and cfg.input_dropout_with == "mask" else None
         # Stage switches (the recipe turns them on stage by stage; the parameters always exist so that every
         # stage loads the previous stage's checkpoint unchanged).
         self.blocks = K
@@ -302,13 +316,26 @@ class PSFModel(nn.Module):
         nxt = self.land_proj(self.decoder.wte(first[:, 1:]))  # (B, K-1, d): branch k lands on block k+1's start
         return torch.cat([nxt, self.land_none.expand(B, 1, d)], dim=1)
 
+    def input_embeds(self, tok: torch.Tensor) -> torch.Tensor:
+        """(..., m) decoder input tokens -> (..., m, d) embeddings; in training, each token independently with
+        probability ``input_dropout`` is replaced by the mask vector or a uniformly drawn token
+        (``input_dropout_with``). The targets are never changed."""
+        p = self.config.input_dropout
+        if not (self.training and p > 0):
+            return self.decoder.wte(tok)
+        drop = torch.rand(tok.shape, device=tok.device) < p
+        if self.input_mask is None:  # random tokens
+            return self.decoder.wte(torch.where(drop, torch.randint_like(tok, self.config.vocab_size), tok))
+        emb = self.decoder.wte(tok)
+        return torch.where(drop[..., None], self.input_mask.to(emb.dtype), emb)
+
     def decode_logits(self, tokens: torch.Tensor, states: torch.Tensor, codes: torch.Tensor | None = None
                       ) -> torch.Tensor:
         """Teacher-forced decoder: (B, L) tokens, (B, K, S) states -> (B, K, n, V) logits for every token."""
         B, L = tokens.shape
         K, n = self.blocks, self.block_len
         tok = tokens.view(B, K, n)
-        inp = self.decoder.wte(tok[:, :, :-1]) + self.landing_embeds(tok[:, :, 0])[:, :, None]  # (B, K, n-1, d)
+        inp = self.input_embeds(tok[:, :, :-1]) + self.landing_embeds(tok[:, :, 0])[:, :, None]  # (B, K, n-1, d)
         seq = torch.cat([self.prefix(states, codes), inp.reshape(B * K, n - 1, -1)], dim=1)  # (B·K, K+n, d)
         logits = self.decoder(None, inputs_embeds=seq)[:, K:]  # (B·K, n, V)
         return logits.view(B, K, n, -1)
