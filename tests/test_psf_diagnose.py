@@ -3,7 +3,6 @@ identity permutation costs exactly nothing, the block-cut AR model sees the firs
 bad inputs fail in one line with nothing written."""
 
 import json
-import math
 import shutil
 
 import numpy as np
@@ -27,6 +26,7 @@ from forethought.psf.diagnose import (
     state_shuffle_cost,
 )
 from forethought.psf.generate import load_recipe
+from forethought.testing import finite_numbers
 
 PLANTED_TINY = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
                 "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
@@ -47,17 +47,6 @@ def run(tmp_path_factory):
     finally:
         mp.undo()
     return out / "pl"
-
-
-def finite_numbers(obj, where=""):
-    """Every number in a JSON tree is finite; returns how many there are."""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return 0
-    if isinstance(obj, (int, float)):
-        assert math.isfinite(obj), where
-        return 1
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
-    return sum(finite_numbers(v, f"{where}.{k}") for k, v in items)
 
 
 def test_diagnose_writes_every_part(run, capsys):

@@ -24,7 +24,7 @@ from forethought.eval.diversity import ngram_repetition
 from forethought.psf.evaluate import EvalConfig, Scores, evaluate, metrics
 from forethought.psf.generate import load_data, load_recipe
 from forethought.psf.token_flow import TokenFlow, TokenFlowConfig, embedding_table, train_token_flow
-from forethought.testing import tiny_gpt2
+from forethought.testing import finite_numbers, tiny_gpt2
 
 PLANTED_TINY = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
                 "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
@@ -76,17 +76,6 @@ def cache_env(runs, monkeypatch):
     return runs
 
 
-def numbers(obj, where=""):
-    """Every number in a JSON tree is finite (None allowed); returns how many there are."""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return 0
-    if isinstance(obj, (int, float)):
-        assert math.isfinite(obj), where
-        return 1
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
-    return sum(numbers(v, f"{where}.{k}") for k, v in items)
-
-
 def check_point(p, keys):
     for k in keys:
         lo, hi = p["interval"][k]
@@ -106,7 +95,7 @@ def test_eval_planted_with_compared_runs(cache_env, capsys):
     assert all(k.startswith("eval/") for k in set(after) - set(before))
     res = json.loads((run / "eval" / "results.json").read_text())
     assert (run / "eval" / "curves.png").is_file()
-    assert numbers(res) > 100
+    assert finite_numbers(res) > 100
     assert set(res["models"]) == {*OWN, "tf", "pl_copy"}
     assert res["judge"].startswith("true generator") and res["judge_max_tokens"] is None
     keys = ("gen_ppl", "nll_per_token", "entropy", "repetition_2", "repetition_3", "repetition_4", "persistence",
@@ -168,7 +157,7 @@ def test_eval_text_with_judge_mauve_and_the_cache(cache_env, capsys):
         m = row["matched_entropy"]
         assert (m["gen_ppl"] is None) == (m["interval"] is None) and 0 <= m["bracketed_fraction"] <= 1
         assert "flops_per_sample" not in row
-    assert numbers(res) > 50
+    assert finite_numbers(res) > 50
     # references: windows of the test split, evenly spaced from its start to its end
     refs = res["references"]
     windows = refs["split_tokens"] // 32

@@ -95,3 +95,17 @@ def tiny_llama_folder(folder: Path, text: str, vocab_size: int, **llama: int) ->
     tok.save_pretrained(folder)
     tiny_llama(vocab_size=len(tok), eos_token_id=tok.eos_token_id, **llama).save_pretrained(folder)
     return tok
+
+
+def finite_numbers(obj: object, where: str = "") -> int:
+    """Assert every number in a JSON tree is finite (None, strings and booleans are skipped); returns how many
+    numbers there are, so a test can also check that a results file is not empty."""
+    import math
+
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return 0
+    if isinstance(obj, (int, float)):
+        assert math.isfinite(obj), where
+        return 1
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)  # type: ignore[union-attr]
+    return sum(finite_numbers(v, f"{where}.{k}") for k, v in items)
