@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from cli_harness import expect_clean_failure, snapshot
+from test_planted import PLANTED_TINY  # the tiny planted-corpus settings the PSF tests share
 
 from forethought import cli
 from forethought.core.config import load_config
@@ -28,9 +29,6 @@ from forethought.psf.diagnose import (
 from forethought.psf.generate import load_recipe
 from forethought.testing import finite_numbers
 
-PLANTED_TINY = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
-                "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
-                "--data.planted.train_documents", "256", "--data.planted.valid_documents", "32"]
 QUICK = ["--n_boot", "200", "--samples", "8", "--permutations", "2", "--batch_size", "16"]
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from cli_harness import expect_clean_failure, snapshot
+from test_planted import PLANTED_TINY as TINY_PLANTED
 from transformers import PreTrainedTokenizerFast
 
 from forethought import cli
@@ -26,10 +27,7 @@ from forethought.psf.generate import load_data, load_recipe
 from forethought.psf.token_flow import TokenFlow, TokenFlowConfig, embedding_table, train_token_flow
 from forethought.testing import finite_numbers, tiny_gpt2
 
-PLANTED_TINY = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
-                "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
-                "--data.planted.train_documents", "256", "--data.planted.valid_documents", "32",
-                "--data.planted.test_documents", "64"]
+PLANTED_TINY = [*TINY_PLANTED, "--data.planted.test_documents", "64"]  # + test documents to prompt from
 QUICK = ["--samples", "8", "--references", "16", "--n_boot", "200", "--sweep", "[[1.0, 1.0], [0.7, 0.9]]",
          "--token_flow_sweep", "[1.0, 2.0]"]
 OWN = ("psf", "psf_mean_trajectory", "ar")

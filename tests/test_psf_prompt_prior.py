@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from test_planted import PLANTED_TINY  # the tiny planted-corpus settings the PSF tests share
 
 from forethought import cli
 from forethought.core.config import load_config
@@ -189,9 +190,6 @@ def test_bad_conditioning_values_fail_at_load():
         load_config(SampleConfig, None, ["--recipe_run", "x", "--prompt_replace", "sometimes"])
 
 
-PLANTED_TINY = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
-                "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
-                "--data.planted.train_documents", "256", "--data.planted.valid_documents", "32"]
 
 
 def test_conditioned_prior_recipe_and_sample_on_the_planted_corpus(tmp_path, monkeypatch):
