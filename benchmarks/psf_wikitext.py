@@ -91,6 +91,11 @@ PRESETS = {
               "out": ROOT / "benchmarks" / "results" / "psf_wikitext.json", "samples": 256, "references": 256,
               "judge": "smollm2-135m", "n_boot": 1000, "mauve_boot": 100,
               "token_flow_sweep": [1.0, 1.5, 2.0, 3.0]},
+    # the planted corpus (configs/psf/recipe_planted.yaml): benchmarks/psf_planted.py runs it once per seed
+    "planted": {"config": "planted", "runs": ROOT / "runs" / "bench-psf-planted" / "s0",
+                "out": ROOT / "runs" / "bench-psf-planted" / "s0" / "psf_planted_s0.json", "samples": 256,
+                "references": 256, "judge": "true generator", "n_boot": 1000, "mauve_boot": 0,
+                "token_flow_sweep": [1.0, 1.5, 2.0, 3.0]},
     "tiny": {"config": "tiny", "runs": ROOT / "runs" / "bench-psf-wikitext-tiny",
              "out": ROOT / "benchmarks" / "results" / "psf_wikitext_tiny.json", "samples": 8, "references": 8,
              "judge": "smollm2-135m", "n_boot": 200, "mauve_boot": 3, "token_flow_sweep": [1.0, 2.0]},
@@ -208,7 +213,9 @@ def ar_layers(args: argparse.Namespace) -> int | None:
 
     cfg = _recipe_config(args)
     spec = cfg.data.tokenizer
-    if spec.startswith("bpe:"):
+    if cfg.data.corpus == "planted":
+        vocab = cfg.data.planted.vocab_size
+    elif spec.startswith("bpe:"):
         vocab = int(spec.split(":", 1)[1])
     else:
         from forethought.data.tokenizers import load_tokenizer
@@ -414,7 +421,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         "references": refs["n"], "reference_split": refs["split"], "reference_spread": refs["spread"],
         "reference_offsets": {"first": refs["first_offset"], "last_end": refs["last_end"],
                               "split_tokens": refs["split_tokens"]},
-        "reference_judge_tokens": refs["judge_tokens"], "reference_gen_ppl": refs["gen_ppl"],
+        "reference_judge_tokens": refs.get("judge_tokens", refs.get("tokens")), "reference_gen_ppl": refs["gen_ppl"],
         "target_entropy": ev["target_entropy"], "target_entropy_interval": ev["target_entropy_interval"],
         "seed": args.seed, "runs": str(args.runs), "recipe_overrides": list(args.overrides),
         "token_flow_steps": TOKEN_FLOW_STEPS, "bootstrap": ev["bootstrap"],

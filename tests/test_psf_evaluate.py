@@ -128,6 +128,15 @@ def test_eval_planted_with_compared_runs(cache_env, capsys):
         assert all(v == 0 for v in p["diff"].values())
         assert all(lo <= 0 <= hi for lo, hi in p["interval"].values())
     assert res["differences"]["psf - tf"]["points_shared"] == 0
+    for name, d in res["differences"].items():  # the NLL difference at matched entropy is log of the PPL ratio
+        m, other = d["matched_entropy"], res["models"][name.removeprefix("psf - ")]["gen_ppl_at_matched_entropy"]
+        if m["gen_ppl_diff"] is None:
+            assert m["nll_per_token_diff"] is None and m["nll_per_token_interval"] is None
+        else:
+            mine = res["models"]["psf"]["gen_ppl_at_matched_entropy"]
+            assert m["nll_per_token_diff"] == pytest.approx(math.log(mine) - math.log(other))
+            lo, hi = m["nll_per_token_interval"]
+            assert lo <= hi and (m["gen_ppl_diff"] != 0 or lo <= 0 <= hi)
     assert set(res["differences"]) == {f"psf - {m}" for m in res["models"] if m != "psf"}
     assert res["bootstrap"]["differences"].startswith("unpaired")
 

@@ -761,9 +761,13 @@ def difference(a: Candidate, b: Candidate, rows: dict, boots: dict) -> dict[str,
     ma, mb = rows[a.name]["matched_entropy"], rows[b.name]["matched_entropy"]
     both = ma["gen_ppl"] is not None and mb["gen_ppl"] is not None
     d = ma["_boot"] - mb["_boot"]
+    with np.errstate(invalid="ignore"):  # nan (unbracketed draws) stays nan
+        d_nll = np.log(ma["_boot"]) - np.log(mb["_boot"])  # NLL per token = log gen-PPL
     return {"per_point": per_point,
             "matched_entropy": {"gen_ppl_diff": ma["gen_ppl"] - mb["gen_ppl"] if both else None,
                                 "interval": interval(d) if both else None,
+                                "nll_per_token_diff": math.log(ma["gen_ppl"] / mb["gen_ppl"]) if both else None,
+                                "nll_per_token_interval": interval(d_nll) if both else None,
                                 "bracketed_fraction": float(np.isfinite(d).mean())},
             "points_shared": len(per_point)}
 

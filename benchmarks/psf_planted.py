@@ -1,0 +1,325 @@
+"""Benchmark: Predictive State Flow on the planted corpus (forethought.data.planted), 3 training seeds, judged
+exactly by the corpus's true generator (issue 14).
+
+Per seed s (``--seeds``), in ``<runs>/s<s>/`` (default ``runs/bench-psf-planted/``), everything as
+benchmarks/psf_wikitext.py does it, with ``--preset planted`` (configs/psf/recipe_planted.yaml) and
+``--run.seed s``:
+
+- ``psf/``: ``forethought psf recipe --config planted`` (predictive states; its AR baseline in ``psf/ar/``);
+- ``psf_content/``: the same recipe with ``--model.states content`` (the ablation);
+- ``token_flow/``: the 32-step token flow on the AR baseline's batches over its frozen token table;
+- ``eval/``: ``forethought psf eval`` of psf, psf_mean_trajectory, ar, psf_content and token_flow: ``--samples``
+  documents per model and sweep point, ``--references`` test documents, the true generator's exact NLL per
+  token, unigram entropy, topic persistence, FLOPs and serial depth, 95 % bootstrap intervals over samples;
+- ``psf/diagnose.json`` and ``psf_content/diagnose.json``: ``forethought psf diagnose`` (state-shuffle cost on
+  the first token of every block and the rest, the AR ceiling).
+
+The corpus (its generator seed ``data.planted.seed``) is the same for every training seed, so the floor (the
+true generator's entropy rate) is one number. Collected into ``--out`` (default
+``benchmarks/results/psf_planted.json``), per seed and over seeds:
+
+- per model: exact NLL per token at matched entropy (the references' unigram entropy; interpolated on the sweep
+  only where it brackets the target, else null) and its excess over the floor; topic persistence interpolated
+  the same way (linearly) and at the sweep point nearest the target; FLOPs per sample; serial depth;
+- over seeds: mean ± std per model and, for every comparison, the Student-t 95 % interval of the seed-mean
+  difference (paired by seed: training noise), beside each seed's bootstrap interval (sampling noise only);
+- ``checks``: the issue's four targets, each with the numbers that decide it.
+
+Resumable: finished trainings are skipped, samples and judge passes are cached (psf eval), a diagnose.json newer
+than its run's results.json is kept. ``--collect-only`` only assembles the JSON. ``--preset tiny`` runs the whole
+pipeline at toy size (recipe_tiny on a tiny planted corpus; the smoke test).
+
+    python benchmarks/psf_planted.py [--seeds 0 1 2] [--jobs 2] [--samples 256] [--collect-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import psf_wikitext  # noqa: E402
+from _stats import invocations  # noqa: E402
+
+ROWS = psf_wikitext.ROWS  # psf, psf_content, ar, token_flow, psf_mean_trajectory
+# toy size for the smoke test: recipe_tiny's model stages on a planted corpus of 4 blocks of 8 tokens
+TINY_CORPUS = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
+               "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
+               "--data.planted.train_documents", "512", "--data.planted.valid_documents", "64",
+               "--data.planted.test_documents", "64", "--data.eval_sequences", "16"]
+PRESETS = {
+    "planted": {"wikitext_preset": "planted", "overrides": [], "runs": ROOT / "runs" / "bench-psf-planted",
+                "out": ROOT / "benchmarks" / "results" / "psf_planted.json", "samples": 256, "references": 256,
+                "n_boot": 1000},
+    "tiny": {"wikitext_preset": "tiny", "overrides": TINY_CORPUS, "runs": ROOT / "runs" / "bench-psf-planted-tiny",
+             "out": ROOT / "benchmarks" / "results" / "psf_planted_tiny.json", "samples": 8, "references": 8,
+             "n_boot": 200},
+}
+TARGETS = {"shuffle_first_min": 0.1, "predictive_gain_min": 0.08, "flops_ratio_max": 0.1}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="planted")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds (--run.seed)")
+    ap.add_argument("--runs", type=Path, help="run folder root (default per preset)")
+    ap.add_argument("--out", type=Path, help="results JSON (default per preset)")
+    ap.add_argument("--jobs", type=int, default=2, help="trainings at a time (single-threaded subprocesses)")
+    ap.add_argument("--samples", type=int, help="samples per model and sweep point (default 256; tiny 8)")
+    ap.add_argument("--references", type=int, help="test documents as references (default 256; tiny 8)")
+    ap.add_argument("--n-boot", type=int, help="bootstrap resamples (default 1000; tiny 200)")
+    ap.add_argument("--sweep", nargs="+", default=psf_wikitext.DEFAULT_SWEEP, metavar="T:P")
+    ap.add_argument("--token-flow-sweep", nargs="+", default=["1.0", "1.5", "2.0", "3.0"], metavar="TAU")
+    ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished seeds")
+    ap.add_argument("overrides", nargs="*", help="extra recipe overrides for every run (after --)")
+    args = ap.parse_args(argv)
+    p = PRESETS[args.preset]
+    args.runs = args.runs or p["runs"]
+    args.out = args.out or p["out"]
+    args.samples = args.samples or p["samples"]
+    args.references = args.references or p["references"]
+    args.n_boot = args.n_boot or p["n_boot"]
+    return args
+
+
+def seed_argv(args: argparse.Namespace, seed: int, collect_only: bool) -> list[str]:
+    """psf_wikitext.py's arguments for one seed's folder."""
+    folder = args.runs / f"s{seed}"
+    return ["--preset", PRESETS[args.preset]["wikitext_preset"], "--runs", str(folder),
+            "--out", str(folder / "summary.json"), "--jobs", str(args.jobs), "--threads", "1",
+            "--samples", str(args.samples), "--references", str(args.references), "--n-boot", str(args.n_boot),
+            "--mauve-boot", "0", "--sweep", *args.sweep, "--token-flow-sweep", *args.token_flow_sweep,
+            *(["--collect-only"] if collect_only else []),
+            "--", *PRESETS[args.preset]["overrides"], "--run.seed", str(seed), *args.overrides]
+
+
+def diagnose(run: Path, threads: int) -> None:
+    """``psf diagnose`` on a finished recipe run, unless its diagnose.json is newer than its results.json."""
+    diag = run / "diagnose.json"
+    if diag.is_file() and diag.stat().st_mtime > (run / "results.json").stat().st_mtime:
+        return
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT / "src") + os.pathsep
+           + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "forethought.cli", "psf", "diagnose", "--recipe_run", str(run), "--device", "cpu"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"psf diagnose failed on {run} (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+
+
+# ---- collection: pure functions of the per-seed results ----------------------------------------------------------
+
+def interpolate(sweep: list[dict], key: str, target: float) -> float | None:
+    """``key`` at ``target`` entropy, linear in entropy between the adjacent sweep points that bracket it (the
+    lowest-entropy crossing, as forethought.eval.curves.ppl_at_entropy); None when nothing brackets it."""
+    pts = sorted((p["entropy"], p[key]) for p in sweep if p.get(key) is not None)
+    for (e0, v0), (e1, v1) in zip(pts, pts[1:]):
+        if e0 <= target <= e1 and e1 > e0:
+            return v0 + (v1 - v0) * (target - e0) / (e1 - e0)
+    return None
+
+
+def model_summary(row: dict, target: float, floor: float) -> dict[str, Any]:
+    """One model of one seed: matched-entropy NLL (and its excess over the floor) and persistence, cost."""
+    at = row["gen_ppl_at_matched_entropy"]
+    iv = row["matched_entropy"]["interval"]
+    nll = math.log(at) if at is not None else None
+    near = min(row["sweep"], key=lambda p: abs(p["entropy"] - target))
+    return {"nll_at_matched_entropy": nll,
+            "nll_interval": [math.log(iv[0]), math.log(iv[1])] if iv else None,
+            "excess_over_floor": nll - floor if nll is not None else None,
+            "persistence_at_matched_entropy": interpolate(row["sweep"], "persistence", target),
+            "persistence_near": near["persistence"], "persistence_near_interval": near["interval"]["persistence"],
+            "entropy_near": near["entropy"], "point_near": row["reported_point"],
+            "sweep": [{k: p.get(k) for k in ("temperature", "top_p", "step_temperature", "noise", "entropy",
+                                              "nll_per_token", "persistence", "block_coherence", "repetition_2")
+                       if k in p} for p in row["sweep"]],
+            "flops_per_sample": row.get("flops_per_sample"), "serial_depth": row.get("serial_depth"),
+            "params": row.get("params"), "train_wall_s": row.get("train_wall_s")}
+
+
+def shuffle_summary(diag: dict) -> dict[str, Any]:
+    """The final stage's state-shuffle cost (first token of a block, the rest, all) with intervals (with codes:
+    the codes kept at their posterior mean), and the AR ceiling (context cut at block boundaries minus full)."""
+    stage = diag["stage"]
+    modes = diag["shuffle"][stage]["modes"]
+    mode = "posterior_mean" if "posterior_mean" in modes else next(iter(modes))
+    out = {"stage": stage, "codes": mode, **{k: modes[mode][k]["diff"] for k in ("first", "rest", "all")},
+           "intervals": {k: modes[mode][k]["interval"] for k in ("first", "rest", "all")}}
+    if diag["ceiling"].get("available"):
+        out["ar_ceiling"] = {k: diag["ceiling"][k]["diff"] for k in ("first", "rest", "all")}
+    return out
+
+
+def seed_summary(ev: dict, diags: dict[str, dict]) -> dict[str, Any]:
+    """Everything collected from one seed's psf eval results and diagnoses."""
+    floor, target = ev["floor"]["entropy_rate"], ev["target_entropy"]
+    models = {name: model_summary(row, target, floor) for name, row in ev["models"].items()}
+    diffs = {}
+    for key, d in ev["differences"].items():
+        other = key.removeprefix("psf - ")
+        m = d["matched_entropy"]
+        shared = [p for p in d["per_point"] if {k: p[k] for k in ev["models"]["psf"]["reported_point"]}
+                  == ev["models"]["psf"]["reported_point"]]
+        diffs[other] = {"nll_at_matched_entropy": m.get("nll_per_token_diff"),
+                        "nll_interval": m.get("nll_per_token_interval"),
+                        "bracketed_fraction": m["bracketed_fraction"]}
+        if shared:  # at psf's reported sweep point, which the other model shares
+            diffs[other]["persistence_at_psf_point"] = shared[0]["diff"].get("persistence")
+            diffs[other]["persistence_interval"] = shared[0]["interval"].get("persistence")
+    return {"floor": floor, "target_entropy": target, "references_persistence": ev["references"]["persistence"],
+            "references_nll": ev["references"]["nll_per_token"], "models": models, "psf_minus": diffs,
+            "shuffle": {name: shuffle_summary(d) for name, d in diags.items()}}
+
+
+def over_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
+    """Mean ± std per model and the seed-paired t intervals of the comparisons (None where a seed lacks a value)."""
+    from forethought.eval.stats import seed_mean_difference, t_interval
+
+    seeds = sorted(per_seed)
+
+    def values(model: str, key: str) -> list[float] | None:
+        v = [per_seed[s]["models"][model][key] for s in seeds]
+        return None if any(x is None for x in v) else v
+
+    def stats(v: list[float] | None) -> dict | None:
+        if v is None:
+            return None
+        a = np.asarray(v, float)
+        return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else None, "per_seed": v}
+
+    keys = ("nll_at_matched_entropy", "excess_over_floor", "persistence_at_matched_entropy", "persistence_near",
+            "flops_per_sample", "serial_depth")
+    models = {m: {k: stats(values(m, k)) for k in keys} for m in per_seed[seeds[0]]["models"]}
+    comps: dict[str, Any] = {}
+    for other in per_seed[seeds[0]]["models"]:
+        if other == "psf":
+            continue
+        comps[f"psf - {other}"] = {}
+        for k in ("nll_at_matched_entropy", "persistence_at_matched_entropy", "persistence_near"):
+            a, b = values("psf", k), values(other, k)
+            comps[f"psf - {other}"][k] = None if a is None or b is None else seed_mean_difference(a, b)
+    # predictive vs content: the relative reduction of the NLL excess over the floor, per seed and its t interval
+    ep, ec = values("psf", "excess_over_floor"), values("psf_content", "excess_over_floor")
+    gain = None
+    if ep is not None and ec is not None:
+        g = [1 - p / c for p, c in zip(ep, ec)]
+        gain = {"per_seed": g, "mean": float(np.mean(g)), "interval": t_interval(g) if len(g) > 1 else None}
+    shuffle = {name: {k: stats([per_seed[s]["shuffle"][name][k] for s in seeds]) for k in ("first", "rest", "all")}
+               for name in per_seed[seeds[0]]["shuffle"]}
+    return {"seeds": seeds, "models": models, "differences": comps, "predictive_gain_over_content": gain,
+            "shuffle": shuffle}
+
+
+def checks(per_seed: dict[int, dict], agg: dict) -> dict[str, Any]:
+    """The issue's four targets, decided from the collected numbers."""
+    seeds = sorted(per_seed)
+    first = [per_seed[s]["shuffle"]["psf"]["first"] for s in seeds]
+    first_lo = [per_seed[s]["shuffle"]["psf"]["intervals"]["first"][0] for s in seeds]
+    out: dict[str, Any] = {"shuffle_cost_first_ge_0.1": {
+        "pass": all(lo >= TARGETS["shuffle_first_min"] for lo in first_lo), "per_seed": first,
+        "interval_lows": first_lo, "note": "every seed's 95 % interval lies above 0.1 nats/token"}}
+    gain, d = agg["predictive_gain_over_content"], agg["differences"]["psf - psf_content"]["nll_at_matched_entropy"]
+    out["predictive_beats_content_by_8pct"] = {
+        "pass": None if gain is None else bool(gain["mean"] >= TARGETS["predictive_gain_min"] and d["interval"]
+                                               is not None and d["interval"][1] < 0),
+        "gain_of_excess": gain, "nll_difference": d,
+        "per_seed_bootstrap": [per_seed[s]["psf_minus"]["psf_content"]["nll_interval"] for s in seeds]}
+    tf = agg["differences"]["psf - token_flow"]["nll_at_matched_entropy"]
+    ratio = [per_seed[s]["models"]["psf"]["flops_per_sample"] / per_seed[s]["models"]["token_flow"]["flops_per_sample"]
+             for s in seeds]
+    out["psf_below_token_flow_at_tenth_flops"] = {
+        "pass": None if tf is None else bool(tf["interval"] is not None and tf["interval"][1] < 0
+                                             and max(ratio) <= TARGETS["flops_ratio_max"]),
+        "nll_difference": tf, "flops_ratio": ratio,
+        "per_seed_bootstrap": [per_seed[s]["psf_minus"]["token_flow"]["nll_interval"] for s in seeds]}
+    mt = agg["differences"]["psf - psf_mean_trajectory"]["persistence_near"]
+    per = [per_seed[s]["psf_minus"]["psf_mean_trajectory"].get("persistence_interval") for s in seeds]
+    out["mean_trajectory_worse_on_persistence"] = {
+        "pass": bool(mt["interval"] is not None and mt["interval"][0] > 0 and all(iv and iv[0] > 0 for iv in per)),
+        "persistence_difference": mt, "per_seed_bootstrap": per,
+        "note": "psf - mean trajectory at psf's sweep point nearest the target entropy (the same point for both)"}
+    return out
+
+
+def collect(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    per_seed: dict[int, dict] = {}
+    walls: dict[str, list] = {}
+    for seed in args.seeds:
+        folder = args.runs / f"s{seed}"
+        ev_file = folder / "eval" / "results.json"
+        if not ev_file.is_file():
+            continue
+        diags = {name: json.loads((folder / name / "diagnose.json").read_text()) for name in ("psf", "psf_content")
+                 if (folder / name / "diagnose.json").is_file()}
+        per_seed[seed] = seed_summary(json.loads(ev_file.read_text()), diags)
+        log = folder / "eval-cache" / "walls.jsonl"  # psf_wikitext.py: every invocation's wall, training included
+        walls[str(seed)] = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
+    if not per_seed:
+        sys.exit(f"no finished seed under {args.runs}")
+    agg = over_seeds(per_seed)
+    import torch
+
+    return {"command": " ; ".join(invocations(args.runs, command)), "invocation_walls_per_seed": walls,
+            "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                        "cpu_count": os.cpu_count(), "torch": torch.__version__, "jobs": args.jobs,
+                        "threads_per_job": 1},
+            "settings": {"preset": args.preset, "samples_per_point": args.samples, "references": args.references,
+                         "n_boot": args.n_boot, "sweep": args.sweep, "token_flow_sweep": args.token_flow_sweep,
+                         "recipe_overrides": PRESETS[args.preset]["overrides"] + list(args.overrides),
+                         "intervals": "per seed: 95 % bootstrap over samples (psf eval); over seeds: Student-t 95 % "
+                                      "interval of the seed-mean difference, paired by seed (n - 1 df)"},
+            "floor": per_seed[min(per_seed)]["floor"], "per_seed": {str(s): v for s, v in per_seed.items()},
+            "over_seeds": agg, "checks": checks(per_seed, agg) if len(per_seed) > 1 else None}
+
+
+def markdown(res: dict) -> str:
+    agg = res["over_seeds"]
+    lines = [f"floor {res['floor']:.4f} nats/token; seeds {agg['seeds']}", "",
+             "| model | NLL @ matched entropy | excess over floor | persistence @ matched | FLOPs/sample | depth |",
+             "|---|---|---|---|---|---|"]
+
+    def ms(s: dict | None, spec: str = ".4f") -> str:
+        if s is None:
+            return "—"
+        return f"{s['mean']:{spec}}" + (f" ± {s['std']:{spec}}" if s["std"] is not None else "")
+
+    for m, v in agg["models"].items():
+        lines.append(f"| {m} | {ms(v['nll_at_matched_entropy'])} | {ms(v['excess_over_floor'])} | "
+                     f"{ms(v['persistence_at_matched_entropy'], '.3f')} | {ms(v['flops_per_sample'], '.3g')} | "
+                     f"{ms(v['serial_depth'], '.0f')} |")
+    for k, v in (res["checks"] or {}).items():
+        lines.append(f"- {k}: {v['pass']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    for seed in args.seeds:
+        if args.collect_only and not (args.runs / f"s{seed}" / "eval" / "results.json").is_file():
+            continue
+        psf_wikitext.main(seed_argv(args, seed, args.collect_only))
+        for name in ("psf", "psf_content"):
+            diagnose(args.runs / f"s{seed}" / name, max(1, args.jobs))
+    command = " ".join(["python", *(sys.argv if argv is None else ["benchmarks/psf_planted.py", *argv])])
+    res = collect(args, command)
+    from forethought.core.io import atomic_write_text
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps(res, indent=2) + "\n")
+    print(markdown(res))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

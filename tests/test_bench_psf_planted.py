@@ -1,0 +1,106 @@
+"""``benchmarks/psf_planted.py``: the whole pipeline at toy size (``--preset tiny``: two seeds of the two recipes,
+the token flow, psf eval judged by the true generator, psf diagnose, the collection over seeds), writing to a
+temporary folder, and its pure collection functions on hand-made inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ("psf", "psf_content", "ar", "token_flow", "psf_mean_trajectory")
+
+
+@pytest.fixture()
+def bench(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("psf_planted", ROOT / "benchmarks" / "psf_planted.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_psf_planted_tiny(tmp_path: Path, bench) -> None:
+    runs, out = tmp_path / "runs", tmp_path / "psf_planted.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "psf_planted.py"), "--preset", "tiny", "--seeds", "0", "1",
+           "--jobs", "2", "--runs", str(runs), "--out", str(out), "--sweep", "1.0:1.0", "0.7:0.9",
+           "--token-flow-sweep", "1.0", "2.0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FORETHOUGHT_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    for key in ("command", "machine", "invocation_walls_per_seed", "settings", "floor", "per_seed", "over_seeds",
+                "checks"):
+        assert key in res
+    assert set(res["per_seed"]) == {"0", "1"}
+    # the two seeds trained different models on the same corpus: one floor, different validation losses
+    ce = [json.loads((runs / f"s{s}" / "psf" / "results.json").read_text())["stages"]["base"]["val_ce"]
+          for s in (0, 1)]
+    assert ce[0] != ce[1]
+    assert res["per_seed"]["0"]["floor"] == res["per_seed"]["1"]["floor"] == res["floor"] > 0
+    for s, seed in res["per_seed"].items():
+        ev = json.loads((runs / f"s{s}" / "eval" / "results.json").read_text())
+        assert set(seed["models"]) == set(ROWS)
+        for name, m in seed["models"].items():
+            g = ev["models"][name]["gen_ppl_at_matched_entropy"]
+            assert (m["nll_at_matched_entropy"] is None) == (g is None)
+            if g is not None:
+                assert m["nll_at_matched_entropy"] == pytest.approx(math.log(g))
+                assert m["excess_over_floor"] == pytest.approx(math.log(g) - res["floor"])
+            assert m["flops_per_sample"] == ev["models"][name]["flops_per_sample"] > 0
+            assert 0 <= m["persistence_near"] <= 1
+        diag = json.loads((runs / f"s{s}" / "psf" / "diagnose.json").read_text())
+        sh = seed["shuffle"]["psf"]
+        assert sh["stage"] == diag["stage"] and set(seed["shuffle"]) == {"psf", "psf_content"}
+        assert sh["first"] == diag["shuffle"][diag["stage"]]["modes"][sh["codes"]]["first"]["diff"]
+    # over seeds: means of the per-seed numbers, the seed-paired differences, the checks decided from them
+    agg = res["over_seeds"]
+    flops = [res["per_seed"][s]["models"]["psf"]["flops_per_sample"] for s in ("0", "1")]
+    assert agg["models"]["psf"]["flops_per_sample"]["mean"] == pytest.approx(np.mean(flops))
+    firsts = [res["per_seed"][s]["shuffle"]["psf"]["first"] for s in ("0", "1")]
+    assert agg["shuffle"]["psf"]["first"]["mean"] == pytest.approx(np.mean(firsts))
+    lows = [res["per_seed"][s]["shuffle"]["psf"]["intervals"]["first"][0] for s in ("0", "1")]
+    assert res["checks"]["shuffle_cost_first_ge_0.1"]["pass"] is all(lo >= 0.1 for lo in lows)
+    ratio = res["checks"]["psf_below_token_flow_at_tenth_flops"]["flops_ratio"]
+    assert all(0 < r < 1 for r in ratio)
+    assert set(res["checks"]) == {"shuffle_cost_first_ge_0.1", "predictive_beats_content_by_8pct",
+                                  "psf_below_token_flow_at_tenth_flops", "mean_trajectory_worse_on_persistence"}
+    # a rerun trains nothing, samples nothing and diagnoses nothing again
+    models = {p: p.stat().st_mtime_ns for p in runs.rglob("*.safetensors")}
+    diags = {p: p.stat().st_mtime_ns for p in runs.rglob("diagnose.json")}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("finished, skipped") == 6
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*.safetensors")} == models
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("diagnose.json")} == diags
+    assert json.loads(out.read_text())["per_seed"] == res["per_seed"]
+
+
+def test_interpolation_and_gain_by_hand(bench) -> None:
+    sweep = [{"entropy": 2.0, "persistence": 0.5}, {"entropy": 3.0, "persistence": 0.9},
+             {"entropy": 1.0, "persistence": 0.1}]
+    assert bench.interpolate(sweep, "persistence", 2.25) == pytest.approx(0.6)
+    assert bench.interpolate(sweep, "persistence", 1.5) == pytest.approx(0.3)
+    assert bench.interpolate(sweep, "persistence", 3.5) is None  # not bracketed
+    # two seeds: predictive excess 0.09 and 0.11 over the floor, content 0.10 and 0.10 -> gain 10 % and -10 %
+    def seed(ep: float, ec: float) -> dict:
+        m = {"nll_at_matched_entropy": None, "excess_over_floor": None, "persistence_at_matched_entropy": None,
+             "persistence_near": 0.5, "flops_per_sample": 1.0, "serial_depth": 1}
+        return {"models": {"psf": {**m, "excess_over_floor": ep, "nll_at_matched_entropy": 2 + ep},
+                           "psf_content": {**m, "excess_over_floor": ec, "nll_at_matched_entropy": 2 + ec}},
+                "shuffle": {}}
+    agg = bench.over_seeds({0: seed(0.09, 0.10), 1: seed(0.11, 0.10)})
+    gain = agg["predictive_gain_over_content"]
+    assert gain["per_seed"] == pytest.approx([0.1, -0.1]) and gain["mean"] == pytest.approx(0.0)
+    d = agg["differences"]["psf - psf_content"]["nll_at_matched_entropy"]
+    assert d["diffs"] == pytest.approx([-0.01, 0.01]) and d["interval"][0] < 0 < d["interval"][1]
+    assert agg["differences"]["psf - psf_content"]["persistence_at_matched_entropy"] is None
