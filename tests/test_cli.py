@@ -28,6 +28,16 @@ def test_help_lists_commands_and_keys(capsys):
     assert "--train.steps" in out and "--task.frequency" in out and "presets:" in out
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["myopia", "synthetic", "--help"]])
+def test_help_into_a_closed_pipe_prints_no_traceback(argv):
+    """`forethought --help | head -1`: the reader leaves before the help is written."""
+    proc = subprocess.Popen([str(BIN / "forethought"), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=ENV)
+    proc.stdout.close()  # before the console script has even imported forethought
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 1) and err == "", err
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["myopia", "synthetic", "--train.stepz", "3"], "unknown config key 'train.stepz'"),
     (["myopia", "nope"], "unknown command 'myopia nope'"),
