@@ -299,12 +299,59 @@ def psf_wikitext() -> list[str]:
     return out
 
 
+def _ms(stat: dict | None, spec: str = ".3f") -> str:
+    """mean ± std of a psf_planted over-seeds entry."""
+    if stat is None:
+        return "not bracketed"
+    return f"{stat['mean']:{spec}}" + (f" ± {stat['std']:{spec}}" if stat.get("std") is not None else "")
+
+
+def _iv(iv: list | None, spec: str = "+.3f") -> str:
+    return "–" if not iv else f"[{iv[0]:{spec}}, {iv[1]:{spec}}]"
+
+
+def psf_planted() -> list[str]:
+    r = _load("psf_planted.json")
+    if r is None:
+        return ["(psf_planted.json not yet produced)"]
+    a, seeds = r["over_seeds"], r["over_seeds"]["seeds"]
+    out = [f"Planted corpus, floor (entropy rate) {r['floor']:.4f} nats/token; training seeds {seeds}; "
+           f"{r['settings']['samples_per_point']} samples per sweep point, {r['settings']['references']} test "
+           "documents as references; exact NLL under the true generator; mean ± std over seeds.", "",
+           "| model | NLL/token @ matched entropy | excess over floor | topic persistence @ matched entropy | "
+           "FLOPs / sample | serial depth |", "|---|---|---|---|---|---|"]
+    for m, v in a["models"].items():
+        out.append(f"| {m} | {_ms(v['nll_at_matched_entropy'], '.4f')} | {_ms(v['excess_over_floor'], '.4f')} | "
+                   f"{_ms(v['persistence_at_matched_entropy'])} | {_ms(v['flops_per_sample'], '.3g')} | "
+                   f"{_ms(v['serial_depth'], '.0f')} |")
+    out += ["", "Differences psf − other (seed-paired: mean and Student-t 95 % interval over seeds; beside it each "
+            "seed's own 95 % bootstrap interval over samples):", "",
+            "| psf − | NLL/token @ matched entropy | t interval | per-seed bootstrap | persistence (each model's "
+            "point nearest the target entropy) | t interval |", "|---|---|---|---|---|---|"]
+    for name, d in a["differences"].items():
+        other = name.removeprefix("psf - ")
+        nll, per = d["nll_at_matched_entropy"], d["persistence_near"]
+        boots = " ".join(_iv(r["per_seed"][str(s)]["psf_minus"][other]["nll_interval"]) for s in seeds)
+        nll_mean = "–" if nll is None else f"{nll['mean_diff']:+.4f}"
+        per_mean = "–" if per is None else f"{per['mean_diff']:+.3f}"
+        out.append(f"| {other} | {nll_mean} | {_iv(nll and nll['interval'], '+.4f')} | {boots} | {per_mean} | "
+                   f"{_iv(per and per['interval'])} |")
+    out += ["", "State-shuffle cost (nats/token: other documents' states minus the document's own, final stage):",
+            "", "| model | first token of a block | other tokens | all |", "|---|---|---|---|"]
+    for m, v in a["shuffle"].items():
+        out.append(f"| {m} | {_ms(v['first'])} | {_ms(v['rest'])} | {_ms(v['all'])} |")
+    out.append("")
+    for k, v in (r["checks"] or {}).items():
+        out.append(f"- {k.replace('_', ' ')}: **{'met' if v['pass'] else 'MISSED' if v['pass'] is False else 'n/a'}**")
+    return out
+
+
 if __name__ == "__main__":
     for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm),
                       ("gradients", myopia_gradients),
                       ("predgen sst2", predgen_sst2), ("predgen curves", predgen_curves), ("predgen tasks", predgen_tasks), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
                       ("predgen regression", predgen_regression),
-                      ("psf wikitext", psf_wikitext)):
+                      ("psf wikitext", psf_wikitext), ("psf planted", psf_planted)):
         print(f"### {title}\n")
         print("\n".join(fn()))
         print()
