@@ -158,7 +158,7 @@ def predgen_sst2() -> list[str]:
 
 def predgen_curves() -> list[str]:
     r = _load("predgen_curves.json")
-    if r is None or not r.get("tasks"):
+    if r is None or not (r.get("tasks") or r.get("sweep")):
         return ["(predgen_curves.json not yet produced)"]
     out = [f"{SMOLLM2} + {r['adapter']}, lr {r['lr']:g}, batch {r['batch_size']}, seed {r['seed']}, evaluated every "
            f"{r['eval_every_examples']} examples.", ""]
@@ -169,6 +169,8 @@ def predgen_curves() -> list[str]:
         for lr, row in r["sweep"].items():
             out.append(f"| {lr} | " + " | ".join(f"{a:.3f}" for _, a in row["curve"]) + " |")
         out.append("")
+    if not r.get("tasks"):
+        return out + ["(no curve finished yet)"]
     out += ["| task | method | final accuracy | decoded answer | examples seen | best on the curve (at examples) |",
             "|---|---|---|---|---|---|"]
     for task, e in r["tasks"].items():
