@@ -127,7 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--samples", type=int, help="samples per model and sweep point (default 256; tiny 8)")
     ap.add_argument("--references", type=int, help="held-out reference windows (default 256; tiny 8)")
     ap.add_argument("--sweep", nargs="+", default=DEFAULT_SWEEP, metavar="T:P",
-                    help="(temperature:top_p) sweep points, at most 4")
+                    help="(temperature:top_p) sweep points, at most 8 (WikiText-2 default: 4)")
     ap.add_argument("--token-flow-sweep", nargs="+", type=float, metavar="TAU",
                     help="the token flow's step temperatures, one sweep point each (default per preset)")
     ap.add_argument("--reference-spread", choices=("even", "random", "first"), default="even",
@@ -161,8 +161,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.n_boot = args.n_boot if args.n_boot is not None else p["n_boot"]
     args.mauve_boot = args.mauve_boot if args.mauve_boot is not None else p["mauve_boot"]
     args.sweep_points = [tuple(float(x) for x in s.split(":")) for s in args.sweep]
-    if not 1 <= len(args.sweep_points) <= 4 or any(len(s) != 2 for s in args.sweep_points):
-        ap.error("--sweep takes 1 to 4 points written temperature:top_p")
+    if not 1 <= len(args.sweep_points) <= 8 or any(len(s) != 2 for s in args.sweep_points):
+        ap.error("--sweep takes 1 to 8 points written temperature:top_p")
     if not args.eval_threads:
         args.eval_threads = max(1, args.jobs * args.threads)
     return args

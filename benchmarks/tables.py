@@ -326,17 +326,20 @@ def psf_planted() -> list[str]:
         out.append(f"| {m} | {_ms(v['nll_at_matched_entropy'], '.4f')} | {_ms(v['excess_over_floor'], '.4f')} | "
                    f"{_ms(v['persistence_at_matched_entropy'])} | {_ms(v['flops_per_sample'], '.3g')} | "
                    f"{_ms(v['serial_depth'], '.0f')} |")
-    out += ["", "Differences psf − other (seed-paired: mean and Student-t 95 % interval over seeds; beside it each "
-            "seed's own 95 % bootstrap interval over samples):", "",
-            "| psf − | NLL/token @ matched entropy | t interval | per-seed bootstrap | persistence (each model's "
-            "point nearest the target entropy) | t interval |", "|---|---|---|---|---|---|"]
+    out += ["", "Differences psf − other over seeds (seed-paired: mean and Student-t 95 % interval). NLL at matched "
+            "entropy: at the references' entropy where both sweeps reach it in every seed, else at the other "
+            "model's own entropy (psf interpolated there); gain = the fraction of the other's NLL excess over "
+            "the floor that psf removes. Persistence: each model at its sweep point nearest the target entropy.", "",
+            "| psf − | matched at | NLL/token | t interval | gain | persistence | t interval |",
+            "|---|---|---|---|---|---|---|"]
     for name, d in a["differences"].items():
         other = name.removeprefix("psf - ")
-        nll, per = d["nll_at_matched_entropy"], d["persistence_near"]
-        boots = " ".join(_iv(r["per_seed"][str(s)]["psf_minus"][other]["nll_interval"]) for s in seeds)
-        nll_mean = "–" if nll is None else f"{nll['mean_diff']:+.4f}"
+        c, per = a["nll_comparisons"][other], d["persistence_near"]
+        basis = "–" if c is None else ("references' entropy" if c["basis"].startswith("the ref") else "its entropy")
+        nll = "–" if c is None else f"{c['mean']:+.4f}"
+        gain = "–" if c is None or c["gain_mean"] is None else f"{c['gain_mean']:.2f}"
         per_mean = "–" if per is None else f"{per['mean_diff']:+.3f}"
-        out.append(f"| {other} | {nll_mean} | {_iv(nll and nll['interval'], '+.4f')} | {boots} | {per_mean} | "
+        out.append(f"| {other} | {basis} | {nll} | {_iv(c and c['interval'], '+.4f')} | {gain} | {per_mean} | "
                    f"{_iv(per and per['interval'])} |")
     out += ["", "State-shuffle cost (nats/token: other documents' states minus the document's own, final stage):",
             "", "| model | first token of a block | other tokens | all |", "|---|---|---|---|"]

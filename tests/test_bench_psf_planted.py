@@ -91,16 +91,36 @@ def test_interpolation_and_gain_by_hand(bench) -> None:
     assert bench.interpolate(sweep, "persistence", 2.25) == pytest.approx(0.6)
     assert bench.interpolate(sweep, "persistence", 1.5) == pytest.approx(0.3)
     assert bench.interpolate(sweep, "persistence", 3.5) is None  # not bracketed
-    # two seeds: predictive excess 0.09 and 0.11 over the floor, content 0.10 and 0.10 -> gain 10 % and -10 %
+    # two seeds, both sweeps bracketing the target: psf 0.09 and 0.11 above the floor (2), content 0.10 and 0.10
     def seed(ep: float, ec: float) -> dict:
         m = {"nll_at_matched_entropy": None, "excess_over_floor": None, "persistence_at_matched_entropy": None,
              "persistence_near": 0.5, "flops_per_sample": 1.0, "serial_depth": 1}
-        return {"models": {"psf": {**m, "excess_over_floor": ep, "nll_at_matched_entropy": 2 + ep},
+        diff = {"nll_at_matched_entropy": ep - ec, "nll_at_other_entropy": None}
+        return {"floor": 2.0, "psf_minus": {"psf_content": diff},
+                "models": {"psf": {**m, "excess_over_floor": ep, "nll_at_matched_entropy": 2 + ep},
                            "psf_content": {**m, "excess_over_floor": ec, "nll_at_matched_entropy": 2 + ec}},
                 "shuffle": {}}
     agg = bench.over_seeds({0: seed(0.09, 0.10), 1: seed(0.11, 0.10)})
-    gain = agg["predictive_gain_over_content"]
-    assert gain["per_seed"] == pytest.approx([0.1, -0.1]) and gain["mean"] == pytest.approx(0.0)
+    c = agg["nll_comparisons"]["psf_content"]
+    assert c["basis"] == "the references' entropy" and c["per_seed"] == pytest.approx([-0.01, 0.01])
+    assert c["gain"] == pytest.approx([0.1, -0.1]) and c["gain_mean"] == pytest.approx(0.0)
+    assert c["interval"][0] < 0 < c["interval"][1]
     d = agg["differences"]["psf - psf_content"]["nll_at_matched_entropy"]
-    assert d["diffs"] == pytest.approx([-0.01, 0.01]) and d["interval"][0] < 0 < d["interval"][1]
+    assert d["diffs"] == pytest.approx([-0.01, 0.01])
     assert agg["differences"]["psf - psf_content"]["persistence_at_matched_entropy"] is None
+    # content never reaches the target: psf is compared at content's own entropy (psf below the floor: gain > 1)
+    seeds = {i: seed(0.0, 1.0) for i in range(3)}
+    for sd, at in zip(seeds.values(), (-1.1, -1.3, -1.2)):
+        sd["psf_minus"]["psf_content"] = {"nll_at_matched_entropy": None, "nll_at_other_entropy": at,
+                                          "other_nll_there": 3.0}
+    c = bench.over_seeds(seeds)["nll_comparisons"]["psf_content"]
+    assert c["basis"].startswith("psf_content's own entropy") and c["gain"] == pytest.approx([1.1, 1.3, 1.2])
+    # mean -1.2, std 0.1: t_{0.975, 2} = 4.303 -> -1.2 ± 4.303 * 0.1 / sqrt(3)
+    assert c["interval"] == pytest.approx([-1.2 - 0.24843, -1.2 + 0.24843], abs=1e-4)
+    # at_other_entropy: psf interpolated log-linearly at the other's point nearest the target
+    psf = [{"entropy": 3.0, "gen_ppl": math.exp(2.0)}, {"entropy": 4.0, "gen_ppl": math.exp(3.0)}]
+    other = [{"entropy": 3.5, "gen_ppl": math.exp(4.0), "nll_per_token": 4.0},
+             {"entropy": 5.0, "gen_ppl": math.exp(5.0), "nll_per_token": 5.0}]
+    r = bench.at_other_entropy(psf, other, target=3.2)
+    assert r["other_entropy"] == 3.5 and r["nll_at_other_entropy"] == pytest.approx(2.5 - 4.0)
+    assert bench.at_other_entropy(psf, other[1:], target=3.2)["nll_at_other_entropy"] is None
