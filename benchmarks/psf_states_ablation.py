@@ -61,6 +61,9 @@ ARMS: dict[str, tuple[str, list[str], tuple[str, ...]]] = {
                       BEFORE_CODES),
     "free_bits_0": ("codes with no free bits (the whole KL charged)", ["--model.free_bits", "0", *LEAN],
                     BEFORE_CODES),
+    "code_in_normal": ("the codes stage's code input started at normal(0, 0.02) instead of zero (the saddle "
+                       "model.code_in_init breaks)", ["--model.code_in_init", "normal", "--baselines", "[]"],
+                       BEFORE_CODES),
     "input_dropout_0.1": ("10 % of the decoder's input tokens replaced by a mask vector in training (every stage)",
                           ["--model.input_dropout", "0.1", *LEAN], ()),
     "input_dropout_0.3": ("30 % of the decoder's input tokens replaced by a mask vector in training (every stage)",
@@ -257,7 +260,7 @@ def main(argv: list[str] | None = None) -> dict:
             "commands": "the arms other than final ran while the preset file still had the codes stage and 1000 "
                         "prior steps, so without the REFERENCE overrides; every arm's saved config.yaml equals what "
                         "its recorded command resolves to now (checked; runs made before model.input_dropout "
-                        "existed lack that key, whose default is 0)",
+                        "and model.code_in_init existed lack those keys, whose defaults are 0 and zero)",
         },
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
                     "torch": torch.__version__, "python": platform.python_version(), "threads": args.threads},

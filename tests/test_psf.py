@@ -28,6 +28,7 @@ from forethought.psf.model import (
     kl_free_bits,
     mix_states,
     realized_summaries,
+    start_codes,
 )
 from forethought.psf.prior import (
     FlowPrior,
@@ -564,3 +565,27 @@ def test_top_p_probs_rejects_what_it_cannot_sample():
     assert "greedy=" not in str(e.value)  # no such parameter
     with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
         top_p_probs(logits, top_p=0.0)
+
+
+def test_zero_code_layers_are_a_saddle_that_a_normal_code_input_breaks():
+    """model.code_in_init: with the code head and the code input both at zero the posterior is N(0, I) (no KL
+    beyond the free bits) and the head gets exactly no gradient; a normal code input gives it one."""
+    torch.manual_seed(0)
+    m = PSFModel(PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, n_embd=16, enc_layers=2, dec_layers=2,
+                                n_head=2, code_dim=4)).double().train()
+    m.use_codes = True
+    tokens = torch.randint(0, V, (3, 12))
+    m(tokens)["loss"].backward()
+    assert m.code_head.weight.grad is None or not m.code_head.weight.grad.any()
+    assert m.code_in.weight.grad.abs().sum() > 0  # the input layer does move, but only by the code's noise
+    m.zero_grad()
+    zero = m.code_in.weight.clone()
+    start_codes(m, "zero", torch.Generator().manual_seed(1))
+    assert torch.equal(m.code_in.weight, zero)  # "zero" leaves the layer as it is
+    start_codes(m, "normal", torch.Generator().manual_seed(1))
+    w = m.code_in.weight.clone()
+    assert 0.01 < float(w.std()) < 0.03
+    start_codes(m, "normal", torch.Generator().manual_seed(1))
+    assert torch.equal(m.code_in.weight, w)  # seeded
+    m(tokens)["loss"].backward()
+    assert m.code_head.weight.grad.abs().sum() > 0

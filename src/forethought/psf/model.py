@@ -81,6 +81,10 @@ class PSFModelConfig:
     state_norm_momentum: float = field(0.05, "update rate of the running estimates of state_norm")
     code_dim: int = field(64, "realization code size")
     free_bits: float = field(1.0, "KL budget in nats per token (free bits, per block)")
+    code_in_init: Literal["zero", "normal"] = field(
+        "zero", "the decoder's code input when the codes stage starts: zero (the previous stage's function "
+        "unchanged; with the code head also at zero neither gets an expected gradient, a saddle) or normal "
+        "(std 0.02: the code head gets a gradient from the first step)")
     kl_weight: float = field(1.0, "weight of the (free-bits) KL term")
 
     def validate(self) -> None:
@@ -439,3 +443,15 @@ def realized_summaries(model: PSFModel, tokens: torch.Tensor, temperature: float
                                     generator=generator)
     model.train(was_training)
     return model.summaries(generated)[0]
+
+
+def start_codes(model: PSFModel, how: Literal["zero", "normal"], generator: torch.Generator) -> None:
+    """The decoder's code input layer for a codes stage that starts now (``model.code_in_init``). ``zero`` leaves
+    it as it is (zero since it was built: no earlier stage uses it). With the code head also at zero (posterior
+    N(0, I)) the code is noise the decoder cannot read, and the head gets no gradient through a zero layer: only
+    the noise of the updates moves either. ``normal`` (std 0.02, the GPT's init scale) breaks that symmetry, at
+    the price of a small perturbation of the previous stage's function."""
+    if how == "normal":
+        with torch.no_grad():
+            w = model.code_in.weight
+            w.copy_(torch.randn(w.shape, generator=generator) * 0.02)

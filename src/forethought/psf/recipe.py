@@ -62,7 +62,14 @@ from forethought.psf.generate import (
     load_data,
     prior_for,
 )
-from forethought.psf.model import PSFModel, PSFModelConfig, calibrate_states, check_blocks, realized_summaries
+from forethought.psf.model import (
+    PSFModel,
+    PSFModelConfig,
+    calibrate_states,
+    check_blocks,
+    realized_summaries,
+    start_codes,
+)
 from forethought.psf.prior import FlowPrior, PriorConfig
 from forethought.psf.sampling import device_generator
 
@@ -400,8 +407,11 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
         if rt.is_main:
             print(f"{stage.name}: complete, skipped")
         return finished
-    if latest_checkpoint(sub.dir) is None and prev_ckpt is not None:
+    fresh = latest_checkpoint(sub.dir) is None
+    if fresh and prev_ckpt is not None:
         load_checkpoint(prev_ckpt, model)  # warm start (trainer state of the previous stage is not used)
+    if fresh and stage.name == "codes":  # the code input's start (a resumed stage has it in its checkpoint)
+        start_codes(model, cfg.model.code_in_init, step_generator(cfg.run.seed, 0, salt=7))
     ro = cfg.rollout
 
     def after_step(m: torch.nn.Module, step: int) -> None:
