@@ -35,7 +35,7 @@ def test_psf_planted_tiny(tmp_path: Path, bench) -> None:
            "--jobs", "2", "--runs", str(runs), "--out", str(out), "--sweep", "1.0:1.0", "0.7:0.9",
            "--token-flow-sweep", "1.0", "2.0"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FORETHOUGHT_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     for key in ("command", "machine", "invocation_walls_per_seed", "settings", "floor", "per_seed", "over_seeds",
@@ -77,7 +77,7 @@ def test_psf_planted_tiny(tmp_path: Path, bench) -> None:
     # a rerun trains nothing, samples nothing and diagnoses nothing again
     models = {p: p.stat().st_mtime_ns for p in runs.rglob("*.safetensors")}
     diags = {p: p.stat().st_mtime_ns for p in runs.rglob("diagnose.json")}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=200)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("finished, skipped") == 6
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("*.safetensors")} == models
