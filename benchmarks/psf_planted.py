@@ -95,12 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished seeds")
     ap.add_argument("overrides", nargs="*", help="extra recipe overrides for every run (after --)")
     args = ap.parse_args(argv)
-    p = PRESETS[args.preset]
-    args.runs = args.runs or p["runs"]
-    args.out = args.out or p["out"]
-    args.samples = args.samples or p["samples"]
-    args.references = args.references or p["references"]
-    args.n_boot = args.n_boot or p["n_boot"]
+    psf_wikitext.preset_defaults(args, PRESETS[args.preset])
     return args
 
 

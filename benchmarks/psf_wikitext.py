@@ -151,21 +151,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--train-token-flow", action="store_true", help=argparse.SUPPRESS)  # internal: one job
     ap.add_argument("overrides", nargs="*", help="extra overrides for both recipes (after --)")
     args = ap.parse_args(argv)
-    p = PRESETS[args.preset]
-    args.runs = args.runs or p["runs"]
-    args.out = args.out or p["out"]
-    args.samples = args.samples or p["samples"]
-    args.references = args.references or p["references"]
-    args.judge = args.judge or p["judge"]
-    args.token_flow_sweep = args.token_flow_sweep or p["token_flow_sweep"]
-    args.n_boot = args.n_boot if args.n_boot is not None else p["n_boot"]
-    args.mauve_boot = args.mauve_boot if args.mauve_boot is not None else p["mauve_boot"]
+    preset_defaults(args, PRESETS[args.preset])
     args.sweep_points = [tuple(float(x) for x in s.split(":")) for s in args.sweep]
     if not 1 <= len(args.sweep_points) <= 8 or any(len(s) != 2 for s in args.sweep_points):
         ap.error("--sweep takes 1 to 8 points written temperature:top_p")
     if not args.eval_threads:
         args.eval_threads = max(1, args.jobs * args.threads)
     return args
+
+
+def preset_defaults(args: argparse.Namespace, preset: dict[str, Any]) -> None:
+    """Every option left unset (None) takes the preset's value of the same name."""
+    for key, value in preset.items():
+        if getattr(args, key, ...) is None:
+            setattr(args, key, value)
 
 
 def _default_data_root() -> None:
