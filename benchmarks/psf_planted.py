@@ -141,7 +141,12 @@ def model_summary(row: dict, target: float, floor: float) -> dict[str, Any]:
     iv = row["matched_entropy"]["interval"]
     nll = math.log(at) if at is not None else None
     near = min(row["sweep"], key=lambda p: abs(p["entropy"] - target))
+    # the model's own distribution: temperature 1 without nucleus (a token flow: step temperature 1)
+    own = next((p for p in row["sweep"] if p.get("temperature", p.get("step_temperature")) == 1.0
+                and p.get("top_p", 1.0) == 1.0), None)
     return {"nll_at_matched_entropy": nll,
+            "nll_at_t1": own and own["nll_per_token"], "persistence_at_t1": own and own["persistence"],
+            "entropy_at_t1": own and own["entropy"],
             "nll_interval": [math.log(iv[0]), math.log(iv[1])] if iv else None,
             "excess_over_floor": nll - floor if nll is not None else None,
             "persistence_at_matched_entropy": interpolate(row["sweep"], "persistence", target),
@@ -204,7 +209,7 @@ def over_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
     seeds = sorted(per_seed)
 
     def values(model: str, key: str) -> list[float] | None:
-        v = [per_seed[s]["models"][model][key] for s in seeds]
+        v = [per_seed[s]["models"][model].get(key) for s in seeds]
         return None if any(x is None for x in v) else v
 
     def stats(v: list[float] | None) -> dict | None:
@@ -214,14 +219,15 @@ def over_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
         return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else None, "per_seed": v}
 
     keys = ("nll_at_matched_entropy", "excess_over_floor", "persistence_at_matched_entropy", "persistence_near",
-            "flops_per_sample", "serial_depth")
+            "nll_at_t1", "persistence_at_t1", "entropy_at_t1", "flops_per_sample", "serial_depth")
     models = {m: {k: stats(values(m, k)) for k in keys} for m in per_seed[seeds[0]]["models"]}
     comps: dict[str, Any] = {}
     for other in per_seed[seeds[0]]["models"]:
         if other == "psf":
             continue
         comps[f"psf - {other}"] = {}
-        for k in ("nll_at_matched_entropy", "persistence_at_matched_entropy", "persistence_near"):
+        for k in ("nll_at_matched_entropy", "persistence_at_matched_entropy", "persistence_near", "nll_at_t1",
+                  "persistence_at_t1"):
             a, b = values("psf", k), values(other, k)
             comps[f"psf - {other}"][k] = None if a is None or b is None else seed_mean_difference(a, b)
     shuffle = {name: {k: stats([per_seed[s]["shuffle"][name][k] for s in seeds]) for k in ("first", "rest", "all")}

@@ -326,6 +326,17 @@ def psf_planted() -> list[str]:
         out.append(f"| {m} | {_ms(v['nll_at_matched_entropy'], '.4f')} | {_ms(v['excess_over_floor'], '.4f')} | "
                    f"{_ms(v['persistence_at_matched_entropy'])} | {_ms(v['flops_per_sample'], '.3g')} | "
                    f"{_ms(v['serial_depth'], '.0f')} |")
+    out += ["", "Each model's own distribution (temperature 1, no nucleus; the token flow at step temperature 1), "
+            f"the same runs (references: NLL {r['per_seed'][str(seeds[0])]['references_nll']:.3f}, persistence "
+            f"{r['per_seed'][str(seeds[0])]['references_persistence']:.3f}):", "",
+            "| model | NLL/token | unigram entropy | topic persistence | psf − model: NLL [t interval] | "
+            "persistence [t interval] |", "|---|---|---|---|---|---|"]
+    for m, v in a["models"].items():
+        d = a["differences"].get(f"psf - {m}", {})
+        dn, dp = d.get("nll_at_t1"), d.get("persistence_at_t1")
+        out.append(f"| {m} | {_ms(v['nll_at_t1'])} | {_ms(v['entropy_at_t1'])} | {_ms(v['persistence_at_t1'])} | "
+                   + ("–" if dn is None else f"{dn['mean_diff']:+.3f} {_iv(dn['interval'])}") + " | "
+                   + ("–" if dp is None else f"{dp['mean_diff']:+.3f} {_iv(dp['interval'])}") + " |")
     out += ["", "Differences psf − other over seeds (seed-paired: mean and Student-t 95 % interval). NLL at matched "
             "entropy: at the references' entropy where both sweeps reach it in every seed, else at the other "
             "model's own entropy (psf interpolated there); gain = the fraction of the other's NLL excess over "
