@@ -20,13 +20,18 @@ true generator's entropy rate) is one number. Collected into ``--out`` (default
 
 - per model: exact NLL per token at matched entropy (the references' unigram entropy; interpolated on the sweep
   only where it brackets the target, else null) and its excess over the floor; topic persistence interpolated
-  the same way (linearly) and at the sweep point nearest the target; FLOPs per sample; serial depth;
+  the same way (linearly) and at the sweep point nearest the target; NLL, entropy and persistence at the model's
+  own distribution (temperature 1, no nucleus), where the exact judge needs no entropy matching; FLOPs per
+  sample; serial depth;
 - over seeds: mean ± std per model and, for every comparison, the Student-t 95 % interval of the seed-mean
   difference (paired by seed: training noise), beside each seed's bootstrap interval (sampling noise only);
+  NLL comparisons (``nll_comparisons``) at the references' entropy where both sweeps reach it in every seed,
+  else at the other model's own entropy;
 - ``checks``: the issue's four targets, each with the numbers that decide it.
 
 Resumable: finished trainings are skipped, samples and judge passes are cached (psf eval), a diagnose.json newer
-than its run's results.json is kept. ``--collect-only`` only assembles the JSON. ``--preset tiny`` runs the whole
+than its run's results.json is kept. ``--collect-only`` re-evaluates the finished seeds (from the caches: a
+changed sweep samples only its new points) and assembles the JSON. ``--preset tiny`` runs the whole
 pipeline at toy size (recipe_tiny on a tiny planted corpus; the smoke test).
 
     python benchmarks/psf_planted.py [--seeds 0 1 2] [--jobs 2] [--samples 256] [--collect-only]
