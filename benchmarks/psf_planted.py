@@ -31,8 +31,8 @@ true generator's entropy rate) is one number. Collected into ``--out`` (default
 
 Resumable: finished trainings are skipped, samples and judge passes are cached (psf eval), a diagnose.json newer
 than its run's results.json is kept. ``--collect-only`` re-evaluates the finished seeds (from the caches: a
-point is sampled again only when its settings, position in the sweep or run changed) and assembles the JSON. ``--preset tiny`` runs the whole
-pipeline at toy size (recipe_tiny on a tiny planted corpus; the smoke test).
+point is sampled again only when its settings, position in the sweep or run changed) and assembles the JSON.
+``--preset tiny`` runs the whole pipeline at toy size (recipe_tiny on a tiny planted corpus; the smoke test).
 
     python benchmarks/psf_planted.py [--seeds 0 1 2] [--jobs 2] [--samples 256] [--collect-only]
 """
