@@ -60,7 +60,6 @@ from _stats import invocations  # noqa: E402
 from forethought.eval.curves import ppl_at_entropy  # noqa: E402
 from forethought.eval.stats import seed_mean_difference, t_interval  # noqa: E402
 
-ROWS = psf_wikitext.ROWS  # psf, psf_content, ar, token_flow, psf_mean_trajectory
 # toy size for the smoke test: recipe_tiny's model stages on a planted corpus of 4 blocks of 8 tokens
 TINY_CORPUS = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
                "--data.planted.vocab_size", "32", "--data.planted.topic_vocab", "12", "--data.planted.topics", "4",
@@ -120,8 +119,7 @@ def diagnose(run: Path, threads: int) -> None:
     diag = run / "diagnose.json"
     if diag.is_file() and diag.stat().st_mtime > (run / "results.json").stat().st_mtime:
         return
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT / "src") + os.pathsep
-           + os.environ.get("PYTHONPATH", "")}
+    env = psf_wikitext.subprocess_env(threads)
     cmd = [sys.executable, "-m", "forethought.cli", "psf", "diagnose", "--recipe_run", str(run), "--device", "cpu"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

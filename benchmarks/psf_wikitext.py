@@ -236,11 +236,16 @@ def token_flow_command(args: argparse.Namespace) -> list[str]:
             "--runs", str(args.runs), "--out", str(args.out)]
 
 
+def subprocess_env(threads: int) -> dict[str, str]:
+    """The environment of a benchmark subprocess: ``threads`` torch threads, this checkout's sources first."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT / "src") + os.pathsep
+            + os.environ.get("PYTHONPATH", "")}
+
+
 def train_all(args: argparse.Namespace) -> None:
     """Run the pending pieces as subprocesses, ``args.jobs`` at a time; token_flow waits for psf."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT / "src") + os.pathsep
-           + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env(args.threads)
     args.runs.mkdir(parents=True, exist_ok=True)
     commands = {"psf": lambda: recipe_command(args, "psf"), "psf_content": lambda: recipe_command(args, "psf_content"),
                 "token_flow": lambda: token_flow_command(args)}
