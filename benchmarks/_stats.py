@@ -1,4 +1,5 @@
-"""Helpers the benchmark scripts share: a run folder's start time (intervals: forethought.eval.stats)."""
+"""Helpers the benchmark scripts share: a run folder's start time and predictions, a committed archive of finished
+runs, paired comparisons (intervals: forethought.eval.stats)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,26 @@ def run_started(run_dir: Path) -> float | None:
 def predictions(run_dir: Path) -> list[dict]:
     """A PredGen run's eval-split predictions (predictions.jsonl rows: id, prediction, decoded, target)."""
     return [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
+
+
+def finished_run(run_dir: Path, archive: Path) -> dict | None:
+    """A finished PredGen run's record (``results``, eval ``predictions``, ``command``, ``started``, ``finished``),
+    or None when it has not finished. Read from its run folder when that holds a finished run, and then saved as
+    ``archive/<run name>.json`` (a committed folder: run folders live in ``runs/``, which a later session on a
+    fresh machine does not have, and a benchmark may take several sessions); else read from the archive."""
+    saved = archive / f"{run_dir.name}.json"
+    if (run_dir / "results.json").is_file():
+        record = {"results": json.loads((run_dir / "results.json").read_text()), "predictions": predictions(run_dir),
+                  "command": json.loads((run_dir / "env.json").read_text())["command"],
+                  "started": run_started(run_dir), "finished": (run_dir / "results.json").stat().st_mtime}
+        text = json.dumps(record, separators=(",", ":")) + "\n"
+        if not saved.is_file() or saved.read_text() != text:
+            from forethought.core.io import atomic_write_text
+
+            archive.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(saved, text)
+        return record
+    return json.loads(saved.read_text()) if saved.is_file() else None
 
 
 def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classification", key_a: str = "prediction",

@@ -4,7 +4,9 @@ whose answers are several tokens long (ARC-Easy answered with the choice's text)
 
 Every run is ``forethought predgen train --config small`` with the same examples in the same order for every
 method (the run's seed fixes them), ``--train.eval_every`` for the curve and checkpoints at every curve point,
-so rerunning the script continues where it stopped (``--resume auto``). Runs go one at a time, each with
+so rerunning the script continues where it stopped (``--resume auto``). A finished run's record (results,
+predictions, command) is also saved in ``benchmarks/results/runs/predgen_curves/`` and committed, so a later
+session on a fresh machine (without ``runs/``) neither reruns nor loses it. Runs go one at a time, each with
 ``--threads`` torch threads. ``--sweep`` first runs the learning-rate sweep (the generator on SST-2, a short
 budget, the same eval subset) that chose ``--lr``.
 
@@ -29,10 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 from _jobs import run_queue  # noqa: E402
-from _stats import invocations, paired, predictions, run_started  # noqa: E402
+from _stats import finished_run, invocations, paired  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-curves"
+ARCHIVE = OUT / "runs" / "predgen_curves"  # finished runs' records, committed (_stats.finished_run)
 METHODS = ("predictor", "generator", "predgen")
 # per task: extra overrides, and the eval subset (SST-2: the whole dev set; ARC-Easy: 500 of its 2,376 test items)
 TASKS: dict[str, dict] = {
@@ -72,21 +75,29 @@ def main() -> None:
     steps, every = -(-args.examples // bs), max(1, args.eval_every // bs)
     if not args.collect_only:
         jobs = []
-        if args.sweep:
+        if args.sweep:  # rates already in the JSON (finished before the archive existed) are not rerun
             jobs += [(f"sweep-lr{lr:g}", _train_argv(f"sweep-lr{lr:g}", "generator", "sst2", SWEEP_STEPS,
                                                      SWEEP_EVAL_EVERY, SWEEP_EVAL_EXAMPLES, lr, args.seed, bs,
-                                                     args.overrides)) for lr in SWEEP_LRS]
+                                                     args.overrides))
+                     for lr in SWEEP_LRS if f"{lr:g}" not in _earlier().get("sweep", {})]
         jobs += [(f"{t}-{m}-s{args.seed}", _train_argv(f"{t}-{m}-s{args.seed}", m, t, steps, every,
                                                        TASKS[t]["eval_examples"], args.lr, args.seed, bs,
                                                        args.overrides))
                  for t in args.tasks for m in args.methods]
-        jobs = [(n, a) for n, a in jobs if not (RUNS / n / "results.json").is_file()]
+        jobs = [(n, a) for n, a in jobs if finished_run(RUNS / n, ARCHIVE) is None]
         run_queue(jobs, 1, RUNS, ROOT, threads=args.threads)
     collect(" ".join(["python", *sys.argv]), args)
 
 
+def _earlier() -> dict:
+    """This script's last JSON, or {}."""
+    f = OUT / "predgen_curves.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
 def collect(command: str, args: argparse.Namespace) -> None:
-    seen = invocations(RUNS, command)
+    earlier = [c for c in _earlier().get("command", "").split(" ; ") if c]  # from earlier sessions' machines
+    seen = list(dict.fromkeys(earlier + invocations(RUNS, command)))
     res: dict = {"command": " ; ".join(seen), "base": "smollm2-135m", "adapter": "LoRA r=16 (all linear layers)",
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": args.threads, "parallel_runs": 1},
@@ -94,33 +105,37 @@ def collect(command: str, args: argparse.Namespace) -> None:
                  "eval_every_examples": args.eval_every, "reference_lr2e-4_curve_sst2": {
                      "12800": 0.880, "25600": 0.904, "38400": 0.914},
                  "sweep": {}, "tasks": {}}
+    # sweep runs finished before the archive existed: keep their entries from this script's earlier JSON
+    earlier_sweep = _earlier().get("sweep", {})
     for lr in SWEEP_LRS:
-        f = RUNS / f"sweep-lr{lr:g}" / "results.json"
-        if f.is_file():
-            r = json.loads(f.read_text())
+        rec = finished_run(RUNS / f"sweep-lr{lr:g}", ARCHIVE)
+        if rec is None and f"{lr:g}" in earlier_sweep:
+            res["sweep"][f"{lr:g}"] = earlier_sweep[f"{lr:g}"]
+        if rec is not None:
+            r = rec["results"]
             res["sweep"][f"{lr:g}"] = {"method": "generator", "task": "sst2", "accuracy": r["accuracy"],
                                        "curve": [(p["examples_seen"], p["accuracy"]) for p in r["learning_curve"]],
                                        "eval_examples": r["eval_examples"]}
     starts, ends = [], []
     for task in TASKS:
-        runs = {m: RUNS / f"{task}-{m}-s{args.seed}" for m in METHODS}
-        done = {m: p for m, p in runs.items() if (p / "results.json").is_file()}
+        records = {m: finished_run(RUNS / f"{task}-{m}-s{args.seed}", ARCHIVE) for m in METHODS}
+        done = {m: rec for m, rec in records.items() if rec is not None}
         if not done:
             continue
         entry: dict = {"methods": {}, "paired": {}}
         preds = {}
-        for m, p in done.items():
-            r = json.loads((p / "results.json").read_text())
-            preds[m] = predictions(p)
+        for m, rec in done.items():
+            r = rec["results"]
+            preds[m] = rec["predictions"]
             entry["methods"][m] = {
                 "accuracy": r["accuracy"], "macro_f1": r["macro_f1"], "decoded_accuracy": r.get("decoded", {}).get(
                     "accuracy"), "eval_examples": r["eval_examples"], "train_examples": r["train_examples"],
                 "examples_seen": r["steps"] * r["batch_size"], "train_wall_s": r["train_wall_s"],
                 "curve": [{"examples_seen": c["examples_seen"], "accuracy": c["accuracy"]}
                           for c in r.get("learning_curve", [])],
-                "command": json.loads((p / "env.json").read_text())["command"]}
-            starts.append(run_started(p))
-            ends.append((p / "results.json").stat().st_mtime)
+                "command": rec["command"]}
+            starts.append(rec["started"])
+            ends.append(rec["finished"])
         ordered = [m for m in METHODS if m in preds]
         for i, a in enumerate(ordered):
             for b in ordered[i + 1:]:

@@ -4,7 +4,9 @@ are several tokens long: ARC-Easy answered with the choice's text (5.3 answer to
 
 Every run is ``forethought predgen train --config small`` with the task's steps (sized so one run trains in
 about 10 minutes on 2 threads), the same examples in the same order for every method of a seed, and its own
-resumable run folder; one run at a time. Collected into ``benchmarks/results/predgen_tasks.json``: per task and
+resumable run folder; one run at a time. A finished run's record (results, predictions, command) is also saved
+in ``benchmarks/results/runs/predgen_tasks/`` and committed, so a later session on a fresh machine neither
+reruns nor loses it. Collected into ``benchmarks/results/predgen_tasks.json``: per task and
 method the metric per seed and mean ± std; per seed the paired comparison on the same eval examples (accuracy:
 the difference with its paired bootstrap 95 % interval and McNemar's exact test; regression: the MSE and
 Pearson differences with paired bootstrap intervals); over seeds the Student-t 95 % interval of the mean paired
@@ -28,12 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 from _jobs import run_queue  # noqa: E402
-from _stats import invocations, paired, predictions, run_started  # noqa: E402
+from _stats import finished_run, invocations, paired  # noqa: E402
 
 from forethought.eval.stats import seed_mean_difference  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-tasks"
+ARCHIVE = OUT / "runs" / "predgen_tasks"  # finished runs' records, committed (_stats.finished_run)
 # variant name -> method overrides; the WDAL forms only on the classification task
 VARIANTS = {"predictor": ["--method", "predictor"], "generator": ["--method", "generator"],
             "predgen": ["--method", "predgen"],
@@ -70,7 +73,7 @@ def main() -> None:
                                         "--train.lr", str(args.lr), "--eval.latency_examples", "0",
                                         "--run.seed", str(seed), "--run.out_dir", str(RUNS), "--run.name", name,
                                         "--resume", "auto", *args.overrides]))
-        run_queue([(n, a) for n, a in jobs if not (RUNS / n / "results.json").is_file()], 1, RUNS, ROOT,
+        run_queue([(n, a) for n, a in jobs if finished_run(RUNS / n, ARCHIVE) is None], 1, RUNS, ROOT,
                   threads=args.threads)
     collect(" ".join(["python", *sys.argv]), args)
 
@@ -88,14 +91,14 @@ def collect(command: str, args: argparse.Namespace) -> None:
         for v in t["variants"]:
             per_seed = {}
             for seed in args.seeds:
-                run = RUNS / f"{task}-{v}-s{seed}"
-                if not (run / "results.json").is_file():
+                rec = finished_run(RUNS / f"{task}-{v}-s{seed}", ARCHIVE)
+                if rec is None:
                     continue
-                r = json.loads((run / "results.json").read_text())
+                r = rec["results"]
                 per_seed[seed] = r
-                preds.setdefault(v, {})[seed] = predictions(run)
-                starts.append(run_started(run))
-                ends.append((run / "results.json").stat().st_mtime)
+                preds.setdefault(v, {})[seed] = rec["predictions"]
+                starts.append(rec["started"])
+                ends.append(rec["finished"])
             if not per_seed:
                 continue
             keys = ("accuracy", "macro_f1") if t["metric"] == "accuracy" else ("pearson", "mse", "spearman")

@@ -40,6 +40,7 @@ def test_predgen_curves_collect_pairs_the_methods(tmp_path: Path, monkeypatch: p
     spec.loader.exec_module(mod)
     monkeypatch.setattr(mod, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(mod, "OUT", tmp_path / "out")
+    monkeypatch.setattr(mod, "ARCHIVE", tmp_path / "out" / "runs" / "predgen_curves")
     targets = ["positive", "negative"] * 10
     right = {"predictor": range(10), "generator": range(14), "predgen": range(4, 20)}  # examples each gets right
     for m, good in right.items():
@@ -66,3 +67,12 @@ def test_predgen_curves_collect_pairs_the_methods(tmp_path: Path, monkeypatch: p
     own = task["paired"]["predgen_adapter_minus_its_decoded"]  # adapter right on 4-19, decoded on 0-11
     assert own["mcnemar"]["b"] == 8 and own["mcnemar"]["c"] == 4
     assert (tmp_path / "out" / "predgen_curves.png").stat().st_size > 0
+    # a later session on a fresh machine has no run folders: the committed archive gives the same JSON
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")
+    mod.collect("python benchmarks/predgen_curves.py", args)
+    again = json.loads((tmp_path / "out" / "predgen_curves.json").read_text())
+    assert again["tasks"] == res["tasks"] and sorted(p.name for p in (tmp_path / "out" / "runs" /
+                                                                     "predgen_curves").iterdir()) == [
+        "sst2-generator-s0.json", "sst2-predgen-s0.json", "sst2-predictor-s0.json"]
