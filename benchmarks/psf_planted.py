@@ -44,7 +44,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -112,18 +111,6 @@ def seed_argv(args: argparse.Namespace, seed: int, collect_only: bool) -> list[s
             "--mauve-boot", "0", "--sweep", *args.sweep, "--token-flow-sweep", *args.token_flow_sweep,
             *(["--collect-only"] if collect_only else []),
             "--", *PRESETS[args.preset]["overrides"], "--run.seed", str(seed), *args.overrides]
-
-
-def diagnose(run: Path, threads: int) -> None:
-    """``psf diagnose`` on a finished recipe run, unless its diagnose.json is newer than its results.json."""
-    diag = run / "diagnose.json"
-    if diag.is_file() and diag.stat().st_mtime > (run / "results.json").stat().st_mtime:
-        return
-    env = psf_wikitext.subprocess_env(threads)
-    cmd = [sys.executable, "-m", "forethought.cli", "psf", "diagnose", "--recipe_run", str(run), "--device", "cpu"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"psf diagnose failed on {run} (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
 
 # ---- collection: pure functions of the per-seed results ----------------------------------------------------------
@@ -365,9 +352,7 @@ def main(argv: list[str] | None = None) -> None:
     for seed in args.seeds:
         if args.collect_only and not (args.runs / f"s{seed}" / "eval" / "results.json").is_file():
             continue
-        psf_wikitext.main(seed_argv(args, seed, args.collect_only))
-        for name in ("psf", "psf_content"):
-            diagnose(args.runs / f"s{seed}" / name, max(1, args.jobs))
+        psf_wikitext.main(seed_argv(args, seed, args.collect_only))  # trains, diagnoses, evaluates
     command = " ".join(["python", *(sys.argv if argv is None else ["benchmarks/psf_planted.py", *argv])])
     res = collect(args, command)
     from forethought.core.io import atomic_write_text

@@ -39,6 +39,9 @@ token_flow]``, its own results in ``<runs>/eval/results.json``:
 - cost: ``flops_per_sample`` (FlopCounterMode around sampling one document, temperature 1), its analytic
   counterpart ``flops_per_sample_analytic``, ``samples_per_s_b1``/``_b32``, ``serial_depth`` (prior steps + L/K
   for PSF, L for AR, Euler steps for the token flow);
+- ``diagnose``: ``forethought psf diagnose`` of ``psf`` and ``psf_content`` (their diagnose.json, run before the
+  evaluation unless newer than the run): the state-shuffle cost per position, the AR block-cut ceiling, decoding
+  from clean states vs prior samples vs the mean trajectory;
 - ``checks``: this benchmark's five targets, computed here from those rows (the matched-entropy comparison of
   psf and psf_content with the interval of its difference).
 
@@ -284,6 +287,20 @@ def train_all(args: argparse.Namespace) -> None:
                 print(f"{name}: finished", flush=True)
 
 
+def diagnose(run: Path, threads: int) -> dict:
+    """``psf diagnose`` on a finished recipe run (state-shuffle cost, the AR block-cut ceiling, decoding from
+    clean / prior / mean states), unless its diagnose.json is newer than its results.json; returns diagnose.json."""
+    diag = run / "diagnose.json"
+    if not diag.is_file() or diag.stat().st_mtime <= (run / "results.json").stat().st_mtime:
+        cmd = [sys.executable, "-m", "forethought.cli", "psf", "diagnose", "--recipe_run", str(run), "--device",
+               "cpu"]
+        proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(threads), capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"psf diagnose failed on {run} (exit {proc.returncode}):\n{proc.stdout[-2000:]}"
+                     f"{proc.stderr[-2000:]}")
+    return json.loads(diag.read_text())
+
+
 def token_flow_config(psf_model: Any, seq_len: int, table_dim: int, vocab: int) -> tuple[Any, dict]:
     """Token-flow config at PSF's width, with the depth that brings its trained parameters closest to PSF
     encoder + decoder (other widths, nearest first, only if no depth lands within the tolerance)."""
@@ -489,6 +506,8 @@ def main(argv: list[str] | None = None) -> None:
         train_all(args)
     if args.train_only:
         return
+    diagnoses = {} if args.prepare else {name: diagnose(args.runs / name, args.eval_threads)
+                                          for name in ("psf", "psf_content")}
     ev = evaluate(args)
     command = " ".join(["python", *(sys.argv if argv is None else ["benchmarks/psf_wikitext.py", *argv])])
     seen = invocations(args.runs, command)
@@ -507,7 +526,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                        "device": args.device},
            "settings": ev["settings"], **{name: ev["rows"][name] for name in ROWS},
-           "differences": ev["differences"], "checks": ev["checks"],
+           "differences": ev["differences"], "checks": ev["checks"], "diagnose": diagnoses,
            "eval_timings_s": ev["timings"], "eval_cache_hits": ev["cache_hits"], "curves_png": ev["png"].name}
     res["settings"]["FORETHOUGHT_DATA"] = os.environ.get("FORETHOUGHT_DATA", "")
     from forethought.core.io import atomic_write_text

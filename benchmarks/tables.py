@@ -286,7 +286,8 @@ def psf_wikitext() -> list[str]:
            "| model | gen-PPL @ matched entropy | entropy | MAUVE | FLOPs / sample (measured) | (analytic) | "
            "samples/s b1 | samples/s b32 | serial depth | params | train tokens | train wall (min) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for m in ("psf", "psf_content", "psf_mean_trajectory", "ar", "token_flow"):
+    models = ("psf", "psf_content", "psf_mean_trajectory", "ar", "token_flow")
+    for m in models:
         x = r[m]
         g = x["gen_ppl_at_matched_entropy"]
         iv = x.get("matched_entropy", {}).get("interval")  # the 95 % bootstrap interval (psf eval)
@@ -295,6 +296,31 @@ def psf_wikitext() -> list[str]:
                    f"{x['mauve']:.3f} | {x['flops_per_sample']:.3g} | {x['flops_per_sample_analytic']:.3g} | "
                    f"{x['samples_per_s_b1']:.2f} | {x['samples_per_s_b32']:.2f} | {x['serial_depth']} | "
                    f"{x['params'] / 1e6:.2f}M | {x['train_tokens'] / 1e6:.2f}M | {x['train_wall_s'] / 60:.0f} |")
+    if "differences" in r:  # psf eval's rows: every sweep point with 95 % bootstrap intervals
+        out += ["", "Every sweep point (95 % bootstrap intervals over samples):", "",
+                "| model | point | entropy | gen-PPL | MAUVE | rep-2 | rep-4 |", "|---|---|---|---|---|---|---|"]
+        for m in models:
+            for p in r[m]["sweep"]:
+                iv = p["interval"]
+                point = ", ".join(f"{p[k]:g}" for k in r[m]["reported_point"])
+                cells = [f"{p[k]:{spec}} {_iv(iv.get(k), spec.lstrip('+'))}" if p.get(k) is not None else "–"
+                         for k, spec in (("entropy", ".3f"), ("gen_ppl", ".1f"), ("mauve", ".3f"),
+                                         ("repetition_2", ".3f"), ("repetition_4", ".3f"))]
+                out.append(f"| {m} | {point} | " + " | ".join(cells) + " |")
+        out += ["", "Differences psf − model (unpaired bootstrap 95 % intervals over samples): at the references' "
+                "entropy where both sweeps bracket it, and at every shared sweep point (NLL/token = log gen-PPL).",
+                "", "| psf − | gen-PPL @ matched entropy | NLL/token @ matched entropy | NLL/token per shared point |",
+                "|---|---|---|---|"]
+        for name, d in r["differences"].items():
+            me = d["matched_entropy"]
+            g = ("not bracketed" if me["gen_ppl_diff"] is None
+                 else f"{me['gen_ppl_diff']:+.1f} {_iv(me['interval'], '+.1f')}")
+            n = ("–" if me["nll_per_token_diff"] is None
+                 else f"{me['nll_per_token_diff']:+.3f} {_iv(me['nll_per_token_interval'])}")
+            pts = "; ".join(f"T {q['temperature']:g}, p {q['top_p']:g}: {q['diff']['nll_per_token']:+.3f} "
+                            f"{_iv(q['interval']['nll_per_token'])}" for q in d["per_point"]
+                            if "nll_per_token" in q["diff"]) or "–"
+            out.append(f"| {name.removeprefix('psf - ')} | {g} | {n} | {pts} |")
     out.append("")
     for k, v in r["checks"].items():
         out.append(f"- {k.replace('_', ' ')}: **{'met' if v['pass'] else 'MISSED' if v['pass'] is False else 'n/a'}**")
