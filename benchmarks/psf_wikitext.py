@@ -39,8 +39,9 @@ token_flow]``, its own results in ``<runs>/eval/results.json``:
 - cost: ``flops_per_sample`` (FlopCounterMode around sampling one document, temperature 1), its analytic
   counterpart ``flops_per_sample_analytic``, ``samples_per_s_b1``/``_b32``, ``serial_depth`` (prior steps + L/K
   for PSF, L for AR, Euler steps for the token flow);
-- ``diagnose``: ``forethought psf diagnose`` of ``psf`` and ``psf_content`` (their diagnose.json, run before the
-  evaluation unless newer than the run): the state-shuffle cost per position, the AR block-cut ceiling, decoding
+- ``diagnose``: ``forethought psf diagnose --all_stages true`` of ``psf`` and ``psf_content`` (their
+  diagnose.json, run before the evaluation unless newer than the run): the state-shuffle cost per position and
+  stage, the AR block-cut ceiling, decoding
   from clean states vs prior samples vs the mean trajectory;
 - ``checks``: this benchmark's five targets, computed here from those rows (the matched-entropy comparison of
   psf and psf_content with the interval of its difference).
@@ -293,7 +294,7 @@ def diagnose(run: Path, threads: int) -> dict:
     diag = run / "diagnose.json"
     if not diag.is_file() or diag.stat().st_mtime <= (run / "results.json").stat().st_mtime:
         cmd = [sys.executable, "-m", "forethought.cli", "psf", "diagnose", "--recipe_run", str(run), "--device",
-               "cpu"]
+               "cpu", "--all_stages", "true"]  # the shuffle cost of every stage: what each stage moved
         proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(threads), capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"psf diagnose failed on {run} (exit {proc.returncode}):\n{proc.stdout[-2000:]}"
