@@ -76,10 +76,11 @@ def main() -> None:
     if not args.collect_only:
         jobs = []
         if args.sweep:  # rates already in the JSON (finished before the archive existed) are not rerun
+            swept = _earlier().get("sweep", {})
             jobs += [(f"sweep-lr{lr:g}", _train_argv(f"sweep-lr{lr:g}", "generator", "sst2", SWEEP_STEPS,
                                                      SWEEP_EVAL_EVERY, SWEEP_EVAL_EXAMPLES, lr, args.seed, bs,
                                                      args.overrides))
-                     for lr in SWEEP_LRS if f"{lr:g}" not in _earlier().get("sweep", {})]
+                     for lr in SWEEP_LRS if f"{lr:g}" not in swept]
         jobs += [(f"{t}-{m}-s{args.seed}", _train_argv(f"{t}-{m}-s{args.seed}", m, t, steps, every,
                                                        TASKS[t]["eval_examples"], args.lr, args.seed, bs,
                                                        args.overrides))
@@ -96,8 +97,9 @@ def _earlier() -> dict:
 
 
 def collect(command: str, args: argparse.Namespace) -> None:
-    earlier = [c for c in _earlier().get("command", "").split(" ; ") if c]  # from earlier sessions' machines
-    seen = list(dict.fromkeys(earlier + invocations(RUNS, command)))
+    earlier = _earlier()
+    # commands from earlier sessions' machines, whose runs/ folders are gone
+    seen = list(dict.fromkeys([c for c in earlier.get("command", "").split(" ; ") if c] + invocations(RUNS, command)))
     res: dict = {"command": " ; ".join(seen), "base": "smollm2-135m", "adapter": "LoRA r=16 (all linear layers)",
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": args.threads, "parallel_runs": 1},
@@ -106,12 +108,12 @@ def collect(command: str, args: argparse.Namespace) -> None:
                      "12800": 0.880, "25600": 0.904, "38400": 0.914},
                  "sweep": {}, "tasks": {}}
     # sweep runs finished before the archive existed: keep their entries from this script's earlier JSON
-    earlier_sweep = _earlier().get("sweep", {})
+    earlier_sweep = earlier.get("sweep", {})
     for lr in SWEEP_LRS:
         rec = finished_run(RUNS / f"sweep-lr{lr:g}", ARCHIVE)
         if rec is None and f"{lr:g}" in earlier_sweep:
             res["sweep"][f"{lr:g}"] = earlier_sweep[f"{lr:g}"]
-        if rec is not None:
+        elif rec is not None:
             r = rec["results"]
             res["sweep"][f"{lr:g}"] = {"method": "generator", "task": "sst2", "accuracy": r["accuracy"],
                                        "curve": [(p["examples_seen"], p["accuracy"]) for p in r["learning_curve"]],

@@ -41,8 +41,7 @@ token_flow]``, its own results in ``<runs>/eval/results.json``:
   for PSF, L for AR, Euler steps for the token flow);
 - ``diagnose``: ``forethought psf diagnose --all_stages true`` of ``psf`` and ``psf_content`` (their
   diagnose.json, run before the evaluation unless newer than the run): the state-shuffle cost per position and
-  stage, the AR block-cut ceiling, decoding
-  from clean states vs prior samples vs the mean trajectory;
+  stage, the AR block-cut ceiling, decoding from clean states vs prior samples vs the mean trajectory;
 - ``checks``: this benchmark's five targets, computed here from those rows (the matched-entropy comparison of
   psf and psf_content with the interval of its difference).
 
