@@ -16,7 +16,7 @@ Evaluation: the first ``--prompts`` documents of the planted **test** split (nev
 - ``conditioned_no_replace``: the conditioned prior, the prompt's states as its input only;
 - ``true``: the test documents' own continuations (what a perfect model's samples score on average).
 
-Scores (``forethought.psf.evaluate.prompted_scores``, the true generator's forward-backward):
+Scores (``forethought.psf.scores.prompted_scores``, the true generator's forward-backward):
 ``junction_stay`` = p(z_{m+1} = z_m | x), to be compared with ``stay_prob`` (chance: 1/M); ``continuation_nll``
 = the exact NLL per token of the continuation given the prompt; ``continuation_persistence`` = the posterior
 fraction of consecutive continued block pairs that keep their topic (vs ``stay_prob``). Per seed and m: the
@@ -55,9 +55,9 @@ from forethought.core.io import atomic_write_json  # noqa: E402
 from forethought.core.run import environment  # noqa: E402
 from forethought.data.planted import build_generator, persistence, planted_split, token_nll  # noqa: E402
 from forethought.eval.stats import paired_bootstrap, percentile_interval, resample_indices, seed_mean_difference  # noqa: E402,E501
-from forethought.psf.evaluate import prompted_scores  # noqa: E402
 from forethought.psf.generate import load_recipe, sample_psf  # noqa: E402
 from forethought.psf.sampling import device_generator  # noqa: E402
+from forethought.psf.scores import prompted_scores  # noqa: E402
 
 CONDITIONING = ("none", "known_mask")
 METHODS = ("true", "replace", "conditioned", "conditioned_no_replace")

@@ -22,8 +22,9 @@ from forethought.data.corpora import eval_windows, generated_corpus, spread_wind
 from forethought.data.planted import build_generator, token_nll
 from forethought.data.tokenizers import EOT, train_byte_level_bpe
 from forethought.eval.diversity import ngram_repetition
-from forethought.psf.evaluate import EvalConfig, Scores, evaluate, metrics
+from forethought.psf.evaluate import EvalConfig, evaluate
 from forethought.psf.generate import load_data, load_recipe
+from forethought.psf.scores import Scores, metrics
 from forethought.psf.token_flow import TokenFlow, TokenFlowConfig, embedding_table, train_token_flow
 from forethought.testing import finite_numbers, tiny_gpt2
 

@@ -17,7 +17,6 @@ from forethought import cli
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.data.planted import PlantedConfig, build_generator, log_likelihood, sample_documents
-from forethought.psf.evaluate import prompted_scores
 from forethought.psf.generate import SampleConfig, load_recipe, prior_for, sample_psf, sample_states
 from forethought.psf.model import PSFModel, PSFModelConfig
 from forethought.psf.prior import (
@@ -29,6 +28,7 @@ from forethought.psf.prior import (
     sample_prior,
 )
 from forethought.psf.recipe import RecipeConfig
+from forethought.psf.scores import prompted_scores
 
 V = 19
 SMALL = dict(n_embd=16, n_layer=1, n_head=2, steps=4)
