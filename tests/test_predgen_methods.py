@@ -88,15 +88,20 @@ def test_trie_rejects_prefixes() -> None:
         AnswerTrie([[1, 2], [1, 2, 3]], ["a", "b"])
 
 
-@pytest.mark.parametrize("make,chunk,max_rows", [(tiny_llama, 1, 256), (tiny_gpt2, 1, 256), (tiny_llama, 64, 1),
-                                                 (tiny_llama, 2, 3)])
-def test_expected_value_matches_brute_force(make, chunk, max_rows) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("make,max_rows", [(tiny_llama, 256), (tiny_gpt2, 256), (tiny_llama, 1), (tiny_llama, 3)])
+def test_expected_value_matches_brute_force(make, max_rows) -> None:  # noqa: ANN001
     lm = make(vocab_size=40, hidden_size=32, layers=2, heads=4, eos_token_id=1).double()
-    seqs = [[5, 6, 7], [5, 6, 8], [5, 9, 7], [10, 6, 7]]
-    trie = AnswerTrie(seqs, [0.5, 1.0, 1.5, 2.0])
     ids = torch.tensor([[0, 0, 3, 4], [2, 3, 4, 11]])
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    dist = answer_distribution(lm, trie, ids, mask, chunk=chunk, max_rows=max_rows)
+    # answers of one length, then of lengths 1-4 (the level walk meets leaves at every depth)
+    for seqs in ([[5, 6, 7], [5, 6, 8], [5, 9, 7], [10, 6, 7]], [[5], [6, 7], [6, 8, 9, 2], [6, 8, 3], [9, 6, 7]]):
+        _check_expected_value(lm, seqs, ids, mask, max_rows)
+
+
+def _check_expected_value(lm, seqs: list[list[int]], ids: torch.Tensor, mask: torch.Tensor,  # noqa: ANN001
+                          max_rows: int) -> None:
+    trie = AnswerTrie(seqs, [0.5 * (i + 1) for i in range(len(seqs))])
+    dist = answer_distribution(lm, trie, ids, mask, max_rows=max_rows)
     for b in range(2):
         prompt = ids[b, mask[b].bool()].tolist()
         scores = []
@@ -109,7 +114,8 @@ def test_expected_value_matches_brute_force(make, chunk, max_rows) -> None:  # n
         assert float(greedy.logprob[0]) == pytest.approx(float(scores[greedy.choice[0]].detach()), abs=1e-9)
         assert greedy.tokens[0].tolist() == seqs[greedy.choice[0]]
     greedy = constrained_greedy(lm, trie, ids, mask)
-    assert greedy.states.shape[:2] == greedy.tokens.shape and greedy.mask.all()
+    assert greedy.states.shape[:2] == greedy.tokens.shape
+    assert greedy.mask.sum(1).tolist() == [len(seqs[c]) for c in greedy.choice]
 
 
 def test_losses_finite_and_adapter_reads_model_fed_states(world: dict) -> None:

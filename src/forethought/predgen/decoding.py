@@ -197,53 +197,50 @@ def constrained_greedy(lm: Any, trie: AnswerTrie | list[AnswerTrie], prompt_ids:
 
 @torch.no_grad()
 def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                        chunk: int = 64, prompt: PromptPass | None = None, max_rows: int = 256) -> torch.Tensor:
+                        prompt: PromptPass | None = None, max_rows: int = 256) -> torch.Tensor:
     """(B, n_candidates) probability of each well-formed answer under the model, conditioned on the answer
     being well-formed: exact, by scoring every internal node of the trie with the prompt's KV cache.
 
-    Only the deepest internal nodes' paths are fed (each pass scores all of its prefixes too), ``chunk`` paths
-    per forward: the answers without their last token. For numbers 0.00-5.00 written as ``" d.dd"`` by a
-    tokenizer that gives the space, each digit and the point a token of their own (SmolLM2's), that is 51 paths
-    of 4 tokens (space, digit, point, digit); one that merges the space into the first digit gives 3-token paths.
-    The prompt cache is tiled once per path, so memory grows with examples × paths; each forward holds at most
-    about ``max_rows`` (example, path) rows, which bounds it for any batch size."""
+    The trie is walked level by level: level l feeds one token per internal node of depth l (its path's last
+    token) after its parent's cached path, so every answer prefix is fed once. For numbers 0.00-5.00 written as
+    ``" d.dd"`` by a tokenizer that gives the space, each digit and the point a token of their own (SmolLM2's),
+    that is 1 + 6 + 6 + 51 = 64 one-token rows per example, where one pass over the 51 four-token paths (the
+    answers without their last digit) feeds 204 tokens. The prompt cache is tiled once per node of a level, so
+    memory grows with examples × the widest level; each forward holds at most about ``max_rows`` (example, node)
+    rows, which bounds it for any batch size."""
     pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask)
     B, dev = prompt_ids.shape[0], prompt_ids.device
     root_lp = F.log_softmax(pp.last_logits.double(), -1)  # (B, V)
     inner = trie.internal_nodes()
     node_of = {tuple(p): n for p, n in inner}
-    deepest = [p for p, n in inner if all(not c.children for c in n.children.values())]
-    # which (path, depth) of which chunk scores each internal node: the first path through it
-    chunks = [deepest[s:s + chunk] for s in range(0, len(deepest), chunk)]
-    owner: list[list[tuple[tuple[int, ...], int, int]]] = []
-    seen: set[tuple[int, ...]] = {()}
-    for paths in chunks:
-        owner.append([])
-        for i, p in enumerate(paths):
-            for j in range(1, len(p) + 1):
-                key = tuple(p[:j])
-                if key not in seen:
-                    seen.add(key)
-                    owner[-1].append((key, i, j - 1))
+    levels: list[list[tuple[int, ...]]] = [[] for _ in range(max(len(p) for p, _ in inner))]
+    for p, _ in sorted(inner):
+        if p:
+            levels[len(p) - 1].append(tuple(p))  # levels[l - 1]: the internal nodes of depth l
     # each internal node's children's log-probs: path -> (B, n_children), in node.allowed order
     pieces: dict[tuple[int, ...], list[torch.Tensor]] = {(): [root_lp[:, trie.root.allowed.to(dev)]]}
-    for paths, owned in zip(chunks, owner):
-        n, m = len(paths), max(len(p) for p in paths)
-        path_ids = torch.zeros(n, m, dtype=torch.long, device=dev)
-        for i, p in enumerate(paths):
-            path_ids[i, :len(p)] = torch.tensor(p)
-        g = max(1, max_rows // n)  # examples per forward
-        for b0 in range(0, B, g):
-            b1 = min(B, b0 + g)
-            kv = [(k[b0:b1].repeat_interleave(n, 0), v[b0:b1].repeat_interleave(n, 0)) for k, v in pp.kv]
-            logits, _ = continue_pass(lm, kv, prompt_mask[b0:b1].repeat_interleave(n, 0),
-                                      path_ids.repeat(b1 - b0, 1))  # rows grouped by example
-            logits = logits.view(b1 - b0, n, m, -1)  # (b, n, m, V)
+    g = max(1, max_rows // max((len(lv) for lv in levels), default=1))  # examples per forward
+    for b0 in range(0, B, g):
+        b1 = min(B, b0 + g)
+        b, pm = b1 - b0, prompt_mask[b0:b1]
+        kv = [(k[b0:b1], v[b0:b1]) for k, v in pp.kv]  # rows node-major: row i·b + e = node i, example e
+        row_of: dict[tuple[int, ...], int] = {(): 0}
+        for depth, paths in enumerate(levels, 1):
+            n = len(paths)
+            parent = torch.tensor([row_of[p[:-1]] for p in paths], device=dev)  # (n,)
+            rows = (parent[:, None] * b + torch.arange(b, device=dev)).flatten()  # (n·b,)
+            tok = torch.tensor([p[-1] for p in paths], device=dev).repeat_interleave(b)[:, None]  # (n·b, 1)
+            mask = torch.cat([pm.repeat(n, 1), pm.new_ones(n * b, depth)], dim=1)
+            pos = pm.long().sum(-1).repeat(n)[:, None] + depth - 1
+            out = lm(input_ids=tok, attention_mask=mask, position_ids=pos,
+                     cache=_new_cache([(k[rows], v[rows]) for k, v in kv]), use_cache=True)
+            logits = out.logits[:, -1].view(n, b, -1)  # (n, b, V)
             logits = logits if logits.dtype == torch.float64 else logits.float()
-            lse = torch.logsumexp(logits, -1).double()  # (b, n, m): no full-vocab float64 copy
-            for key, i, j in owned:
-                lp = logits[:, i, j][:, node_of[key].allowed.to(dev)].double() - lse[:, i, j, None]
-                pieces.setdefault(key, []).append(lp)
+            lse = torch.logsumexp(logits, -1).double()  # (n, b): no full-vocab float64 copy
+            for i, p in enumerate(paths):
+                lp = logits[i][:, node_of[p].allowed.to(dev)].double() - lse[i, :, None]
+                pieces.setdefault(p, []).append(lp)
+            kv, row_of = _kv_pairs(out.cache), {p: i for i, p in enumerate(paths)}
     child_lp = {key: torch.cat(v) for key, v in pieces.items()}
     scores = torch.zeros(B, len(trie.sequences), dtype=torch.float64, device=dev)
     for c, seq in enumerate(trie.sequences):
