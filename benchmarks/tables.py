@@ -232,7 +232,31 @@ def predgen_speed() -> list[str]:
             f"| **train_step_ratio** predgen / generator | **{r['train_step_ratio']:.2f}** |",
             f"| decoding {d['generated_tokens']} tokens, KV-cached (examples/s) | {d['examples_per_s_cached']:.2f} |",
             f"| decoding, full re-run per token (examples/s) | {d['examples_per_s_rerun']:.2f} |",
-            f"| **decode_speedup** | **{r['decode_speedup']:.2f}** (same tokens: {d['same_tokens']}) |"]
+            f"| **decode_speedup** | **{r['decode_speedup']:.2f}** (same tokens: {d['same_tokens']}) |",
+            *_speed_extras(r)]
+
+
+def _speed_extras(r: dict) -> list[str]:
+    """The waste removed (before / after) and a PredGen step part by part, where the JSON has them."""
+    out = []
+    if "prompt_logits" in r:
+        w = r["prompt_logits"]
+        out.append(f"| prompt pass fwd+bwd, logits at every position → last only (examples/s) | "
+                   f"{w['examples_per_s_before']:.1f} → {w['examples_per_s_after']:.1f} (×{w['speedup']:.2f}) |")
+    if "expected_value_decoder" in r:
+        e = r["expected_value_decoder"]
+        out.append(f"| expected-value decoder, all paths → level walk (examples/s; tokens fed per example "
+                   f"{e['tokens_fed_per_example_before']} → {e['tokens_fed_per_example_after']}) | "
+                   f"{e['examples_per_s_before']:.2f} → {e['examples_per_s_after']:.2f} (×{e['speedup']:.2f}; "
+                   f"max difference {e['max_abs_difference']:.1e}) |")
+    for task, parts in r.get("predgen_step_parts_s", {}).items():
+        if parts:
+            names = [k for k in parts if k not in ("examples_per_s", "answer_tokens_max", "prompt_tokens_mean")]
+            out += ["", f"One PredGen step on {task} ({parts['prompt_tokens_mean']:.0f} prompt tokens, at most "
+                    f"{parts['answer_tokens_max']} answer tokens; {parts['examples_per_s']:.1f} examples/s), "
+                    "median seconds:", "", "| " + " | ".join(names) + " |", "|" + "---|" * len(names),
+                    "| " + " | ".join(f"{parts[k]:.2f}" for k in names) + " |"]
+    return out
 
 
 def predgen_mine() -> list[str]:
