@@ -8,12 +8,22 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def subprocess_env(threads: int) -> dict[str, str]:
+    """The environment of every benchmark subprocess: ``threads`` torch threads, this checkout's sources first on
+    PYTHONPATH (so a run uses the code of the checkout that launched it), the offline hub unless set."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT / "src") + (os.pathsep + path if path else ""),
+            "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+
 
 def run_queue(jobs: list[tuple[str, list[str]]], parallel: int, log_dir: Path, cwd: Path, threads: int = 1) -> None:
     """Run ``(name, argv)`` jobs in order, ``parallel`` at a time, each logging to ``log_dir/<name>.log`` with
     ``threads`` torch threads. Stops the script (exit message) when a job fails."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = subprocess_env(threads)
     log_dir.mkdir(parents=True, exist_ok=True)
     pending = list(jobs)
     running: list[tuple[str, subprocess.Popen]] = []

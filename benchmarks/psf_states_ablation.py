@@ -39,6 +39,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _jobs import subprocess_env  # noqa: E402
+
 PRESET = "planted"
 LEAN = ["--prior.enabled", "false", "--baselines", "[]"]  # arms that leave the prior and the AR model unchanged
 MODEL_STAGES = ("base", "landing", "self_realized", "codes")
@@ -104,19 +107,12 @@ def diagnose_command(args: argparse.Namespace, arm: str) -> list[str]:
             "--all_stages", "true", "--device", "cpu"]
 
 
-def _env(threads: int) -> dict[str, str]:
-    src = str(ROOT / "src")
-    path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-            "PYTHONPATH": src + (os.pathsep + path if path else ""), "HF_HUB_OFFLINE": "1"}
-
-
 def _run(argv: list[str], log: Path, threads: int) -> float:
     t0 = time.perf_counter()
     with open(log, "a") as f:
         f.write(f"\n$ {' '.join(argv)}\n")
         f.flush()
-        proc = subprocess.run(argv, env=_env(threads), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
+        proc = subprocess.run(argv, env=subprocess_env(threads), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
     if proc.returncode:
         sys.exit(f"{' '.join(argv[2:6])} failed (exit {proc.returncode}); see {log}")
     return time.perf_counter() - t0

@@ -87,6 +87,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _jobs import subprocess_env  # noqa: E402
 from _stats import invocations  # noqa: E402
 
 PRESETS = {
@@ -237,13 +238,6 @@ def ar_layers(args: argparse.Namespace) -> int | None:
 def token_flow_command(args: argparse.Namespace) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--train-token-flow", "--preset", args.preset,
             "--runs", str(args.runs), "--out", str(args.out)]
-
-
-def subprocess_env(threads: int) -> dict[str, str]:
-    """The environment of a benchmark subprocess: ``threads`` torch threads, this checkout's sources first."""
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT / "src") + os.pathsep
-            + os.environ.get("PYTHONPATH", "")}
 
 
 def train_all(args: argparse.Namespace) -> None:
