@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import psf_wikitext  # noqa: E402
 from _stats import invocations  # noqa: E402
 
-from forethought.eval.curves import ppl_at_entropy  # noqa: E402
+from forethought.eval.curves import ppl_at_entropy, value_at_entropy  # noqa: E402
 from forethought.eval.stats import seed_mean_difference, t_interval  # noqa: E402
 
 # toy size for the smoke test: recipe_tiny's model stages on a planted corpus of 4 blocks of 8 tokens
@@ -117,12 +117,8 @@ def seed_argv(args: argparse.Namespace, seed: int, collect_only: bool) -> list[s
 
 def interpolate(sweep: list[dict], key: str, target: float) -> float | None:
     """``key`` at ``target`` entropy, linear in entropy between the adjacent sweep points that bracket it (the
-    lowest-entropy crossing, as forethought.eval.curves.ppl_at_entropy); None when nothing brackets it."""
-    pts = sorted((p["entropy"], p[key]) for p in sweep if p.get(key) is not None)
-    for (e0, v0), (e1, v1) in zip(pts, pts[1:]):
-        if e0 <= target <= e1 and e1 > e0:
-            return v0 + (v1 - v0) * (target - e0) / (e1 - e0)
-    return None
+    lowest-entropy crossing); None when nothing brackets it."""
+    return value_at_entropy([(p["entropy"], p[key]) for p in sweep if p.get(key) is not None], target)
 
 
 def model_summary(row: dict, target: float, floor: float) -> dict[str, Any]:

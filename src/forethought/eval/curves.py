@@ -18,21 +18,28 @@ from forethought.core.plots import pyplot, save_figure
 
 
 def ppl_at_entropy(points: Sequence[tuple[float, float]], target: float) -> float | None:
-    """Gen-PPL at ``target`` entropy from sweep points (entropy, gen_ppl), or None when not bracketed.
+    """Gen-PPL at ``target`` entropy from sweep points (entropy, gen_ppl), interpolated in log space, or None
+    when not bracketed (:func:`value_at_entropy`)."""
+    if any(p <= 0 or not math.isfinite(p) for _, p in points):
+        raise ForethoughtError("gen-PPL values must be positive and finite to interpolate in log space")
+    return value_at_entropy(points, target, log=True)
+
+
+def value_at_entropy(points: Sequence[tuple[float, float]], target: float, log: bool = False) -> float | None:
+    """A measure at ``target`` entropy from sweep points (entropy, value), linear in entropy (``log``: in the
+    value's log), or None when not bracketed.
 
     Points are sorted by entropy; the first adjacent pair (lowest entropies first) with e_i <= target <= e_j is
     used, so a non-monotone sweep takes its lowest-entropy crossing.
     """
-    pts = sorted((float(e), float(p)) for e, p in points)
-    if any(p <= 0 or not math.isfinite(p) for _, p in pts):
-        raise ForethoughtError("gen-PPL values must be positive and finite to interpolate in log space")
-    for e, p in pts:
+    pts = sorted((float(e), float(v)) for e, v in points)
+    for e, v in pts:
         if e == target:
-            return p
-    for (e0, p0), (e1, p1) in itertools.pairwise(pts):
+            return v
+    for (e0, v0), (e1, v1) in itertools.pairwise(pts):
         if e0 < target < e1:
             w = (target - e0) / (e1 - e0)
-            return math.exp((1 - w) * math.log(p0) + w * math.log(p1))
+            return math.exp((1 - w) * math.log(v0) + w * math.log(v1)) if log else (1 - w) * v0 + w * v1
     return None
 
 
