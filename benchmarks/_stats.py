@@ -21,16 +21,43 @@ def predictions(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
 
 
+def training_log(run_dir: Path) -> list[dict]:
+    """The training rows of a run's metrics.jsonl (loss, lr, the logged losses' parts, grad_norm_<group>)."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    return [r for r in rows if not r.get("eval")]
+
+
+def gradient_summary(log: list[dict]) -> dict[str, float] | None:
+    """Medians over the logged steps of the second half of training: each logged loss part (l_w, l_d) and group
+    gradient norm (grad_norm_writer, grad_norm_head, before clipping), and the head / writer norm ratio; None
+    when the log has no gradient norms (a run archived before they were kept)."""
+    import statistics
+
+    last = max((r["step"] for r in log), default=0)
+    late = [r for r in log if r["step"] > last / 2 and "grad_norm_writer" in r]
+    if not late:
+        return None
+    keys = [k for k in ("l_w", "l_d", "grad_norm_writer", "grad_norm_head") if all(k in r for r in late)]
+    out = {k: statistics.median(r[k] for r in late) for k in keys}
+    if "grad_norm_head" in keys:
+        out["head_over_writer"] = statistics.median(r["grad_norm_head"] / r["grad_norm_writer"] for r in late
+                                                    if r["grad_norm_writer"] > 0)
+    out["logged_steps"] = len(late)
+    return out
+
+
 def finished_run(run_dir: Path, archive: Path) -> dict | None:
-    """A finished PredGen run's record (``results``, eval ``predictions``, ``command``, ``started``, ``finished``),
-    or None when it has not finished. Read from its run folder when that holds a finished run, and then saved as
+    """A finished PredGen run's record (``results``, eval ``predictions``, ``command``, ``started``, ``finished``,
+    ``train_log``: :func:`training_log`), or None when it has not finished. Read from its run folder when that holds a finished run, and then saved as
     ``archive/<run name>.json`` (a committed folder: run folders live in ``runs/``, which a later session on a
     fresh machine does not have, and a benchmark may take several sessions); else read from the archive."""
     saved = archive / f"{run_dir.name}.json"
     if (run_dir / "results.json").is_file():
         record = {"results": json.loads((run_dir / "results.json").read_text()), "predictions": predictions(run_dir),
                   "command": json.loads((run_dir / "env.json").read_text())["command"],
-                  "started": run_started(run_dir), "finished": (run_dir / "results.json").stat().st_mtime}
+                  "started": run_started(run_dir), "finished": (run_dir / "results.json").stat().st_mtime,
+                  "train_log": training_log(run_dir)}
         text = json.dumps(record, separators=(",", ":")) + "\n"
         if not saved.is_file() or saved.read_text() != text:
             from forethought.core.io import atomic_write_text

@@ -10,7 +10,8 @@ reruns nor loses it. Collected into ``benchmarks/results/predgen_tasks.json``: p
 method the metric per seed and mean ± std; per seed the paired comparison on the same eval examples (accuracy:
 the difference with its paired bootstrap 95 % interval and McNemar's exact test; regression: the MSE and
 Pearson differences with paired bootstrap intervals); over seeds the Student-t 95 % interval of the mean paired
-difference.
+difference; for the PredGen variants, what WDAL does to each part (late-training medians of L_W, L_D and the
+writer's and head's gradient norms, from each run's training log).
 
     FORETHOUGHT_DATA=../shared/data python benchmarks/predgen_tasks.py [--tasks arc-easy stsb] [--seeds 0 1 2]
         [--collect-only]
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 from _jobs import run_queue  # noqa: E402
-from _stats import finished_run, invocations, paired  # noqa: E402
+from _stats import finished_run, gradient_summary, invocations, paired  # noqa: E402
 
 from forethought.eval.stats import seed_mean_difference  # noqa: E402
 
@@ -89,13 +90,14 @@ def collect(command: str, args: argparse.Namespace) -> None:
         entry: dict = {"metric": t["metric"], "steps": t["steps"], "methods": {}, "paired": {}}
         preds: dict[str, dict[int, list[dict]]] = {}
         for v in t["variants"]:
-            per_seed = {}
+            per_seed, grads = {}, {}
             for seed in args.seeds:
                 rec = finished_run(RUNS / f"{task}-{v}-s{seed}", ARCHIVE)
                 if rec is None:
                     continue
                 r = rec["results"]
                 per_seed[seed] = r
+                grads[seed] = gradient_summary(rec.get("train_log", []))
                 preds.setdefault(v, {})[seed] = rec["predictions"]
                 starts.append(rec["started"])
                 ends.append(rec["finished"])
@@ -108,6 +110,8 @@ def collect(command: str, args: argparse.Namespace) -> None:
                                                                       "eval_examples": r["eval_examples"]}
                              for s, r in per_seed.items()},
                 "examples_seen": next(iter(per_seed.values()))["steps"] * next(iter(per_seed.values()))["batch_size"],
+                # WDAL's pull on each part: late-training medians of L_W, L_D and each group's gradient norm
+                "gradients_per_seed": {str(s): g for s, g in grads.items() if g is not None},
             }
             for k in keys:
                 vals = [r[k] for r in per_seed.values()]

@@ -216,6 +216,19 @@ def predgen_tasks() -> list[str]:
             ci = d["ci95_of_seed_mean"]
             over = f"{d['seed_mean_difference']:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
             out.append(f"| {task} | {name.replace('_', ' ')} ({d['metric']}) | {'; '.join(cells)} | {over} |")
+    grads = [(task, v, m["gradients_per_seed"]) for task, e in r["tasks"].items() for v, m in e["methods"].items()
+             if v.startswith("predgen") and m.get("gradients_per_seed")]
+    if grads:
+        out += ["", "What WDAL does to each part (late-training medians, second half of the logged steps, mean over "
+                "seeds): the losses and the gradient norms before clipping of the writer (LM adapter) and the head "
+                "(task adapter):", "", "| task | variant | L_W | L_D | writer grad norm | head grad norm | "
+                "head / writer |", "|---|---|---|---|---|---|---|"]
+        for task, v, per in grads:
+            def mean(k: str, per: dict = per) -> str:
+                vals = [g[k] for g in per.values() if k in g]
+                return f"{sum(vals) / len(vals):.3g}" if vals else "–"
+            out.append(f"| {task} | {v} | {mean('l_w')} | {mean('l_d')} | {mean('grad_norm_writer')} | "
+                       f"{mean('grad_norm_head')} | {mean('head_over_writer')} |")
     return out
 
 

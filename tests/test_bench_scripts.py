@@ -76,3 +76,17 @@ def test_predgen_curves_collect_pairs_the_methods(tmp_path: Path, monkeypatch: p
     assert again["tasks"] == res["tasks"] and sorted(p.name for p in (tmp_path / "out" / "runs" /
                                                                      "predgen_curves").iterdir()) == [
         "sst2-generator-s0.json", "sst2-predgen-s0.json", "sst2-predictor-s0.json"]
+
+
+def test_gradient_summary_takes_late_medians() -> None:
+    """WDAL's pull on each part in the tasks benchmark: medians over the second half of the logged steps."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _stats import gradient_summary
+
+    log = [{"step": s, "loss": 1.0, "l_w": 0.1 * s, "l_d": 1.0, "grad_norm_writer": 2.0, "grad_norm_head": float(s)}
+           for s in (10, 20, 30, 40, 50, 60)]
+    g = gradient_summary(log)
+    assert g["logged_steps"] == 3  # steps 40, 50, 60 are past half of 60
+    assert g["l_w"] == pytest.approx(5.0) and g["grad_norm_head"] == 50.0 and g["head_over_writer"] == 25.0
+    assert gradient_summary([{"step": 10, "loss": 1.0}]) is None  # no gradient norms logged
+    assert "grad_norm_head" not in gradient_summary([{"step": 10, "grad_norm_writer": 1.0}])  # the generator
