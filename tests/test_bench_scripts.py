@@ -90,3 +90,12 @@ def test_gradient_summary_takes_late_medians() -> None:
     assert g["l_w"] == pytest.approx(5.0) and g["grad_norm_head"] == 50.0 and g["head_over_writer"] == 25.0
     assert gradient_summary([{"step": 10, "loss": 1.0}]) is None  # no gradient norms logged
     assert "grad_norm_head" not in gradient_summary([{"step": 10, "grad_norm_writer": 1.0}])  # the generator
+
+
+def test_run_archive_is_not_ignored_by_git() -> None:
+    """Finished runs' records must reach the repository (a fresh machine has no runs/ folder)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in ("benchmarks/results/runs/predgen_curves/x.json", "benchmarks/results/runs/predgen_tasks/x.json"):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 1, path
+    assert subprocess.run(["git", "check-ignore", "-q", "runs/x"], cwd=ROOT).returncode == 0  # run folders stay out
