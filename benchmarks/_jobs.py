@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,9 +21,11 @@ def subprocess_env(threads: int) -> dict[str, str]:
             "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
 
 
-def run_queue(jobs: list[tuple[str, list[str]]], parallel: int, log_dir: Path, cwd: Path, threads: int = 1) -> None:
+def run_queue(jobs: list[tuple[str, list[str]]], parallel: int, log_dir: Path, cwd: Path, threads: int = 1,
+              on_done: Callable[[str], object] | None = None) -> None:
     """Run ``(name, argv)`` jobs in order, ``parallel`` at a time, each logging to ``log_dir/<name>.log`` with
-    ``threads`` torch threads. Stops the script (exit message) when a job fails."""
+    ``threads`` torch threads; ``on_done(name)`` after each job that succeeds (e.g. archive its run at once, so
+    a script killed later keeps it). Stops the script (exit message) when a job fails."""
     env = subprocess_env(threads)
     log_dir.mkdir(parents=True, exist_ok=True)
     pending = list(jobs)
@@ -38,3 +41,5 @@ def run_queue(jobs: list[tuple[str, list[str]]], parallel: int, log_dir: Path, c
                 running.remove((name, proc))
                 if proc.returncode != 0:
                     sys.exit(f"{name} failed (exit {proc.returncode}); see {log_dir / (name + '.log')}")
+                if on_done is not None:
+                    on_done(name)

@@ -86,7 +86,7 @@ def main() -> None:
                                                        args.overrides))
                  for t in args.tasks for m in args.methods]
         jobs = [(n, a) for n, a in jobs if finished_run(RUNS / n, ARCHIVE) is None]
-        run_queue(jobs, 1, RUNS, ROOT, threads=args.threads)
+        run_queue(jobs, 1, RUNS, ROOT, threads=args.threads, on_done=lambda n: finished_run(RUNS / n, ARCHIVE))
     collect(" ".join(["python", *sys.argv]), args)
 
 

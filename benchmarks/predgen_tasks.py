@@ -75,7 +75,7 @@ def main() -> None:
                                         "--run.seed", str(seed), "--run.out_dir", str(RUNS), "--run.name", name,
                                         "--resume", "auto", *args.overrides]))
         run_queue([(n, a) for n, a in jobs if finished_run(RUNS / n, ARCHIVE) is None], 1, RUNS, ROOT,
-                  threads=args.threads)
+                  threads=args.threads, on_done=lambda n: finished_run(RUNS / n, ARCHIVE))  # archived at once
     collect(" ".join(["python", *sys.argv]), args)
 
 
