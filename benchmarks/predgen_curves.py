@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 from _jobs import run_queue  # noqa: E402
-from _stats import finished_run, invocations, paired  # noqa: E402
+from _stats import finished_run, gradient_summary, invocations, paired  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-curves"
@@ -135,6 +135,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
                 "examples_seen": r["steps"] * r["batch_size"], "train_wall_s": r["train_wall_s"],
                 "curve": [{"examples_seen": c["examples_seen"], "accuracy": c["accuracy"]}
                           for c in r.get("learning_curve", [])],
+                "gradients": gradient_summary(rec.get("train_log", [])),  # late L_W, L_D, gradient norms
                 "command": rec["command"]}
             starts.append(rec["started"])
             ends.append(rec["finished"])

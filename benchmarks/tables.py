@@ -179,6 +179,16 @@ def predgen_curves() -> list[str]:
             at = f"{best['accuracy']:.3f} ({best['examples_seen']})" if best else "–"
             out.append(f"| {task} ({v['eval_examples']}) | {m} | {v['accuracy']:.3f} | "
                        f"{_fmt(v.get('decoded_accuracy'))} | {v['examples_seen']} | {at} |")
+    for task, e in r["tasks"].items():  # every curve point
+        xs = sorted({c["examples_seen"] for v in e["methods"].values() for c in v["curve"]})
+        out += ["", f"{task}, accuracy at every curve point (examples seen):", "",
+                "| method | " + " | ".join(map(str, xs)) + " |", "|---|" + "---|" * len(xs)]
+        for m, v in e["methods"].items():
+            at = {c["examples_seen"]: c["accuracy"] for c in v["curve"]}
+            out.append(f"| {m} | " + " | ".join(_fmt(at.get(x)) for x in xs) + " |")
+    grads = [(task, m, {"0": v["gradients"]}) for task, e in r["tasks"].items() for m, v in e["methods"].items()
+             if m == "predgen" and v.get("gradients")]
+    out += _gradient_table(grads, "seed 0")
     out += ["", "Paired on the same eval examples (final models): accuracy difference, paired bootstrap 95 % "
             "interval, McNemar's exact p (b = first right only, c = second right only):", "",
             "| task | comparison | difference | 95 % interval | McNemar p (b / c) |", "|---|---|---|---|---|"]
@@ -218,17 +228,23 @@ def predgen_tasks() -> list[str]:
             out.append(f"| {task} | {name.replace('_', ' ')} ({d['metric']}) | {'; '.join(cells)} | {over} |")
     grads = [(task, v, m["gradients_per_seed"]) for task, e in r["tasks"].items() for v, m in e["methods"].items()
              if v.startswith("predgen") and m.get("gradients_per_seed")]
-    if grads:
-        out += ["", "What WDAL does to each part (late-training medians, second half of the logged steps, mean over "
-                "seeds): the losses and the gradient norms before clipping of the writer (LM adapter) and the head "
-                "(task adapter):", "", "| task | variant | L_W | L_D | writer grad norm | head grad norm | "
-                "head / writer |", "|---|---|---|---|---|---|---|"]
-        for task, v, per in grads:
-            def mean(k: str, per: dict = per) -> str:
-                vals = [g[k] for g in per.values() if k in g]
-                return f"{sum(vals) / len(vals):.3g}" if vals else "–"
-            out.append(f"| {task} | {v} | {mean('l_w')} | {mean('l_d')} | {mean('grad_norm_writer')} | "
-                       f"{mean('grad_norm_head')} | {mean('head_over_writer')} |")
+    return out + _gradient_table(grads, "mean over seeds")
+
+
+def _gradient_table(grads: list[tuple[str, str, dict]], over: str) -> list[str]:
+    """(task, variant, {seed: gradient summary}) -> what WDAL does to each part, as a table ([] when none)."""
+    if not grads:
+        return []
+    out = ["", f"What WDAL does to each part (late-training medians, second half of the logged steps, {over}): the "
+           "losses and the gradient norms before clipping of the writer (LM adapter) and the head (task adapter):",
+           "", "| task | variant | L_W | L_D | writer grad norm | head grad norm | head / writer |",
+           "|---|---|---|---|---|---|---|"]
+    for task, v, per in grads:
+        def mean(k: str, per: dict = per) -> str:
+            vals = [g[k] for g in per.values() if k in g]
+            return f"{sum(vals) / len(vals):.3g}" if vals else "–"
+        out.append(f"| {task} | {v} | {mean('l_w')} | {mean('l_d')} | {mean('grad_norm_writer')} | "
+                   f"{mean('grad_norm_head')} | {mean('head_over_writer')} |")
     return out
 
 
