@@ -49,15 +49,18 @@ def gradient_summary(log: list[dict]) -> dict[str, float] | None:
 
 def finished_run(run_dir: Path, archive: Path) -> dict | None:
     """A finished PredGen run's record (``results``, eval ``predictions``, ``command``, ``started``, ``finished``,
-    ``train_log``: :func:`training_log`), or None when it has not finished. Read from its run folder when that holds a finished run, and then saved as
-    ``archive/<run name>.json`` (a committed folder: run folders live in ``runs/``, which a later session on a
-    fresh machine does not have, and a benchmark may take several sessions); else read from the archive."""
+    ``train_log``: :func:`training_log`, ``torch_threads``), or None when it has not finished. Read from its run
+    folder when that holds a finished run, and then saved as ``archive/<run name>.json`` (a committed folder: run
+    folders live in ``runs/``, which a later session on a fresh machine does not have, and a benchmark may take
+    several sessions); else read from the archive."""
     saved = archive / f"{run_dir.name}.json"
     if (run_dir / "results.json").is_file():
+        env = json.loads((run_dir / "env.json").read_text())
         record = {"results": json.loads((run_dir / "results.json").read_text()), "predictions": predictions(run_dir),
-                  "command": json.loads((run_dir / "env.json").read_text())["command"],
+                  "command": env["command"],
                   "started": run_started(run_dir), "finished": (run_dir / "results.json").stat().st_mtime,
-                  "train_log": training_log(run_dir)}
+                  "train_log": training_log(run_dir),
+                  "torch_threads": env.get("machine", {}).get("torch_threads")}
         text = json.dumps(record, separators=(",", ":")) + "\n"
         if not saved.is_file() or saved.read_text() != text:
             from forethought.core.io import atomic_write_text

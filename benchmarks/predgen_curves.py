@@ -118,7 +118,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
             res["sweep"][f"{lr:g}"] = {"method": "generator", "task": "sst2", "accuracy": r["accuracy"],
                                        "curve": [(p["examples_seen"], p["accuracy"]) for p in r["learning_curve"]],
                                        "eval_examples": r["eval_examples"]}
-    starts, ends = [], []
+    starts, ends, threads = [], [], set()
     for task in TASKS:
         records = {m: finished_run(RUNS / f"{task}-{m}-s{args.seed}", ARCHIVE) for m in METHODS}
         done = {m: rec for m, rec in records.items() if rec is not None}
@@ -138,6 +138,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
                 "gradients": gradient_summary(rec.get("train_log", [])),  # late L_W, L_D, gradient norms
                 "command": rec["command"]}
             starts.append(rec["started"])
+            threads.add(rec.get("torch_threads"))
             ends.append(rec["finished"])
         ordered = [m for m in METHODS if m in preds]
         for i, a in enumerate(ordered):
@@ -149,6 +150,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
         res["tasks"][task] = entry
     starts = [s for s in starts if s is not None]
     res["wall_s"] = max(ends) - min(starts) if starts and ends else None
+    res["machine"]["threads_per_run"] = sorted(threads - {None}) or args.threads  # what the runs used
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "predgen_curves.json").write_text(json.dumps(res, indent=2) + "\n")
     _plot(res)

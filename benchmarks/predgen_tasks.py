@@ -85,7 +85,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": args.threads, "parallel_runs": 1},
                  "seeds": args.seeds, "lr": args.lr, "tasks": {}}
-    starts, ends = [], []
+    starts, ends, threads = [], [], set()
     for task, t in TASKS.items():
         entry: dict = {"metric": t["metric"], "steps": t["steps"], "methods": {}, "paired": {}}
         preds: dict[str, dict[int, list[dict]]] = {}
@@ -100,6 +100,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
                 grads[seed] = gradient_summary(rec.get("train_log", []))
                 preds.setdefault(v, {})[seed] = rec["predictions"]
                 starts.append(rec["started"])
+                threads.add(rec.get("torch_threads"))
                 ends.append(rec["finished"])
             if not per_seed:
                 continue
@@ -135,6 +136,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
             res["tasks"][task] = entry
     starts = [s for s in starts if s is not None]
     res["wall_s"] = max(ends) - min(starts) if starts and ends else None
+    res["machine"]["threads_per_run"] = sorted(threads - {None}) or args.threads  # what the runs used
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "predgen_tasks.json").write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps({t: {v: m.get(e["metric"]) for v, m in e["methods"].items()} for t, e in res["tasks"].items()},
