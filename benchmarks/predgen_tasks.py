@@ -49,8 +49,9 @@ TASKS: dict[str, dict] = {
     "stsb": {"args": ["--task.name", "stsb"], "steps": 90, "variants": ["predictor", "generator", "predgen"],
              "metric": "pearson"},
 }
+# "variant" compares its predictions (PredGen's: the adapter's), "variant:decoded" the answer it decoded
 COMPARE = [("predgen", "predictor"), ("predgen", "generator"), ("predgen-wdal-reference", "predgen"),
-           ("predgen-wdal-sum", "predgen")]
+           ("predgen-wdal-sum", "predgen"), ("predgen:decoded", "generator"), ("predgen", "predgen:decoded")]
 
 
 def main() -> None:
@@ -85,7 +86,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": args.threads, "parallel_runs": 1},
                  "seeds": args.seeds, "lr": args.lr, "tasks": {}}
-    starts, ends, threads = [], [], set()
+    starts, ends, threads, found = [], [], set(), set()
     for task, t in TASKS.items():
         entry: dict = {"metric": t["metric"], "steps": t["steps"], "methods": {}, "paired": {}}
         preds: dict[str, dict[int, list[dict]]] = {}
@@ -119,24 +120,32 @@ def collect(command: str, args: argparse.Namespace) -> None:
                 entry["methods"][v][k] = statistics.fmean(vals)
                 entry["methods"][v][f"{k}_std"] = statistics.stdev(vals) if len(vals) > 1 else None
         task_type = "classification" if t["metric"] == "accuracy" else "regression"
+        def score(side: str, s: int) -> float | None:  # a comparison side's metric in seed s
+            v, _, key = side.partition(":")
+            row = entry["methods"][v]["per_seed"][str(s)]
+            return (row.get("decoded") or {}).get(t["metric"]) if key else row[t["metric"]]
+
         for a, b in COMPARE:
-            common = sorted(set(preds.get(a, {})) & set(preds.get(b, {})))
+            (va, _, ka), (vb, _, kb) = a.partition(":"), b.partition(":")
+            common = [s for s in sorted(set(preds.get(va, {})) & set(preds.get(vb, {})))
+                      if score(a, s) is not None and score(b, s) is not None]
             if not common:
                 continue
-            rows = {str(s): paired(preds[a][s], preds[b][s], task_type) for s in common}
-            per_seed_a = [entry["methods"][a]["per_seed"][str(s)][t["metric"]] for s in common]
-            per_seed_b = [entry["methods"][b]["per_seed"][str(s)][t["metric"]] for s in common]
-            over = seed_mean_difference(per_seed_a, per_seed_b)
-            entry["paired"][f"{a}_minus_{b}"] = {
+            rows = {str(s): paired(preds[va][s], preds[vb][s], task_type, key_a=ka or "prediction",
+                                   key_b=kb or "prediction") for s in common}
+            over = seed_mean_difference([score(a, s) for s in common], [score(b, s) for s in common])
+            entry["paired"][f"{a.replace(':', '_')}_minus_{b.replace(':', '_')}"] = {
                 "per_seed": rows, "seeds": common, "metric": t["metric"],
                 "seed_mean_difference": over["mean_diff"], "seed_std_difference": over["std_diff"],
                 "ci95_of_seed_mean": None if over["interval"] is None else list(over["interval"]),
                 "per_seed_difference": over["diffs"]}
+            found.update(common)
         if entry["methods"]:
             res["tasks"][task] = entry
     starts = [s for s in starts if s is not None]
     res["wall_s"] = max(ends) - min(starts) if starts and ends else None
     res["machine"]["threads_per_run"] = sorted(threads - {None}) or args.threads  # what the runs used
+    res["seeds_planned"], res["seeds"] = args.seeds, sorted(found) or args.seeds  # the seeds compared so far
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "predgen_tasks.json").write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps({t: {v: m.get(e["metric"]) for v, m in e["methods"].items()} for t, e in res["tasks"].items()},
