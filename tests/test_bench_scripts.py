@@ -112,3 +112,43 @@ def test_run_queue_calls_on_done_after_each_success(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="c failed"):
         run_queue([("c", [sys.executable, "-c", "raise SystemExit(1)"])], 1, tmp_path, tmp_path, on_done=done.append)
     assert done == ["a", "b"]
+
+
+def test_predgen_tasks_collect_pairs_adapter_and_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tasks benchmark's collection from archived records alone: per-variant accuracy, the paired comparisons
+    of PredGen's adapter and of its decoded answer, and only the seeds that finished."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predgen_tasks", ROOT / "benchmarks" / "predgen_tasks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(mod, "OUT", tmp_path / "out")
+    archive = tmp_path / "out" / "runs" / "predgen_tasks"
+    monkeypatch.setattr(mod, "ARCHIVE", archive)
+    archive.mkdir(parents=True)
+    targets = ["A", "B", "C", "D"] * 5
+    right = {"predictor": range(5), "generator": range(10), "predgen": range(2)}  # decoded: right on 0-11
+    for v, good in right.items():
+        rows = [{"id": f"e{i}", "target": t, "prediction": t if i in good else "Z",
+                 "decoded": t if i < 12 else "Z"} for i, t in enumerate(targets)]
+        acc = len(good) / 20
+        res = {"accuracy": acc, "macro_f1": acc, "train_wall_s": 1.0, "eval_examples": 20, "steps": 2,
+               "batch_size": 2, **({"decoded": {"accuracy": 0.6}} if v == "predgen" else {})}
+        log = [{"step": 2, "loss": 1.0, "l_w": 0.5, "l_d": 1.2, "grad_norm_writer": 1.0, "grad_norm_head": 2.0}]
+        (archive / f"arc-easy-{v}-s0.json").write_text(json.dumps(
+            {"results": res, "predictions": rows, "command": v, "started": 0.0, "finished": 1.0,
+             "train_log": log if v == "predgen" else [], "torch_threads": 2}))
+    mod.collect("python benchmarks/predgen_tasks.py", argparse.Namespace(seeds=[0, 1, 2], lr=2e-4, threads=2))
+    out = json.loads((tmp_path / "out" / "predgen_tasks.json").read_text())
+    assert out["seeds"] == [0] and out["seeds_planned"] == [0, 1, 2] and out["machine"]["threads_per_run"] == [2]
+    e = out["tasks"]["arc-easy"]
+    assert e["methods"]["generator"]["accuracy"] == 0.5
+    dec = e["paired"]["predgen_decoded_minus_generator"]
+    assert dec["per_seed"]["0"]["difference"] == pytest.approx(0.1)
+    assert dec["seed_mean_difference"] == pytest.approx(0.1)
+    own = e["paired"]["predgen_minus_predgen_decoded"]["per_seed"]["0"]
+    assert own["difference"] == pytest.approx(-0.5) and own["mcnemar"]["b"] == 0 and own["mcnemar"]["c"] == 10
+    assert e["methods"]["predgen"]["gradients_per_seed"]["0"]["head_over_writer"] == 2.0
+    assert "predgen-wdal-sum_minus_predgen" not in e["paired"]  # not run
