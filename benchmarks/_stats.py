@@ -23,9 +23,9 @@ def predictions(run_dir: Path) -> list[dict]:
 
 def training_log(run_dir: Path) -> list[dict]:
     """The training rows of a run's metrics.jsonl (loss, lr, the logged losses' parts, grad_norm_<group>)."""
-    path = run_dir / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    return [r for r in rows if not r.get("eval")]
+    from forethought.core.run import read_metrics
+
+    return [r for r in read_metrics(run_dir) if not r.get("eval")]
 
 
 def gradient_summary(log: list[dict]) -> dict[str, float] | None:

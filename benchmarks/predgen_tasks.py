@@ -120,6 +120,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
                 entry["methods"][v][k] = statistics.fmean(vals)
                 entry["methods"][v][f"{k}_std"] = statistics.stdev(vals) if len(vals) > 1 else None
         task_type = "classification" if t["metric"] == "accuracy" else "regression"
+
         def score(side: str, s: int) -> float | None:  # a comparison side's metric in seed s
             v, _, key = side.partition(":")
             row = entry["methods"][v]["per_seed"][str(s)]

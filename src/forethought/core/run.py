@@ -57,6 +57,20 @@ def environment() -> dict[str, Any]:
     }
 
 
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of a run folder's metrics.jsonl ([] when it has none); a line torn by a kill is skipped."""
+    p = Path(run_dir) / "metrics.jsonl"
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line torn by a kill
+    return out
+
+
 @dataclass
 class RunConfig:
     name: str = field("run", "run folder name under out_dir")
@@ -123,16 +137,7 @@ class Run:
             f.write(json.dumps(record) + "\n")
 
     def metrics(self) -> list[dict[str, Any]]:
-        p = self.dir / "metrics.jsonl"
-        if not p.is_file():
-            return []
-        out = []
-        for line in p.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue  # a line torn by a kill
-        return out
+        return read_metrics(self.dir)
 
     def write_results(self, results: dict[str, Any]) -> Path:
         p = self.dir / "results.json"

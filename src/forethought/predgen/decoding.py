@@ -214,9 +214,8 @@ def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, pro
     inner = trie.internal_nodes()
     node_of = {tuple(p): n for p, n in inner}
     levels: list[list[tuple[int, ...]]] = [[] for _ in range(max(len(p) for p, _ in inner))]
-    for p, _ in sorted(inner):
-        if p:
-            levels[len(p) - 1].append(tuple(p))  # levels[l - 1]: the internal nodes of depth l
+    for p in sorted(tuple(p) for p, _ in inner if p):
+        levels[len(p) - 1].append(p)  # levels[l - 1]: the internal nodes of depth l
     # each internal node's children's log-probs: path -> (B, n_children), in node.allowed order
     pieces: dict[tuple[int, ...], list[torch.Tensor]] = {(): [root_lp[:, trie.root.allowed.to(dev)]]}
     g = max(1, max_rows // max((len(lv) for lv in levels), default=1))  # examples per forward
