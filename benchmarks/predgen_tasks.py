@@ -1,6 +1,8 @@
 """Benchmark: Predictor, Generator and PredGen at one fixed CPU budget per task, 3 seeds, on tasks whose answers
 are several tokens long: ARC-Easy answered with the choice's text (5.3 answer tokens on average) and STS-B
-(2-decimal numbers, 6 tokens); on ARC-Easy also PredGen with the reference-code and the sum form of WDAL.
+(2-decimal numbers, 6 tokens); on ARC-Easy also PredGen with the reference-code and the sum form of WDAL
+(on ``--wdal-seeds`` only, seed 0 by default: each such run costs 15-20 minutes, and what they are for, each
+form's late-training losses and gradient norms, one seed already shows).
 
 Every run is ``forethought predgen train --config small`` with the task's steps (sized so one run trains in
 about 10 minutes on 2 threads), the same examples in the same order for every method of a seed, and its own
@@ -14,7 +16,7 @@ difference; for the PredGen variants, what WDAL does to each part (late-training
 writer's and head's gradient norms, from each run's training log).
 
     FORETHOUGHT_DATA=../shared/data python benchmarks/predgen_tasks.py [--tasks arc-easy stsb] [--seeds 0 1 2]
-        [--collect-only]
+        [--wdal-seeds 0] [--collect-only]
 """
 
 from __future__ import annotations
@@ -58,26 +60,36 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--wdal-seeds", type=int, nargs="*", default=[0],
+                    help="seeds that also run PredGen's reference and sum WDAL forms (default: 0)")
     ap.add_argument("--lr", type=float, default=2e-4, help="learning rate (predgen_curves.py's sweep chose 2e-4)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--collect-only", action="store_true")
     ap.add_argument("overrides", nargs="*", help="extra config overrides for every run (after --)")
     args = ap.parse_args()
     if not args.collect_only:
-        jobs = []
-        for seed in args.seeds:  # seed-major: partial results stay balanced
-            for task in args.tasks:
-                t = TASKS[task]
-                for v in t["variants"]:
-                    name = f"{task}-{v}-s{seed}"
-                    jobs.append((name, [sys.executable, "-m", "forethought.cli", "predgen", "train", "--config",
-                                        "small", *VARIANTS[v], *t["args"], "--train.steps", str(t["steps"]),
-                                        "--train.lr", str(args.lr), "--eval.latency_examples", "0",
-                                        "--run.seed", str(seed), "--run.out_dir", str(RUNS), "--run.name", name,
-                                        "--resume", "auto", *args.overrides]))
+        jobs = plan(args)
         run_queue([(n, a) for n, a in jobs if finished_run(RUNS / n, ARCHIVE) is None], 1, RUNS, ROOT,
                   threads=args.threads, on_done=lambda n: finished_run(RUNS / n, ARCHIVE))  # archived at once
     collect(" ".join(["python", *sys.argv]), args)
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """Every run's name and command line, seed-major (partial results stay balanced)."""
+    jobs = []
+    for seed in args.seeds:
+        for task in args.tasks:
+            t = TASKS[task]
+            for v in t["variants"]:
+                if v.startswith("predgen-wdal") and seed not in args.wdal_seeds:
+                    continue
+                name = f"{task}-{v}-s{seed}"
+                jobs.append((name, [sys.executable, "-m", "forethought.cli", "predgen", "train", "--config",
+                                    "small", *VARIANTS[v], *t["args"], "--train.steps", str(t["steps"]),
+                                    "--train.lr", str(args.lr), "--eval.latency_examples", "0",
+                                    "--run.seed", str(seed), "--run.out_dir", str(RUNS), "--run.name", name,
+                                    "--resume", "auto", *args.overrides]))
+    return jobs
 
 
 def collect(command: str, args: argparse.Namespace) -> None:
@@ -85,7 +97,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
     res: dict = {"command": " ; ".join(seen), "base": "smollm2-135m", "adapter": "LoRA r=16 (all linear layers)",
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": args.threads, "parallel_runs": 1},
-                 "seeds": args.seeds, "lr": args.lr, "tasks": {}}
+                 "seeds": args.seeds, "wdal_seeds": args.wdal_seeds, "lr": args.lr, "tasks": {}}
     starts, ends, threads, found = [], [], set(), set()
     for task, t in TASKS.items():
         entry: dict = {"metric": t["metric"], "steps": t["steps"], "methods": {}, "paired": {}}

@@ -114,6 +114,21 @@ def test_run_queue_calls_on_done_after_each_success(tmp_path: Path) -> None:
     assert done == ["a", "b"]
 
 
+def test_predgen_tasks_plan_runs_wdal_forms_on_wdal_seeds_only() -> None:
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predgen_tasks", ROOT / "benchmarks" / "predgen_tasks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = [n for n, _ in mod.plan(argparse.Namespace(seeds=[0, 1], wdal_seeds=[0], tasks=["arc-easy", "stsb"],
+                                                       lr=2e-4, overrides=[]))]
+    assert "arc-easy-predgen-wdal-sum-s0" in names and "arc-easy-predgen-wdal-reference-s0" in names
+    assert not [n for n in names if "wdal" in n and n.endswith("-s1")]
+    assert names.index("stsb-predgen-s0") < names.index("arc-easy-predictor-s1")  # seed-major
+    assert len(names) == 8 + 6
+
+
 def test_predgen_tasks_collect_pairs_adapter_and_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tasks benchmark's collection from archived records alone: per-variant accuracy, the paired comparisons
     of PredGen's adapter and of its decoded answer, and only the seeds that finished."""
@@ -140,7 +155,8 @@ def test_predgen_tasks_collect_pairs_adapter_and_decoded(tmp_path: Path, monkeyp
         (archive / f"arc-easy-{v}-s0.json").write_text(json.dumps(
             {"results": res, "predictions": rows, "command": v, "started": 0.0, "finished": 1.0,
              "train_log": log if v == "predgen" else [], "torch_threads": 2}))
-    mod.collect("python benchmarks/predgen_tasks.py", argparse.Namespace(seeds=[0, 1, 2], lr=2e-4, threads=2))
+    mod.collect("python benchmarks/predgen_tasks.py",
+                argparse.Namespace(seeds=[0, 1, 2], wdal_seeds=[0], lr=2e-4, threads=2))
     out = json.loads((tmp_path / "out" / "predgen_tasks.json").read_text())
     assert out["seeds"] == [0] and out["seeds_planned"] == [0, 1, 2] and out["machine"]["threads_per_run"] == [2]
     e = out["tasks"]["arc-easy"]
