@@ -208,6 +208,37 @@ def _cli_train(world: dict, out: Path, method: str, *extra: str) -> dict:
     return json.loads((out / method / "results.json").read_text())
 
 
+@pytest.mark.parametrize("method", ["predictor", "predgen"])
+def test_interrupted_run_resumes_to_the_same_model(world: dict, tmp_path: Path, method: str,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """A run cut off after its step-2 checkpoint and resumed ends with the weights (LoRA and head) and the
+    predictions of the run that was never interrupted: the head, the optimizer, the scheduled-sampling
+    schedule and the data order all come back."""
+    from safetensors.torch import load_file
+
+    ref = _cli_train(world, tmp_path / "ref", method, "--train.keep_checkpoints", "3")
+    cut = tmp_path / "cut" / method
+    import shutil
+
+    shutil.copytree(tmp_path / "ref" / method, cut)
+    for p in ["step-000004", "model", "results.json", "predictions.jsonl", "report.md"]:
+        shutil.rmtree(cut / p) if (cut / p).is_dir() else (cut / p).unlink(missing_ok=True)
+    metrics = (cut / "metrics.jsonl").read_text().splitlines()
+    (cut / "metrics.jsonl").write_text("\n".join(x for x in metrics if json.loads(x).get("step", 0) <= 2) + "\n")
+    capsys.readouterr()
+    again = _cli_train(world, tmp_path / "cut", method, "--train.keep_checkpoints", "3", "--resume", "auto")
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "step-000002" in out  # it did not simply train again from step 0
+    a = load_file(str(tmp_path / "ref" / method / "step-000004" / "model.safetensors"))
+    b = load_file(str(cut / "step-000004" / "model.safetensors"))
+    assert a.keys() == b.keys() and any("head" in k for k in a)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert again["accuracy"] == ref["accuracy"]
+    read = lambda run: [json.loads(x)["prediction"] for x in (run / "predictions.jsonl").read_text().splitlines()]  # noqa: E731
+    assert read(cut) == read(tmp_path / "ref" / method)
+
+
 @pytest.mark.parametrize("method", ["predictor", "generator", "predgen"])
 def test_cli_train_eval_predict(world: dict, tmp_path: Path, method: str) -> None:
     res = _cli_train(world, tmp_path, method)
