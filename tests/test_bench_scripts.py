@@ -114,19 +114,22 @@ def test_run_queue_calls_on_done_after_each_success(tmp_path: Path) -> None:
     assert done == ["a", "b"]
 
 
-def test_predgen_tasks_plan_runs_wdal_forms_on_wdal_seeds_only() -> None:
+def test_predgen_tasks_plan_runs_ablations_on_ablation_seeds_only() -> None:
     import argparse
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("predgen_tasks", ROOT / "benchmarks" / "predgen_tasks.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    names = [n for n, _ in mod.plan(argparse.Namespace(seeds=[0, 1], wdal_seeds=[0], tasks=["arc-easy", "stsb"],
+    names = [n for n, _ in mod.plan(argparse.Namespace(seeds=[0, 1], ablation_seeds=[0], tasks=["arc-easy", "stsb"],
                                                        lr=2e-4, overrides=[]))]
     assert "arc-easy-predgen-wdal-sum-s0" in names and "arc-easy-predgen-wdal-reference-s0" in names
-    assert not [n for n in names if "wdal" in n and n.endswith("-s1")]
-    assert names.index("stsb-predgen-s0") < names.index("arc-easy-predictor-s1")  # seed-major
-    assert len(names) == 8 + 6
+    assert not [n for n in names if ("wdal" in n or "lr5e-4" in n) and n.endswith("-s1")]
+    assert names.index("stsb-predgen-lr5e-4-s0") < names.index("arc-easy-predictor-s1")  # seed-major
+    assert len(names) == 11 + 6
+    cmd = dict(mod.plan(argparse.Namespace(seeds=[0], ablation_seeds=[0], tasks=["stsb"], lr=2e-4,
+                                           overrides=[])))["stsb-predgen-lr5e-4-s0"]
+    assert cmd[len(cmd) - 1 - cmd[::-1].index("--train.lr") + 1] == "5e-4"  # the last --train.lr wins
 
 
 def test_predgen_tasks_collect_pairs_adapter_and_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,7 +159,7 @@ def test_predgen_tasks_collect_pairs_adapter_and_decoded(tmp_path: Path, monkeyp
             {"results": res, "predictions": rows, "command": v, "started": 0.0, "finished": 1.0,
              "train_log": log if v == "predgen" else [], "torch_threads": 2}))
     mod.collect("python benchmarks/predgen_tasks.py",
-                argparse.Namespace(seeds=[0, 1, 2], wdal_seeds=[0], lr=2e-4, threads=2))
+                argparse.Namespace(seeds=[0, 1, 2], ablation_seeds=[0], lr=2e-4, threads=2))
     out = json.loads((tmp_path / "out" / "predgen_tasks.json").read_text())
     assert out["seeds"] == [0] and out["seeds_planned"] == [0, 1, 2] and out["machine"]["threads_per_run"] == [2]
     e = out["tasks"]["arc-easy"]
