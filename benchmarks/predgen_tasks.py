@@ -1,9 +1,11 @@
 """Benchmark: Predictor, Generator and PredGen at one fixed CPU budget per task, 3 seeds, on tasks whose answers
 are several tokens long: ARC-Easy answered with the choice's text (5.3 answer tokens on average) and STS-B
-(2-decimal numbers, 6 tokens). Two ablations run on ``--ablation-seeds`` only (seed 0 by default), each changing
-one thing: on ARC-Easy, PredGen with the reference-code and the sum form of WDAL (their late-training losses and
-gradient norms are what they are for, and one seed shows them); on STS-B, all three methods at lr 5e-4 instead
-of 2e-4 (the regression benchmark's PredGen adapter reached Pearson 0.78 at 5e-4 but 0.37 here at 2e-4).
+(2-decimal numbers, 6 tokens). Ablations run on ``--ablation-seeds`` only (seed 0 by default), each changing one
+thing: on ARC-Easy, PredGen with the reference-code and the sum form of WDAL (their late-training losses and
+gradient norms are what they are for, and one seed shows them), and the Generator answering with the choice's
+letter (does writing a choice's *position* fail the way the heads, which must output it, do?); on STS-B, all
+three methods at lr 5e-4 instead of 2e-4 (the regression benchmark's PredGen adapter reached Pearson 0.78 at
+5e-4, this benchmark's 0.37 at 2e-4).
 
 Every run is ``forethought predgen train --config small`` with the task's steps (sized so one run trains in
 about 10 minutes on 2 threads), the same examples in the same order for every method of a seed, and its own
@@ -46,12 +48,15 @@ VARIANTS = {"predictor": ["--method", "predictor"], "generator": ["--method", "g
             "predgen": ["--method", "predgen"],
             "predgen-wdal-reference": ["--method", "predgen", "--predgen.wdal", "reference"],
             "predgen-wdal-sum": ["--method", "predgen", "--predgen.wdal", "sum"],
+            "generator-letter": ["--method", "generator", "--task.answer", "letter"],
             **{f"{m}-lr5e-4": ["--method", m, "--train.lr", "5e-4"] for m in ("predictor", "generator", "predgen")}}
-ABLATIONS = {"predgen-wdal-reference", "predgen-wdal-sum", "predictor-lr5e-4", "generator-lr5e-4", "predgen-lr5e-4"}
+ABLATIONS = {"predgen-wdal-reference", "predgen-wdal-sum", "generator-letter", "predictor-lr5e-4", "generator-lr5e-4",
+             "predgen-lr5e-4"}
 TASKS: dict[str, dict] = {
     "arc-easy": {"args": ["--task.name", "arc-easy", "--task.answer", "text", "--task.max_eval_examples", "1000"],
                  "steps": 75, "metric": "accuracy",
-                 "variants": ["predictor", "generator", "predgen", "predgen-wdal-reference", "predgen-wdal-sum"]},
+                 "variants": ["predictor", "generator", "predgen", "predgen-wdal-reference", "predgen-wdal-sum",
+                              "generator-letter"]},
     "stsb": {"args": ["--task.name", "stsb"], "steps": 90, "metric": "pearson",
              "variants": ["predictor", "generator", "predgen", "predictor-lr5e-4", "generator-lr5e-4",
                           "predgen-lr5e-4"]},
@@ -60,7 +65,7 @@ TASKS: dict[str, dict] = {
 COMPARE = [("predgen", "predictor"), ("predgen", "generator"), ("predgen-wdal-reference", "predgen"),
            ("predgen-wdal-sum", "predgen"), ("predgen:decoded", "generator"), ("predgen", "predgen:decoded"),
            ("predgen-lr5e-4", "predictor-lr5e-4"), ("predgen-lr5e-4", "generator-lr5e-4"),
-           ("predgen-lr5e-4", "predgen")]
+           ("predgen-lr5e-4", "predgen"), ("generator-letter", "generator"), ("generator-letter", "predictor")]
 
 
 def main() -> None:
