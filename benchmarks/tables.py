@@ -204,7 +204,10 @@ def predgen_tasks() -> list[str]:
     r = _load("predgen_tasks.json")
     if r is None or not r.get("tasks"):
         return ["(predgen_tasks.json not yet produced)"]
-    out = [f"{SMOLLM2} + {r['adapter']}, lr {r['lr']:g}, seeds {', '.join(map(str, r['seeds']))}.", "",
+    abl = r.get("ablation_seeds")
+    out = [f"{SMOLLM2} + {r['adapter']}, lr {r['lr']:g}, seeds {', '.join(map(str, r['seeds']))}"
+           + ("" if abl is None else f"; the ablations (each variant that changes one thing) on seed(s) "
+              f"{', '.join(map(str, abl))}") + ".", "",
            "| task | method | examples seen | metric (mean ± std over seeds) | per seed |", "|---|---|---|---|---|"]
     for task, e in r["tasks"].items():
         k = e["metric"]
