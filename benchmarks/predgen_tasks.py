@@ -108,6 +108,13 @@ def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     return jobs
 
 
+def command_lr(command: str) -> float | None:
+    """The learning rate a run's command line set (its last ``--train.lr``; None when it set none)."""
+    words = command.split()
+    at = [i for i, w in enumerate(words[:-1]) if w == "--train.lr"]
+    return float(words[at[-1] + 1]) if at else None
+
+
 def collect(command: str, args: argparse.Namespace) -> None:
     seen = invocations(RUNS, command)
     res: dict = {"command": " ; ".join(seen), "base": "smollm2-135m", "adapter": "LoRA r=16 (all linear layers)",
@@ -119,13 +126,14 @@ def collect(command: str, args: argparse.Namespace) -> None:
         entry: dict = {"metric": t["metric"], "steps": t["steps"], "methods": {}, "paired": {}}
         preds: dict[str, dict[int, list[dict]]] = {}
         for v in t["variants"] + t["ablations"]:
-            per_seed, grads = {}, {}
+            per_seed, grads, lrs = {}, {}, set()
             for seed in args.seeds:
                 rec = finished_run(RUNS / f"{task}-{v}-s{seed}", ARCHIVE)
                 if rec is None:
                     continue
                 r = rec["results"]
                 per_seed[seed] = r
+                lrs.add(command_lr(rec["command"]))
                 grads[seed] = gradient_summary(rec.get("train_log", []))
                 preds.setdefault(v, {})[seed] = rec["predictions"]
                 starts.append(rec["started"])
@@ -140,6 +148,7 @@ def collect(command: str, args: argparse.Namespace) -> None:
                                                                       "eval_examples": r["eval_examples"]}
                              for s, r in per_seed.items()},
                 "examples_seen": next(iter(per_seed.values()))["steps"] * next(iter(per_seed.values()))["batch_size"],
+                "lr": lrs.pop() if len(lrs) == 1 else sorted(lrs, key=str),  # as each run's command gave it
                 # WDAL's pull on each part: late-training medians of L_W, L_D and each group's gradient norm
                 "gradients_per_seed": {str(s): g for s, g in grads.items() if g is not None},
             }

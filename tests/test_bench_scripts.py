@@ -164,7 +164,8 @@ def test_predgen_tasks_collect_pairs_adapter_and_decoded(tmp_path: Path, monkeyp
     out = json.loads((tmp_path / "out" / "predgen_tasks.json").read_text())
     assert out["seeds"] == [0] and out["seeds_planned"] == [0, 1, 2] and out["machine"]["threads_per_run"] == [2]
     e = out["tasks"]["arc-easy"]
-    assert e["methods"]["generator"]["accuracy"] == 0.5
+    assert e["methods"]["generator"]["accuracy"] == 0.5 and e["methods"]["generator"]["lr"] is None
+    assert mod.command_lr("x --train.lr 0.0002 --method predgen --train.lr 5e-4") == 5e-4
     dec = e["paired"]["predgen_decoded_minus_generator"]
     assert dec["per_seed"]["0"]["difference"] == pytest.approx(0.1)
     assert dec["seed_mean_difference"] == pytest.approx(0.1)
