@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--ablation-seeds", type=int, nargs="*", default=[0],
-                    help="seeds that also run the ablations (WDAL forms; STS-B at lr 5e-4) (default: 0)")
+                    help="seeds that also run each task's ablations, listed above (default: 0)")
     ap.add_argument("--lr", type=float, default=2e-4, help="learning rate (predgen_curves.py's sweep chose 2e-4)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--collect-only", action="store_true")

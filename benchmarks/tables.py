@@ -208,7 +208,8 @@ def predgen_tasks() -> list[str]:
     out = [f"{SMOLLM2} + {r['adapter']}, seeds {', '.join(map(str, r['seeds']))}"
            + ("" if abl is None else f"; the ablations (each variant that changes one thing) on seed(s) "
               f"{', '.join(map(str, abl))}") + ".", "",
-           "| task | method | lr | examples seen | metric (mean ± std over seeds) | per seed |", "|---|---|---|---|---|---|"]
+           "| task | method | lr | examples seen | metric (mean ± std over seeds) | per seed | decoded, per seed |",
+           "|---|---|---|---|---|---|---|"]
     for task, e in r["tasks"].items():
         k = e["metric"]
         for v, m in e["methods"].items():
@@ -216,7 +217,8 @@ def predgen_tasks() -> list[str]:
             sd = "" if m.get(f"{k}_std") is None else f" ± {m[f'{k}_std']:.3f}"
             lr = m.get("lr")
             lr = f"{lr:g}" if isinstance(lr, float) else "–" if lr is None else ", ".join(map(str, lr))
-            out.append(f"| {task} | {v} | {lr} | {m['examples_seen']} | {k} {m[k]:.3f}{sd} | {per} |")
+            dec = ", ".join(f"{row['decoded'][k]:.3f}" for row in m["per_seed"].values() if row.get("decoded")) or "–"
+            out.append(f"| {task} | {v} | {lr} | {m['examples_seen']} | {k} {m[k]:.3f}{sd} | {per} | {dec} |")
     out += ["", "Paired differences (first − second): per seed on the same eval examples, paired bootstrap 95 % "
             "interval (accuracy: and McNemar's p); over seeds, the t-interval of the mean difference:", "",
             "| task | comparison | per seed: difference [95 % interval] | seed mean [95 % interval] |",

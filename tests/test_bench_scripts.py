@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(name: str) -> Any:
+    """A benchmark script (``benchmarks/<name>.py``) imported as a module, without running its main()."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_myopia_step_cost_quick(tmp_path: Path) -> None:
@@ -32,12 +43,7 @@ def test_myopia_step_cost_quick(tmp_path: Path) -> None:
 def test_predgen_curves_collect_pairs_the_methods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The curves benchmark's collection from finished run folders: every method's curve and final accuracy,
     and paired statistics computed from the runs' predictions on the same examples."""
-    import argparse
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("predgen_curves", ROOT / "benchmarks" / "predgen_curves.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench("predgen_curves")
     monkeypatch.setattr(mod, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(mod, "OUT", tmp_path / "out")
     monkeypatch.setattr(mod, "ARCHIVE", tmp_path / "out" / "runs" / "predgen_curves")
@@ -115,12 +121,7 @@ def test_run_queue_calls_on_done_after_each_success(tmp_path: Path) -> None:
 
 
 def test_predgen_tasks_plan_runs_ablations_on_ablation_seeds_only() -> None:
-    import argparse
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("predgen_tasks", ROOT / "benchmarks" / "predgen_tasks.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench("predgen_tasks")
     names = [n for n, _ in mod.plan(argparse.Namespace(seeds=[0, 1], ablation_seeds=[0], tasks=["arc-easy", "stsb"],
                                                        lr=2e-4, overrides=[]))]
     assert "arc-easy-predgen-wdal-sum-s0" in names and "arc-easy-predgen-wdal-reference-s0" in names
@@ -136,12 +137,7 @@ def test_predgen_tasks_plan_runs_ablations_on_ablation_seeds_only() -> None:
 def test_predgen_tasks_collect_pairs_adapter_and_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tasks benchmark's collection from archived records alone: per-variant accuracy, the paired comparisons
     of PredGen's adapter and of its decoded answer, and only the seeds that finished."""
-    import argparse
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("predgen_tasks", ROOT / "benchmarks" / "predgen_tasks.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench("predgen_tasks")
     monkeypatch.setattr(mod, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(mod, "OUT", tmp_path / "out")
     archive = tmp_path / "out" / "runs" / "predgen_tasks"

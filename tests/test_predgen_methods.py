@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from forethought.cli import main
 from forethought.predgen.decoding import AnswerTrie, answer_distribution, constrained_greedy
@@ -214,12 +216,8 @@ def test_interrupted_run_resumes_to_the_same_model(world: dict, tmp_path: Path, 
     """A run cut off after its step-2 checkpoint and resumed ends with the weights (LoRA and head) and the
     predictions of the run that was never interrupted: the head, the optimizer, the scheduled-sampling
     schedule and the data order all come back."""
-    from safetensors.torch import load_file
-
     ref = _cli_train(world, tmp_path / "ref", method, "--train.keep_checkpoints", "3")
     cut = tmp_path / "cut" / method
-    import shutil
-
     shutil.copytree(tmp_path / "ref" / method, cut)
     for p in ["step-000004", "model", "results.json", "predictions.jsonl", "report.md"]:
         shutil.rmtree(cut / p) if (cut / p).is_dir() else (cut / p).unlink(missing_ok=True)
@@ -235,8 +233,11 @@ def test_interrupted_run_resumes_to_the_same_model(world: dict, tmp_path: Path, 
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert again["accuracy"] == ref["accuracy"]
-    read = lambda run: [json.loads(x)["prediction"] for x in (run / "predictions.jsonl").read_text().splitlines()]  # noqa: E731
-    assert read(cut) == read(tmp_path / "ref" / method)
+
+    def predicted(run: Path) -> list:
+        return [json.loads(x)["prediction"] for x in (run / "predictions.jsonl").read_text().splitlines()]
+
+    assert predicted(cut) == predicted(tmp_path / "ref" / method)
 
 
 @pytest.mark.parametrize("method", ["predictor", "generator", "predgen"])
