@@ -11,9 +11,10 @@ session on a fresh machine (without ``runs/``) neither reruns nor loses it. Runs
 budget, the same eval subset) that chose ``--lr``.
 
 Collected into ``benchmarks/results/predgen_curves.json`` (+ ``predgen_curves.png``): per task and method the
-curve (accuracy vs examples seen), the final metrics, and for each pair of methods McNemar's exact test and the
-paired bootstrap 95 % interval of the accuracy difference on the same eval examples (and PredGen's adapter vs
-its own decoded answer).
+curve (accuracy vs examples seen; PredGen's also of its decoded answer, in runs made after that was logged), the
+final metrics, and for each pair of methods McNemar's exact test and the paired bootstrap 95 % interval of the
+accuracy difference on the same eval examples (and PredGen's adapter vs its own decoded answer, and its decoded
+answer vs the Generator's).
 
     python benchmarks/predgen_curves.py [--tasks sst2 arc-easy] [--examples 10000] [--sweep] [--collect-only]
 """
@@ -133,7 +134,8 @@ def collect(command: str, args: argparse.Namespace) -> None:
                 "accuracy": r["accuracy"], "macro_f1": r["macro_f1"], "decoded_accuracy": r.get("decoded", {}).get(
                     "accuracy"), "eval_examples": r["eval_examples"], "train_examples": r["train_examples"],
                 "examples_seen": r["steps"] * r["batch_size"], "train_wall_s": r["train_wall_s"],
-                "curve": [{"examples_seen": c["examples_seen"], "accuracy": c["accuracy"]}
+                "curve": [{"examples_seen": c["examples_seen"], "accuracy": c["accuracy"],  # PredGen: + decoded
+                           **({"decoded_accuracy": c["decoded_accuracy"]} if "decoded_accuracy" in c else {})}
                           for c in r.get("learning_curve", [])],
                 "gradients": gradient_summary(rec.get("train_log", [])),  # late L_W, L_D, gradient norms
                 "command": rec["command"]}
@@ -147,6 +149,9 @@ def collect(command: str, args: argparse.Namespace) -> None:
         if "predgen" in preds:
             entry["paired"]["predgen_adapter_minus_its_decoded"] = paired(preds["predgen"], preds["predgen"],
                                                                           key_b="decoded")
+            if "generator" in preds:  # the written answers: does PredGen's training change what it writes?
+                entry["paired"]["predgen_decoded_minus_generator"] = paired(preds["predgen"], preds["generator"],
+                                                                            key_a="decoded")
         res["tasks"][task] = entry
     starts = [s for s in starts if s is not None]
     res["wall_s"] = max(ends) - min(starts) if starts and ends else None
@@ -168,8 +173,12 @@ def _plot(res: dict) -> None:
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.4 * len(tasks), 3.9), squeeze=False, layout="constrained")
     for ax, task in zip(axes[0], tasks):
         for m, v in res["tasks"][task]["methods"].items():
-            ax.plot([c["examples_seen"] for c in v["curve"]], [c["accuracy"] for c in v["curve"]], marker=".",
-                    label=m)
+            line, = ax.plot([c["examples_seen"] for c in v["curve"]], [c["accuracy"] for c in v["curve"]],
+                            marker=".", label=m if m != "predgen" else "predgen (adapter)")
+            dec = [c for c in v["curve"] if "decoded_accuracy" in c]
+            if dec:
+                ax.plot([c["examples_seen"] for c in dec], [c["decoded_accuracy"] for c in dec], marker=".", ls="--",
+                        color=line.get_color(), label=f"{m} (decoded answer)")
         if task == "sst2":
             ref = res["reference_lr2e-4_curve_sst2"]
             ax.plot([int(k) for k in ref], list(ref.values()), "k:", marker="x", label="reference PredGen, lr 2e-4")

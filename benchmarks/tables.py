@@ -186,6 +186,9 @@ def predgen_curves() -> list[str]:
         for m, v in e["methods"].items():
             at = {c["examples_seen"]: c["accuracy"] for c in v["curve"]}
             out.append(f"| {m} | " + " | ".join(_fmt(at.get(x)) for x in xs) + " |")
+            dec = {c["examples_seen"]: c["decoded_accuracy"] for c in v["curve"] if "decoded_accuracy" in c}
+            if dec:
+                out.append(f"| {m} (decoded) | " + " | ".join(_fmt(dec.get(x)) for x in xs) + " |")
     grads = [(task, m, {"0": v["gradients"]}) for task, e in r["tasks"].items() for m, v in e["methods"].items()
              if m == "predgen" and v.get("gradients")]
     out += _gradient_table(grads, "seed 0")

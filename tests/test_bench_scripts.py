@@ -59,8 +59,9 @@ def test_predgen_curves_collect_pairs_the_methods(tmp_path: Path, monkeypatch: p
         acc = len(good) / 20
         (run / "results.json").write_text(json.dumps({
             "accuracy": acc, "macro_f1": acc, "eval_examples": 20, "train_examples": 100, "steps": 4,
-            "batch_size": 2, "train_wall_s": 1.0, "learning_curve": [{"examples_seen": 4, "accuracy": 0.5},
-                                                                     {"examples_seen": 8, "accuracy": acc}]}))
+            "batch_size": 2, "train_wall_s": 1.0, "learning_curve": [
+                {"examples_seen": 4, "accuracy": 0.5, **({"decoded_accuracy": 0.55} if m == "predgen" else {})},
+                {"examples_seen": 8, "accuracy": acc, **({"decoded_accuracy": 0.6} if m == "predgen" else {})}]}))
         (run / "env.json").write_text(json.dumps({"command": f"train {m}", "started": "2026-12-01T10:00:00"}))
     args = argparse.Namespace(threads=2, seed=0, lr=5e-4, batch_size=2, examples=8, eval_every=4)
     mod.collect("python benchmarks/predgen_curves.py", args)
@@ -72,6 +73,10 @@ def test_predgen_curves_collect_pairs_the_methods(tmp_path: Path, monkeypatch: p
     assert d["ci95"][0] < 0.3 < d["ci95"][1]
     own = task["paired"]["predgen_adapter_minus_its_decoded"]  # adapter right on 4-19, decoded on 0-11
     assert own["mcnemar"]["b"] == 8 and own["mcnemar"]["c"] == 4
+    written = task["paired"]["predgen_decoded_minus_generator"]  # decoded right on 0-11, generator on 0-13
+    assert written["difference"] == pytest.approx(-0.1) and (written["mcnemar"]["b"], written["mcnemar"]["c"]) == (0, 2)
+    assert [c.get("decoded_accuracy") for c in task["methods"]["predgen"]["curve"]] == [0.55, 0.6]
+    assert "decoded_accuracy" not in task["methods"]["generator"]["curve"][0]
     assert (tmp_path / "out" / "predgen_curves.png").stat().st_size > 0
     # a later session on a fresh machine has no run folders: the committed archive gives the same JSON
     import shutil

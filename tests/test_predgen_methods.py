@@ -562,6 +562,21 @@ def test_learning_curve_and_report(world: dict, tmp_path: Path) -> None:
     assert "predictor" in report and "learning_curve.png" in report and f"{res['accuracy']:.4f}" in report
 
 
+def test_predgen_curve_has_its_decoded_answer(world: dict, tmp_path: Path) -> None:
+    """PredGen's curve points carry the decoded answer's metrics beside the adapter's; the last point is the
+    final evaluation of both. Other methods' points do not (the Generator's prediction is its decoded answer)."""
+    res = _cli_train(world, tmp_path, "predgen", "--train.eval_every", "2", "--task.max_eval_examples", "10",
+                     "--eval.latency_examples", "0")
+    curve = res["learning_curve"]
+    assert [r["step"] for r in curve] == [2, 4] and all({"accuracy", "decoded_accuracy"} <= r.keys() for r in curve)
+    assert curve[-1]["accuracy"] == pytest.approx(res["accuracy"])
+    assert curve[-1]["decoded_accuracy"] == pytest.approx(res["decoded"]["accuracy"])
+    assert (tmp_path / "predgen" / "learning_curve.png").stat().st_size > 0
+    gen = _cli_train(world, tmp_path, "generator", "--train.eval_every", "4", "--task.max_eval_examples", "10",
+                     "--eval.latency_examples", "0")
+    assert not any(k.startswith("decoded_") for k in gen["learning_curve"][0])
+
+
 def test_check_layer_bounds() -> None:
     from forethought.core.errors import ForethoughtError
     from forethought.predgen.model import check_layer

@@ -174,10 +174,15 @@ def _perm(n: int, seed: int, epoch: int) -> list[int]:
 def curve_eval_fn(method: str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
                   device: torch.device | str) -> Callable[[Any, int], dict[str, float]]:
     """The trainer's ``eval_fn``: the metrics of the method's prediction on ``items`` (the run's evaluation
-    examples, so the last point equals the final evaluation)."""
+    examples, so the last point equals the final evaluation); PredGen's also of its decoded answer
+    (``decoded_<metric>``), which the same pass produced: the adapter and the answer it read can learn at
+    different rates."""
     def fn(model: Any, step: int) -> dict[str, float]:
         preds = predict(model, method, enc, items, batch_size, layer, False, device)
-        return score(enc, items, preds.prediction)
+        out = score(enc, items, preds.prediction)
+        if method == "predgen" and preds.decoded is not None:
+            out.update({f"decoded_{k}": v for k, v in score(enc, items, preds.decoded).items()})
+        return out
 
     return fn
 
@@ -189,13 +194,17 @@ def learning_curve(evals: list[dict[str, float]], batch_size: int) -> list[dict[
 
 
 def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_size: int, path: Path) -> Path:
-    """Accuracy (classes) or MSE and Pearson (numbers) against the examples seen; the top axis counts steps."""
+    """Accuracy (classes) or MSE and Pearson (numbers) against the examples seen (PredGen: its decoded answer
+    dashed beside its adapter); the top axis counts steps."""
     names = ["accuracy"] if task_type == "classification" else ["mse", "pearson"]
     plt = pyplot()
     fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 3.8), squeeze=False, layout="constrained")
     seen = [r["examples_seen"] for r in curve]
     for ax, name in zip(axes[0], names):
-        ax.plot(seen, [r[name] for r in curve], marker=".")
+        ax.plot(seen, [r[name] for r in curve], marker=".", label="prediction")
+        if f"decoded_{name}" in curve[0]:  # PredGen: its adapter beside the answer it decoded
+            ax.plot(seen, [r[f"decoded_{name}"] for r in curve], marker=".", ls="--", label="decoded answer")
+            ax.legend(fontsize=8)
         ax.set(xlabel="examples seen", ylabel=name)
         ax.ticklabel_format(axis="y", useOffset=False)
         ax.grid(alpha=0.3)
