@@ -134,9 +134,8 @@ def collect(command: str, args: argparse.Namespace) -> None:
                 "accuracy": r["accuracy"], "macro_f1": r["macro_f1"], "decoded_accuracy": r.get("decoded", {}).get(
                     "accuracy"), "eval_examples": r["eval_examples"], "train_examples": r["train_examples"],
                 "examples_seen": r["steps"] * r["batch_size"], "train_wall_s": r["train_wall_s"],
-                "curve": [{"examples_seen": c["examples_seen"], "accuracy": c["accuracy"],  # PredGen: + decoded
-                           **({"decoded_accuracy": c["decoded_accuracy"]} if "decoded_accuracy" in c else {})}
-                          for c in r.get("learning_curve", [])],
+                "curve": [{k: c[k] for k in ("examples_seen", "accuracy", "decoded_accuracy") if k in c}
+                          for c in r.get("learning_curve", [])],  # decoded_accuracy: PredGen's, in newer runs
                 "gradients": gradient_summary(rec.get("train_log", [])),  # late L_W, L_D, gradient norms
                 "command": rec["command"]}
             starts.append(rec["started"])

@@ -180,7 +180,7 @@ def curve_eval_fn(method: str, enc: Encoder, items: list[dict[str, Any]], batch_
     def fn(model: Any, step: int) -> dict[str, float]:
         preds = predict(model, method, enc, items, batch_size, layer, False, device)
         out = score(enc, items, preds.prediction)
-        if method == "predgen" and preds.decoded is not None:
+        if method == "predgen":  # its decoded answer is scored beside the adapter's prediction
             out.update({f"decoded_{k}": v for k, v in score(enc, items, preds.decoded).items()})
         return out
 
