@@ -1,11 +1,13 @@
 """Helpers the benchmark scripts share: a run folder's start time and predictions, a committed archive of finished
-runs, paired comparisons (intervals: forethought.eval.stats)."""
+runs. Paired comparisons of predictions are the CLI's own (``forethought.predgen.compare.paired``, re-exported)."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
+
+from forethought.predgen.compare import paired  # noqa: F401 - the benchmarks import it from here
 
 
 def run_started(run_dir: Path) -> float | None:
@@ -69,34 +71,6 @@ def finished_run(run_dir: Path, archive: Path) -> dict | None:
             atomic_write_text(saved, text)
         return record
     return json.loads(saved.read_text()) if saved.is_file() else None
-
-
-def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classification", key_a: str = "prediction",
-           key_b: str = "prediction") -> dict:
-    """Method A vs method B on the same eval examples (matched by id). Classification: the accuracy difference,
-    its paired bootstrap 95 % interval and McNemar's exact test; regression: the differences in MSE and Pearson
-    r with paired bootstrap 95 % intervals."""
-    from forethought.eval.stats import mcnemar_exact, paired_bootstrap
-
-    by_id = {r["id"]: r for r in rows_b}
-    if sorted(by_id) != sorted(r["id"] for r in rows_a):
-        raise SystemExit("paired comparison: the two runs were evaluated on different examples")
-    other = [by_id[r["id"]] for r in rows_a]
-    if task_type == "classification":
-        a = [r[key_a] == r["target"] for r in rows_a]
-        b = [r[key_b] == r["target"] for r in other]
-        boot = paired_bootstrap("accuracy", a, b, n_boot=10_000, seed=0)
-        return {"difference": boot["observed"], "ci95": list(boot["interval"]), "mcnemar": mcnemar_exact(a, b),
-                "n": len(a)}
-    a = [float(r[key_a]) for r in rows_a]
-    b = [float(r[key_b]) for r in other]
-    t = [float(r["target"]) for r in rows_a]
-    out: dict = {"n": len(a)}
-    for metric in ("mse", "pearson"):
-        boot = paired_bootstrap(metric, a, b, t, n_boot=10_000, seed=0)
-        out[metric] = {"difference": boot["observed"], "ci95": list(boot["interval"]), "a": boot["metric_a"],
-                       "b": boot["metric_b"]}
-    return out
 
 
 def invocations(runs_dir: Path, command: str) -> list[str]:

@@ -157,3 +157,37 @@ def test_eval_on_a_missing_device(world: dict, tmp_path: Path) -> None:
     run = _copy(world, tmp_path)
     expect_clean_failure(["predgen", "eval", "--model", str(run), "--device", "cuda"], tmp_path, run,
                          ["cuda", "not available"])
+
+
+def _rows_file(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("case,names", [
+    ("missing", ["no such run folder or predictions file", "nowhere"]),
+    ("step_not_kept", ["has no curve predictions at step 5", "--train.eval_every"]),
+    ("step_of_a_file", ["curve point of a run folder", "is a file"]),
+    ("other_ids", ["different examples"]),
+    ("decoded_of_a_predictor", ["no 'decoded'", "only predgen"]),
+    ("regression_vs_classes", ["a classification task's", "a regression task's"]),
+    ("not_json", ["line 2 is not json"]),
+])
+def test_compare_bad_inputs(world: dict, tmp_path: Path, case: str, names: list[str]) -> None:
+    """``predgen compare`` on sides it cannot pair: one line, exit 2, the run folder and the --out target untouched."""
+    run = _copy(world, tmp_path)
+    rows = [json.loads(x) for x in (run / "predictions.jsonl").read_text().splitlines()]
+    made = {"other_ids": [{**r, "id": r["id"] + "x"} for r in rows],
+            "regression_vs_classes": [{**r, "target": 1.5, "prediction": 1.0} for r in rows], "not_json": rows[:1]}
+    file = str(_rows_file(tmp_path / "x.jsonl", made[case])) if case in made else ""
+    if case == "not_json":
+        with (tmp_path / "x.jsonl").open("a") as f:
+            f.write("{oops\n")
+    sides = {"missing": [str(tmp_path / "nowhere"), str(run)],
+             "step_not_kept": [str(run), str(run), "--step_a", "5"],
+             "step_of_a_file": [str(run / "predictions.jsonl"), str(run), "--step_a", "1"],
+             "decoded_of_a_predictor": [str(run), str(run), "--key_b", "decoded"]}.get(case, [file, str(run)])
+    a, b, *extra = sides
+    out = tmp_path / "cmp" / "out.json"
+    expect_clean_failure(["predgen", "compare", "--a", a, "--b", b, "--out", str(out), *extra], tmp_path, run, names)
+    assert not out.exists() and not out.parent.exists()

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -588,3 +589,61 @@ def test_check_layer_bounds() -> None:
     for layer in (n_states, -n_states - 1, 99):
         with pytest.raises(ForethoughtError, match=f"layer {layer} is out of range"):
             check_layer(layer, lm)
+
+
+def test_paired_matches_rows_by_id_and_hand_computed_values() -> None:
+    """A right on r0-r2, B on r2-r3 (B's rows in another order): accuracy +0.25, McNemar b = 2, c = 1,
+    p = 2 · P[Bin(3, ½) ≤ 1] = 1. Regression: MSE 4/3 vs 1/3, Pearson as numpy's."""
+    from forethought.predgen.compare import paired
+
+    a = [{"id": f"r{i}", "prediction": p, "target": "pos"} for i, p in enumerate(["pos", "pos", "pos", "neg"])]
+    b = [{"id": f"r{i}", "prediction": p, "target": "pos"} for i, p in enumerate(["neg", "neg", "pos", "pos"])]
+    res = paired(a, b[::-1], n_boot=2_000)
+    assert res["difference"] == pytest.approx(0.25) and res["n"] == 4
+    assert (res["mcnemar"]["b"], res["mcnemar"]["c"], res["mcnemar"]["p_value"]) == (2, 1, pytest.approx(1.0))
+    lo, hi = res["ci95"]
+    assert -1 <= lo <= 0.25 <= hi <= 1
+    t, pa, pb = [1.0, 2.0, 3.0], [1.0, 2.0, 5.0], [2.0, 2.0, 3.0]
+    ra = [{"id": i, "prediction": x, "target": y} for i, (x, y) in enumerate(zip(pa, t))]
+    rb = [{"id": i, "prediction": x, "target": y} for i, (x, y) in enumerate(zip(pb, t))]
+    reg = paired(ra, rb, "regression", n_boot=500)
+    assert reg["mse"]["difference"] == pytest.approx(1.0) and reg["mse"]["a"] == pytest.approx(4 / 3)
+    r = np.corrcoef(pa, t)[0, 1] - np.corrcoef(pb, t)[0, 1]
+    assert reg["pearson"]["difference"] == pytest.approx(r)
+
+
+def test_curve_points_keep_predictions_and_compare_pairs_them(world: dict, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    """Each curve point's predictions are kept (the last one scores as the final evaluation), and
+    ``predgen compare`` pairs a run's adapter with its own decoded answer and two of its curve points, matching
+    the counts computed here from the rows."""
+    from forethought.predgen.compare import paired
+
+    res = _cli_train(world, tmp_path, "predgen", "--train.eval_every", "2", "--task.max_eval_examples", "10",
+                     "--eval.latency_examples", "0")
+    run = tmp_path / "predgen"
+    kept = sorted(p.name for p in (run / "curve_predictions").iterdir())
+    assert kept == ["step-000002.jsonl", "step-000004.jsonl"]
+    for point in res["learning_curve"]:
+        rows = [json.loads(x) for x in (run / "curve_predictions" / f"step-{point['step']:06d}.jsonl").read_text()
+                .splitlines()]
+        assert len(rows) == 10
+        assert np.mean([r["prediction"] == r["target"] for r in rows]) == pytest.approx(point["accuracy"])
+        assert np.mean([r["decoded"] == r["target"] for r in rows]) == pytest.approx(point["decoded_accuracy"])
+
+    capsys.readouterr()
+    out = tmp_path / "cmp.json"
+    assert main(["predgen", "compare", "--a", str(run), "--b", str(run), "--key_b", "decoded", "--out", str(out)]) == 0
+    cmp = json.loads(out.read_text())
+    rows = [json.loads(x) for x in (run / "predictions.jsonl").read_text().splitlines()]
+    b = sum(r["prediction"] == r["target"] and r["decoded"] != r["target"] for r in rows)
+    c = sum(r["prediction"] != r["target"] and r["decoded"] == r["target"] for r in rows)
+    assert (cmp["mcnemar"]["b"], cmp["mcnemar"]["c"], cmp["n"]) == (b, c, len(rows))
+    assert cmp["difference"] == pytest.approx(res["accuracy"] - res["decoded"]["accuracy"])
+    assert cmp["task_type"] == "classification" and "accuracy A − B" in capsys.readouterr().out
+
+    assert main(["predgen", "compare", "--a", str(run), "--step_a", "4", "--b", str(run), "--step_b", "2",
+                 "--out", str(out)]) == 0
+    steps = [[json.loads(x) for x in (run / "curve_predictions" / f"step-00000{s}.jsonl").read_text().splitlines()]
+             for s in (4, 2)]
+    assert json.loads(out.read_text())["mcnemar"] == paired(*steps)["mcnemar"]

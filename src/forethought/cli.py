@@ -63,6 +63,9 @@ COMMANDS = [
             "forethought.predgen.commands:run_eval", "forethought.predgen.commands:EvalConfig"),
     Command("predgen", "predict", "predict on a file of new inputs with a trained model (writes JSONL)",
             "forethought.predgen.commands:run_predict", "forethought.predgen.commands:PredictConfig"),
+    Command("predgen", "compare", "two runs' predictions on the same eval examples, paired (or a run's adapter vs "
+            "its decoded answer, or two curve points): difference, bootstrap 95 % interval, McNemar",
+            "forethought.predgen.compare:run_compare", "forethought.predgen.compare:CompareConfig"),
     Command("predgen", "mine", "MINE estimates of I(Y;Z), pooled vs token-level states of a trained model, "
             "fitted on one half and evaluated on the other, over seeds, with H(Y) and a plot",
             "forethought.predgen.mine:run_mine", "forethought.predgen.mine:MineConfig"),

@@ -6,7 +6,7 @@ evaluate it, or predict on new inputs with a saved model.
 the evaluation (``results.json``), the eval-split predictions (``predictions.jsonl``) and ``report.md``. With
 ``--train.eval_every N`` it also evaluates every N steps (and at the last step) on the evaluation examples
 (``--task.max_eval_examples`` of the eval split, seeded; all of it when 0): ``results.json["learning_curve"]``
-and ``learning_curve.png``. Every input is checked before the run folder is written.
+and ``learning_curve.png``, and each point's predictions in ``curve_predictions/``. Every input is checked before the run folder is written.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from forethought.core.precision import base_dtype
 from forethought.core.run import Run
 from forethought.core.runtime import runtime_for, unwrap
 from forethought.core.trainer import train
+from forethought.predgen.compare import curve_predictions_path
 from forethought.predgen.config import EvalSettings, PredGenConfig
 from forethought.predgen.data import eval_subset, load_split, split_record
 from forethought.predgen.methods import (
@@ -126,7 +127,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
 
     eval_fn = None
     if cfg.train.eval_every > 0:
-        eval_fn = curve_eval_fn(cfg.method, enc, eval_items, cfg.eval.batch_size, cfg.layer, rt.device)
+        eval_fn = curve_eval_fn(cfg.method, enc, eval_items, cfg.eval.batch_size, cfg.layer, rt.device,
+                                run.dir if rt.is_main else None)
     # the writer (the LM's adapter) and the head's gradient norms: WDAL's forms scale them differently
     groups = {"writer": [p for p in model.lm.parameters() if p.requires_grad]}
     if model.head is not None:
@@ -172,13 +174,16 @@ def _perm(n: int, seed: int, epoch: int) -> list[int]:
 
 
 def curve_eval_fn(method: str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
-                  device: torch.device | str) -> Callable[[Any, int], dict[str, float]]:
+                  device: torch.device | str, run_dir: Path | None = None) -> Callable[[Any, int], dict[str, float]]:
     """The trainer's ``eval_fn``: the metrics of the method's prediction on ``items`` (the run's evaluation
     examples, so the last point equals the final evaluation); PredGen's also of its decoded answer
     (``decoded_<metric>``), which the same pass produced: the adapter and the answer it read can learn at
-    different rates."""
+    different rates. With ``run_dir`` each point's predictions are kept too
+    (``curve_predictions/step-NNNNNN.jsonl``), so two points can be compared paired (``predgen compare``)."""
     def fn(model: Any, step: int) -> dict[str, float]:
         preds = predict(model, method, enc, items, batch_size, layer, False, device)
+        if run_dir is not None:
+            write_predictions(curve_predictions_path(run_dir, step), enc, items, preds)
         out = score(enc, items, preds.prediction)
         if method == "predgen":  # its decoded answer is scored beside the adapter's prediction
             out.update({f"decoded_{k}": v for k, v in score(enc, items, preds.decoded).items()})

@@ -1,0 +1,158 @@
+"""``forethought predgen compare``: two PredGen runs (or one run's two answers, or two points of one run's learning
+curve) on the same evaluation examples, paired: the accuracy difference with its paired bootstrap 95 % interval
+and McNemar's exact test, or the MSE and Pearson differences with paired bootstrap intervals.
+
+A side is a run folder (its final ``predictions.jsonl``, or with ``step`` the curve point's
+``curve_predictions/step-NNNNNN.jsonl``) or any predictions JSONL that ``predgen train | eval | predict`` wrote
+(rows: id, prediction, decoded, target). Rows are matched by id; both sides must hold the same examples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_json
+from forethought.eval.stats import mcnemar_exact, paired_bootstrap
+
+CURVE_DIR = "curve_predictions"
+
+
+def curve_predictions_path(run_dir: Path, step: int) -> Path:
+    """Where ``predgen train --train.eval_every`` keeps the predictions of its curve point at ``step``."""
+    return run_dir / CURVE_DIR / f"step-{step:06d}.jsonl"
+
+
+def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classification", key_a: str = "prediction",
+           key_b: str = "prediction", n_boot: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """A vs B on the same examples (matched by id; A's order). Classification: {"difference" (accuracy A − B),
+    "ci95", "mcnemar" ({n, b, c, p_value}), "n"}; regression: {"n", "mse": {difference, ci95, a, b},
+    "pearson": {...}}. ``key_*`` picks each side's answer ("prediction", or PredGen's "decoded")."""
+    by_id = {r["id"]: r for r in rows_b}
+    if len(by_id) != len(rows_b) or sorted(by_id) != sorted(r["id"] for r in rows_a):
+        raise ForethoughtError("the two sides were evaluated on different examples (their ids differ); "
+                               "compare runs of one task, split and --task.max_eval_examples")
+    other = [by_id[r["id"]] for r in rows_a]
+    for key, rows in ((key_a, rows_a), (key_b, other)):
+        if any(key not in r or "target" not in r for r in rows):
+            raise ForethoughtError(f"a side's predictions have no '{key}' (or no target) in every row"
+                                   + ("; only PredGen's runs write 'decoded'" if key == "decoded" else ""))
+    if task_type == "classification":
+        a = [r[key_a] == r["target"] for r in rows_a]
+        b = [r[key_b] == r["target"] for r in other]
+        boot = paired_bootstrap("accuracy", a, b, n_boot=n_boot, seed=seed)
+        return {"difference": boot["observed"], "ci95": list(boot["interval"]), "mcnemar": mcnemar_exact(a, b),
+                "n": len(a)}
+    try:
+        a = [float(r[key_a]) for r in rows_a]
+        b = [float(r[key_b]) for r in other]
+        t = [float(r["target"]) for r in rows_a]
+    except (TypeError, ValueError):
+        raise ForethoughtError("regression predictions and targets must be numbers") from None
+    out: dict[str, Any] = {"n": len(a)}
+    for metric in ("mse", "pearson"):
+        boot = paired_bootstrap(metric, a, b, t, n_boot=n_boot, seed=seed)
+        out[metric] = {"difference": boot["observed"], "ci95": list(boot["interval"]), "a": boot["metric_a"],
+                       "b": boot["metric_b"]}
+    return out
+
+
+def task_type_of(rows: list[dict]) -> str:
+    """"regression" when every target is a number, else "classification" (targets are label names)."""
+    numeric = [isinstance(r.get("target"), (int, float)) and not isinstance(r.get("target"), bool) for r in rows]
+    return "regression" if rows and all(numeric) else "classification"
+
+
+def read_side(source: str, step: int) -> tuple[Path, list[dict]]:
+    """The predictions file a side names, and its rows."""
+    if not source:
+        raise ForethoughtError("give both sides: --a RUN_OR_FILE --b RUN_OR_FILE")
+    src = Path(source)
+    if src.is_dir():
+        path = curve_predictions_path(src, step) if step else src / "predictions.jsonl"
+        if not path.is_file():
+            if step:
+                kept = sorted(p.stem.removeprefix("step-").lstrip("0") for p in (src / CURVE_DIR).glob("step-*.jsonl"))
+                raise ForethoughtError(f"{src} has no curve predictions at step {step}"
+                                       + (f" (it has steps {', '.join(kept)})" if kept else
+                                          " (train it with --train.eval_every to keep them)"))
+            raise ForethoughtError(f"{src} has no predictions.jsonl (is it a finished 'predgen train' run?)")
+    elif src.is_file():
+        if step:
+            raise ForethoughtError(f"--step_* picks a curve point of a run folder, but {src} is a file")
+        path = src
+    else:
+        raise ForethoughtError(f"no such run folder or predictions file: {src}")
+    rows = []
+    for k, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise ForethoughtError(f"{path} line {k} is not JSON") from None
+        if not isinstance(row, dict) or "id" not in row:
+            raise ForethoughtError(f"{path} line {k} is not a predictions row (it needs an id)")
+        rows.append(row)
+    if not rows:
+        raise ForethoughtError(f"{path} holds no predictions")
+    return path, rows
+
+
+@dataclass
+class CompareConfig:
+    a: str = field("", "side A: a run folder or a predictions JSONL")
+    b: str = field("", "side B: a run folder or a predictions JSONL (may be A itself, with another key or step)")
+    key_a: Literal["prediction", "decoded"] = field("prediction", "A's answer: 'prediction' (PredGen: its adapter's)"
+                                                    " or PredGen's 'decoded' answer")
+    key_b: Literal["prediction", "decoded"] = field("prediction", "B's answer, as key_a")
+    step_a: int = field(0, "A's learning-curve point at this training step (0 = the final predictions)")
+    step_b: int = field(0, "B's learning-curve point, as step_a")
+    n_boot: int = field(10_000, "bootstrap resamples")
+    seed: int = field(0, "seed of the bootstrap resamples")
+    out: str = field("", "also write the comparison as JSON here ('' = print only)")
+
+
+def run_compare(cfg: CompareConfig, resume: str | None = None) -> dict[str, Any]:
+    if cfg.n_boot < 1:
+        raise ForethoughtError(f"n_boot must be positive, got {cfg.n_boot}")
+    if cfg.step_a < 0 or cfg.step_b < 0:
+        raise ForethoughtError("step_a and step_b are training steps (0 = the final predictions)")
+    path_a, rows_a = read_side(cfg.a, cfg.step_a)
+    path_b, rows_b = read_side(cfg.b, cfg.step_b)
+    kind_a, kind_b = task_type_of(rows_a), task_type_of(rows_b)
+    if kind_a != kind_b:
+        raise ForethoughtError(f"A's targets are a {kind_a} task's, B's a {kind_b} task's")
+    out = {"a": {"predictions": str(path_a), "key": cfg.key_a, "step": cfg.step_a or None},
+           "b": {"predictions": str(path_b), "key": cfg.key_b, "step": cfg.step_b or None},
+           "task_type": kind_a, "n_boot": cfg.n_boot, "seed": cfg.seed,
+           **paired(rows_a, rows_b, kind_a, cfg.key_a, cfg.key_b, cfg.n_boot, cfg.seed)}
+    if cfg.out:
+        atomic_write_json(Path(cfg.out), out)
+    print(summary(out))
+    return out
+
+
+def summary(res: dict[str, Any]) -> str:
+    """The comparison in a few lines: A − B, the 95 % interval, McNemar (classification)."""
+    def side(s: dict) -> str:
+        return f"{s['predictions']} [{s['key']}{', step ' + str(s['step']) if s['step'] else ''}]"
+
+    lines = [f"A = {side(res['a'])}", f"B = {side(res['b'])}", f"{res['n']} paired examples"]
+    if res["task_type"] == "classification":
+        lo, hi = res["ci95"]
+        m = res["mcnemar"]
+        lines.append(f"accuracy A − B: {res['difference']:+.4f}, paired bootstrap 95 % interval "
+                     f"[{lo:+.4f}, {hi:+.4f}]; McNemar exact p = {m['p_value']:.3g} "
+                     f"(A only right {m['b']}, B only right {m['c']})")
+    else:
+        for name in ("mse", "pearson"):
+            r = res[name]
+            lo, hi = r["ci95"]
+            shown = "nan" if math.isnan(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
+            lines.append(f"{name} A − B: {r['difference']:+.4f} (A {r['a']:.4f}, B {r['b']:.4f}), paired bootstrap "
+                         f"95 % interval {shown}")
+    return "\n".join(lines)
