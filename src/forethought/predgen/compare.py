@@ -77,9 +77,10 @@ def read_side(source: str, step: int) -> tuple[Path, list[dict]]:
         path = curve_predictions_path(src, step) if step else src / "predictions.jsonl"
         if not path.is_file():
             if step:
-                kept = sorted(p.stem.removeprefix("step-").lstrip("0") for p in (src / CURVE_DIR).glob("step-*.jsonl"))
+                kept = sorted(int(p.stem.removeprefix("step-")) for p in (src / CURVE_DIR).glob("step-*.jsonl")
+                              if p.stem.removeprefix("step-").isdigit())
                 raise ForethoughtError(f"{src} has no curve predictions at step {step}"
-                                       + (f" (it has steps {', '.join(kept)})" if kept else
+                                       + (f" (it has steps {', '.join(map(str, kept))})" if kept else
                                           " (train it with --train.eval_every to keep them)"))
             raise ForethoughtError(f"{src} has no predictions.jsonl (is it a finished 'predgen train' run?)")
     elif src.is_file():
