@@ -171,7 +171,7 @@ def _rows_file(path: Path, rows: list[dict]) -> Path:
     ("other_ids", ["different examples"]),
     ("decoded_of_a_predictor", ["no 'decoded'", "only predgen"]),
     ("regression_vs_classes", ["a classification task's", "a regression task's"]),
-    ("not_json", ["line 2 is not json"]),
+    ("not_json", ["line 2: invalid json"]),
 ])
 def test_compare_bad_inputs(world: dict, tmp_path: Path, case: str, names: list[str]) -> None:
     """``predgen compare`` on sides it cannot pair: one line, exit 2, the run folder and the --out target untouched."""

@@ -6,7 +6,8 @@ evaluate it, or predict on new inputs with a saved model.
 the evaluation (``results.json``), the eval-split predictions (``predictions.jsonl``) and ``report.md``. With
 ``--train.eval_every N`` it also evaluates every N steps (and at the last step) on the evaluation examples
 (``--task.max_eval_examples`` of the eval split, seeded; all of it when 0): ``results.json["learning_curve"]``
-and ``learning_curve.png``, and each point's predictions in ``curve_predictions/``. Every input is checked before the run folder is written.
+and ``learning_curve.png``, and each point's predictions in ``curve_predictions/``. Every input is checked
+before the run folder is written.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ A side is a run folder (its final ``predictions.jsonl``, or with ``step`` the cu
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 from forethought.eval.stats import mcnemar_exact, paired_bootstrap
+from forethought.predgen.tasks.readers import jsonl_rows
 
 CURVE_DIR = "curve_predictions"
 
@@ -90,12 +90,8 @@ def read_side(source: str, step: int) -> tuple[Path, list[dict]]:
     else:
         raise ForethoughtError(f"no such run folder or predictions file: {src}")
     rows = []
-    for k, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise ForethoughtError(f"{path} line {k} is not JSON") from None
-        if not isinstance(row, dict) or "id" not in row:
+    for k, row in jsonl_rows(path):
+        if "id" not in row:
             raise ForethoughtError(f"{path} line {k} is not a predictions row (it needs an id)")
         rows.append(row)
     if not rows:
