@@ -169,7 +169,7 @@ def _rows_file(path: Path, rows: list[dict]) -> Path:
     ("step_not_kept", ["has no curve predictions at step 5", "--train.eval_every"]),
     ("step_of_a_file", ["curve point of a run folder", "is a file"]),
     ("other_ids", ["different examples"]),
-    ("decoded_of_a_predictor", ["no 'decoded'", "only predgen"]),
+    ("decoded_of_a_predictor", ["no 'decoded'", "a predictor's run writes no 'decoded'"]),
     ("regression_vs_classes", ["a classification task's", "a regression task's"]),
     ("not_json", ["line 2: invalid json"]),
 ])

@@ -3,8 +3,9 @@ curve) on the same evaluation examples, paired: the accuracy difference with its
 and McNemar's exact test, or the MSE and Pearson differences with paired bootstrap intervals.
 
 A side is a run folder (its final ``predictions.jsonl``, or with ``step`` the curve point's
-``curve_predictions/step-NNNNNN.jsonl``) or any predictions JSONL that ``predgen train | eval | predict`` wrote
-(rows: id, prediction, decoded, target). Rows are matched by id; both sides must hold the same examples.
+``curve_predictions/step-NNNNNN.jsonl``) or a predictions JSONL that ``predgen train | eval`` wrote
+(rows: id, prediction, decoded, target; ``predict``'s files have no targets). Rows are matched by id; both
+sides must hold the same examples.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classificat
     other = [by_id[r["id"]] for r in rows_a]
     for key, rows in ((key_a, rows_a), (key_b, other)):
         if any(key not in r or "target" not in r for r in rows):
-            raise ForethoughtError(f"a side's predictions have no '{key}' (or no target) in every row"
-                                   + ("; only PredGen's runs write 'decoded'" if key == "decoded" else ""))
+            why = "; a Predictor's run writes no 'decoded' (its answer is not generated)" if key == "decoded" else ""
+            raise ForethoughtError(f"a side's predictions have no '{key}' (or no target) in every row{why}")
     if task_type == "classification":
         a = [r[key_a] == r["target"] for r in rows_a]
         b = [r[key_b] == r["target"] for r in other]
@@ -104,7 +105,7 @@ class CompareConfig:
     a: str = field("", "side A: a run folder or a predictions JSONL")
     b: str = field("", "side B: a run folder or a predictions JSONL (may be A itself, with another key or step)")
     key_a: Literal["prediction", "decoded"] = field("prediction", "A's answer: 'prediction' (PredGen: its adapter's)"
-                                                    " or PredGen's 'decoded' answer")
+                                                    " or the 'decoded' answer (Generator, PredGen)")
     key_b: Literal["prediction", "decoded"] = field("prediction", "B's answer, as key_a")
     step_a: int = field(0, "A's learning-curve point at this training step (0 = the final predictions)")
     step_b: int = field(0, "B's learning-curve point, as step_a")
