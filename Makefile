@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean bench-myopia
+.PHONY: demo test lint docs install clean bench-myopia
 
+# requirements.txt pins the core and every extra ([eval], [gguf], [dev]), so demo and test have all they need.
 $(STAMP): pyproject.toml requirements.txt requirements-nodeps.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
@@ -20,6 +21,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+# pyflakes + import order (the selection is in pyproject.toml)
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+# docs/results/*.md and README's headline block, from benchmarks/results/*.json
+docs: $(STAMP)
+	$(BIN)/python -m forethought.report
 
 bench-myopia: $(STAMP)
 	$(BIN)/python benchmarks/myopia_synthetic.py

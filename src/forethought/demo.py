@@ -48,17 +48,33 @@ def _corpus(cfg: DemoConfig) -> tuple[str, str]:
     return "generated", "bpe:512"
 
 
+# Written into the demo's run folder when the demo creates it. The demo deletes (to start over) or resumes into
+# a folder only when this marker is there, so a user's own run that shares the name is never touched.
+MARKER = ".forethought-demo"
+
+
+def claim_folder(folder: Path, resume: str | None) -> None:
+    """Make ``folder`` ready for a demo: absent or empty is fine; a folder this demo created (it holds
+    :data:`MARKER`) is deleted to start over, or kept when resuming; anything else is refused, untouched."""
+    if not folder.exists() or (folder.is_dir() and not any(folder.iterdir())):
+        return
+    if not (folder / MARKER).is_file():
+        raise ForethoughtError(f"demo: {folder} exists and was not created by 'forethought demo' (no {MARKER} in "
+                               "it); remove it or choose another --run.name")
+    if resume is None:
+        shutil.rmtree(folder)  # the demo starts over unless asked to resume
+
+
 def run(cfg: DemoConfig, resume: str | None = None) -> dict:
     t0 = time.perf_counter()
-    previous = Path(cfg.run.out_dir) / cfg.run.name
-    if resume is None and (previous / "env.json").is_file():
-        shutil.rmtree(previous)  # the demo starts over unless asked to resume (only ever a forethought run folder)
+    unknown = sorted(set(cfg.systems) - {"myopia", "predgen", "psf"})
+    if unknown:  # checked before the previous demo is deleted: a typo must not cost a finished demo
+        raise ForethoughtError(f"demo: unknown system(s) {unknown}; choose from myopia, predgen, psf")
+    claim_folder(Path(cfg.run.out_dir) / cfg.run.name, resume)
     root = Run.create(cfg.run.out_dir, cfg.run.name, cfg)
+    atomic_write_text(root.path(MARKER), "created by forethought demo; the demo may delete this folder\n")
     sub = [f"--run.out_dir={root.dir}", f"--run.seed={cfg.run.seed}", f"--run.device={cfg.run.device}",
            f"--run.precision={cfg.run.precision}", f"--run.log_with={cfg.run.log_with}"]
-    unknown = sorted(set(cfg.systems) - {"myopia", "predgen", "psf"})
-    if unknown:
-        raise ForethoughtError(f"demo: unknown system(s) {unknown}; choose from myopia, predgen, psf")
     sections = []
     if "myopia" in cfg.systems:
         _myopia(cfg, root, sub, resume)
@@ -71,7 +87,7 @@ def run(cfg: DemoConfig, resume: str | None = None) -> dict:
         sections.append("psf")
     parts = ["# forethought demo", "",
              f"Tiny CPU run of every system ({time.perf_counter() - t0:.0f} s). Numbers at this size prove the "
-             "pipeline, not the science; see README for the benchmarks.", ""]
+             "pipeline, not the science; see docs/results/ for the benchmarks.", ""]
     for name in sections:
         text = (root.dir / name / "report.md").read_text()
         parts.append(_relink(text, name))

@@ -151,6 +151,9 @@ def convert_gguf(gguf: Path, target: Path) -> None:
     Everything is written into a temporary sibling folder that is renamed into place at the end, so a killed
     conversion never leaves a half-written model where :func:`resolve_model_path` would pick it up.
     """
+    if importlib.util.find_spec("gguf") is None:  # an optional path: transformers reads GGUF through it
+        raise ForethoughtError(f"converting {gguf.name} needs the gguf package: pip install 'forethought[gguf]' "
+                               "(or pip install gguf==0.19.0)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,29 +1,41 @@
-"""PNG plots with matplotlib (Agg backend: no display needed). Writes are atomic."""
+"""PNG plots through matplotlib's object API: each plot is its own ``matplotlib.figure.Figure``, so nothing here
+touches pyplot's global state or switches the backend of the process that imports forethought (a notebook's
+inline backend keeps working). Writes are atomic."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from forethought.core.io import atomic_write_bytes
 
-
-def pyplot():
-    """matplotlib.pyplot on the Agg backend (imported on first use: matplotlib is slow to import)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+# Figure(...) keywords; everything else given to subplots() goes to Figure.subplots (nrows, ncols, squeeze, ...).
+_FIGURE_KEYS = ("figsize", "dpi", "layout", "facecolor", "edgecolor", "frameon", "tight_layout",
+                "constrained_layout")
 
 
-def save_figure(fig, path: str | Path) -> Path:
-    """Write a figure as PNG atomically and close it."""
+def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Any, Any]:
+    """Like ``pyplot.subplots`` but on a standalone Figure (imported on first use: matplotlib is slow to import).
+    Figures made here need no closing: nothing global holds them."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(**{k: kwargs.pop(k) for k in _FIGURE_KEYS if k in kwargs})
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def pyplot() -> SimpleNamespace:
+    """Older callers' entry point: ``pyplot().subplots(...)`` and ``pyplot().close(fig)`` now build and drop
+    standalone Figures (see :func:`subplots`); prefer calling :func:`subplots` directly."""
+    return SimpleNamespace(subplots=subplots, close=lambda fig=None: None)
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Write a figure as PNG atomically."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    pyplot().close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
 
@@ -31,8 +43,7 @@ def save_figure(fig, path: str | Path) -> Path:
 def line_plot(series: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, *, title: str = "",
               xlabel: str = "", ylabel: str = "", logy: bool = False) -> Path:
     """One line per named (x, y) series."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = subplots(figsize=(6.4, 4.0))
     for name, (x, y) in series.items():
         ax.plot(list(x), list(y), label=name, marker="." if len(x) < 40 else None)
     if logy:
@@ -47,9 +58,8 @@ def line_plot(series: dict[str, tuple[Sequence[float], Sequence[float]]], path: 
 def heatmaps(panels: dict[str, Sequence[Sequence[float]]], path: str | Path, *, title: str = "",
              xlabel: str = "", ylabel: str = "", vmin: float = 0.0, vmax: float = 1.0) -> Path:
     """Side-by-side heat maps sharing one colour scale (rows = y axis)."""
-    plt = pyplot()
     n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 0.8, 3.4), squeeze=False)
+    fig, axes = subplots(1, n, figsize=(4.2 * n + 0.8, 3.4), squeeze=False)
     im = None
     for ax, (name, grid) in zip(axes[0], panels.items()):
         im = ax.imshow(grid, aspect="auto", origin="lower", vmin=vmin, vmax=vmax, cmap="viridis")
@@ -64,8 +74,7 @@ def bar_plot(bars: dict[str, tuple[float, float]], path: str | Path, *, title: s
              reference: dict[str, float] | None = None, hline: float | None = None, hline_label: str = "") -> Path:
     """Bars with error bars: name -> (value, error). ``reference`` marks a value per bar (e.g. a published
     number); ``hline`` draws one horizontal line (e.g. an upper bound)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(1.4 * len(bars) + 2.5, 4.0))
+    fig, ax = subplots(figsize=(1.4 * len(bars) + 2.5, 4.0))
     names = list(bars)
     ax.bar(names, [bars[n][0] for n in names], yerr=[bars[n][1] for n in names], capsize=4, color="#4C72B0")
     if reference:

@@ -73,6 +73,10 @@ def _gpt2(cache_dir: Path) -> PreTrainedTokenizerBase:
     backend = _load_cached_json(cached)
     if backend is None:
         ranks = gpt2_tiktoken_file()
+        if ranks is not None and importlib.util.find_spec("tiktoken") is None:  # the converter reads ranks with it
+            raise ForethoughtError("building the gpt2 tokenizer from openai-whisper's gpt2.tiktoken needs the "
+                                   "tiktoken package: pip install 'forethought[gguf]' "
+                                   "(or pip install tiktoken==0.14.0)")
         if ranks is not None:
             from transformers.convert_slow_tokenizer import TikTokenConverter  # lazy: only for the one-off build
 

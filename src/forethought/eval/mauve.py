@@ -39,8 +39,8 @@ def mauve_score(p_features: np.ndarray, q_features: np.ndarray, seed: int = 0, n
     try:
         import mauve
     except ImportError as e:
-        raise ForethoughtError("MAUVE needs the packages mauve-text and faiss-cpu: "
-                               "pip install mauve-text==0.4.0 faiss-cpu==1.15.1") from e
+        raise ForethoughtError("MAUVE needs the packages mauve-text and faiss-cpu: pip install 'forethought[eval]' "
+                               "(or pip install mauve-text==0.4.0 faiss-cpu==1.15.1)") from e
     p = np.asarray(p_features, dtype=np.float32)
     q = np.asarray(q_features, dtype=np.float32)
     if p.ndim != 2 or q.ndim != 2 or p.shape[1] != q.shape[1]:
