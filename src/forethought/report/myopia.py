@@ -1,0 +1,141 @@
+"""Results of the myopic-training benchmarks (``benchmarks/myopia_*.py``) as markdown."""
+
+from __future__ import annotations
+
+from forethought.report.common import SMOLLM2
+from forethought.report.fmt import interval, mean_std, num, table
+from forethought.report.papers import MYOPIA_LM, MYOPIA_SYNTHETIC
+
+
+def _paired(d: dict | None, nd: int = 3) -> str:
+    """A seed-paired difference: mean ± std (95 % CI of the mean)."""
+    if not d:
+        return "–"
+    out = f"{d['mean']:+.3f}" + ("" if d.get("std") is None else f" ± {d['std']:.3f}")
+    if d.get("ci95_of_mean"):
+        out += f" (95 % CI of the mean {interval(d['ci95_of_mean'], f'.{nd}f')})"
+    return out
+
+
+def synthetic(r: dict, paper: bool = True) -> list[str]:
+    rows = []
+    for key in sorted((k for k in r if k.startswith("p=")), key=lambda k: -float(k[2:])):
+        row = r[key]
+        rows.append([key[2:], f"{row.get('vanilla_steps', '–')} × {row.get('vanilla_batch_size', '–')}",
+                     ", ".join(map(str, row.get("vanilla_seeds", []))),
+                     mean_std(row.get("vanilla"), row.get("vanilla_std")),
+                     mean_std(row.get("myopic"), row.get("myopic_std")),
+                     _paired(row.get("myopic_minus_vanilla"), 2), num(row.get("predict_zero")),
+                     f"{num(row.get('vanilla_probe_r2_lag0'), '.2f')} / {num(row.get('myopic_probe_r2_lag0'), '.2f')}",
+                     f"{num(row.get('vanilla_probe_r2_best_lag0_10'), '.2f')} / "
+                     f"{num(row.get('myopic_probe_r2_best_lag0_10'), '.2f')}"])
+    out = table(["p", "steps × batch", "seeds", "vanilla", "myopic", "myopic − vanilla (paired)", "predict zero",
+                 "probe R² lag 0 (van / myo)", "best probe R², lags 0–10 (van / myo)"], rows)
+    m = r.get("machine", {})
+    if r.get("train_wall_s_total"):
+        out.append(f"\nTraining wall time, all runs: {r['train_wall_s_total'] / 60:.0f} min ({m.get('cpu_count')} "
+                   f"cores, {m.get('threads_per_run')} thread per run). ± is the standard deviation over seeds.")
+    if not paper:
+        return out
+    v = MYOPIA_SYNTHETIC.values
+    out.append(f"\nThe paper ({MYOPIA_SYNTHETIC.source}): the vanilla model reaches a normalised loss of at most "
+               f"{v['vanilla_at_most']:g} at p = 1, after {v['steps']:,} steps × {v['batch_size']}.")
+    return out
+
+
+def synthetic_earlier(r: dict) -> list[str]:
+    """Earlier settings of the synthetic benchmark (kept for the record), without the paper's line."""
+    return synthetic(r, paper=False)
+
+
+def _snr(x: float) -> str:
+    return f"{x:.2g}" if x < 1 else f"{x:.1f}"
+
+
+def synthetic_why(r: dict) -> list[str]:
+    rows = []
+    for name, s in r.get("settings", {}).items():
+        pts = s.get("rows", [])
+        if not pts:
+            continue
+        first, last = pts[0], pts[-1]
+        mid = min(pts, key=lambda p: abs(p["step"] - last["step"] / 2))
+        label = name.replace("init=", "").replace(",final_norm=", ", final norm ")
+        rows.append([label, f"{last.get('normalised_loss', float('nan')):.3f}",
+                     " → ".join(f"{p.get('probe_r2_lag0_layer1', float('nan')):.2f}" for p in (first, mid, last))
+                     + f" (steps {first['step']}, {mid['step']}, {last['step']})",
+                     f"{_snr(first['grad_snr'])} → {_snr(last['grad_snr'])}"])
+    return [f"Seed {r.get('seed', 0)}; one change at a time, the same data, seed and optimiser.", "",
+            *table(["init, final norm", "normalised loss, last step", "probe R² of the feature at layer 1",
+                    "gradient SNR at the first MLP, first → last"], rows),
+            "", "SNR = the norm of the mean gradient of the first MLP's input weights over fixed batches, divided by "
+            "the RMS distance of one batch's gradient from that mean (AdamW removes the gradient's scale, so this "
+            "ratio decides whether a step moves the weights somewhere consistent)."]
+
+
+def sin_block(r: dict) -> list[str]:
+    rows = [[act, f"{v['final_mse']:.3f}"] for act, v in r.items() if isinstance(v, dict) and "final_mse" in v]
+    return [f"{r.get('setup', '')}; {r.get('steps')} steps, batch {r.get('batch')}, lr {r.get('lr')}.", "",
+            *table(["activation", f"MSE after {r.get('steps')} steps"], rows)]
+
+
+def step_cost(r: dict) -> list[str]:
+    rows = []
+    for key in ("gpt", "smollm2"):
+        m = r.get(key)
+        if m:
+            rows.append([f"{key} ({m.get('params', 0) / 1e6:.0f}M)", f"{m['batch_size']} × {m['seq_len']}",
+                         num(m["vanilla_median_s"]), num(m["myopic_median_s"]), num(m["ratio"], ".2f")])
+    out = table(["model", "batch × seq", "vanilla step (s)", "myopic step (s)", "myopic / vanilla"], rows)
+    if "smollm2" in r:
+        out.append(f"\nsmollm2 = {SMOLLM2}.")
+    if "reference_ratio" in r.get("gpt", {}):
+        out.append(f"\nThe explicit O(T²) reference form costs {r['gpt']['reference_ratio']:.2f}× vanilla on the GPT.")
+    return out
+
+
+# variant key in the JSON -> (row label, key of the published number)
+LM_VARIANTS = (("vanilla", "vanilla", "vanilla"), ("myopic (detach_hidden)", "detach_hidden", "myopic"),
+               ("local myopic", "local", None), ("transformer bigram (zero_past)", "zero_past", "transformer_bigram"))
+# seed-paired differences by key; any other '*_paired' key is shown under its own name
+PAIRED_LABELS = {"gap_paired": "myopia gap (myopic − vanilla)",
+                 "local_myopic_bonus_paired": "local-myopic bonus (myopic − local)"}
+
+
+def lm(r: dict) -> list[str]:
+    s, paper = r["setup"], MYOPIA_LM.values
+    rows = []
+    for name, variant, pkey in LM_VARIANTS:
+        if r.get(f"{variant}_mean") is None:
+            continue
+        seeds = r.get("per_seed", {}).get(variant, {})
+        rows.append([name, mean_std(r.get(f"{variant}_mean"), r.get(f"{variant}_std")),
+                     ", ".join(f"{v:.3f}" for v in seeds.values()) or "–",
+                     num(paper.get(pkey) if pkey else None, ".2f")])
+    out = [f"{s['params'] / 1e6:.1f}M-parameter GPT, {s['corpus']} ({s['tokenizer']}), {s['steps']} steps × "
+           f"{s['batch_size']} × {s['seq_len']} tokens = {s['tokens_seen']:,} tokens per model; validation on "
+           f"{s['eval_sequences']} windows.", "",
+           *table(["model", "val loss (nats), mean ± std", "per seed", "paper (GPT-2 124M)"], rows), "",
+           "Seed-paired differences (nats):", ""]
+    prow = []
+    for key in sorted(k for k in r if k.endswith("_paired") and isinstance(r[k], dict)):
+        d = r[key]
+        prow.append([PAIRED_LABELS.get(key, key.removesuffix("_paired").replace("_", " ")),
+                     ", ".join(map(str, d.get("seeds", []))), _paired(d)])
+    out += table(["difference", "seeds", "mean ± std (95 % CI of the mean)"], prow)
+    if r.get("gap_relative") is not None:
+        out.append(f"\nThe gap is {100 * r['gap_relative']:.1f} % of the vanilla loss; the paper's is "
+                   f"{paper['gap']:.2f} nats ({100 * paper['gap'] / paper['vanilla']:.1f} %).")
+    out.append(f"\nPaper: {MYOPIA_LM.source}; {MYOPIA_LM.setting}.")
+    return out
+
+
+def gradients(r: dict) -> list[str]:
+    rows = []
+    for e, x in r["experiments"].items():
+        for key, v in x["summary"].items():
+            rows.append([e, f"{x['steps']} × {x['batch_size']}", key,
+                         f"{v['rel_diff_first']:.3f} → {v['rel_diff_max']:.3f} ({v['rel_diff_step_of_max']}) → "
+                         f"{v['rel_diff_last']:.3f}", f"{v['cos_last']:.3f}"])
+    return table(["experiment", "steps × batch", "group", "‖g − g_m‖/‖g‖: first → max (step) → last",
+                  "cos(g, g_m) last"], rows)

@@ -1,0 +1,69 @@
+"""The papers' own numbers, shown beside ours on the results pages. One constant table, each entry with its
+source, so that every number in the docs is either in ``benchmarks/results/*.json`` or here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Published:
+    """Numbers from one source, keyed by what they measure."""
+
+    source: str
+    setting: str
+    values: dict[str, float]
+
+
+MYOPIA_LM = Published(
+    source="Wu et al. 2024, Do language models plan for future tokens?, [arXiv:2404.00859](https://arxiv.org/abs/2404.00859)",
+    setting="GPT-2 124M trained from scratch, validation loss in nats",
+    values={"vanilla": 3.28, "myopic": 3.40, "gap": 0.12, "transformer_bigram": 5.33},
+)
+
+MYOPIA_SYNTHETIC = Published(
+    source=MYOPIA_LM.source,
+    setting="the synthetic pre-caching task, p = 1: normalised loss the vanilla model reaches, and its budget",
+    values={"vanilla_at_most": 0.1, "steps": 58_000, "batch_size": 512},
+)
+
+PREDGEN_SST2 = Published(
+    source="the PredGen reference code's SST-2 dev runs ([arXiv:2502.17817](https://arxiv.org/abs/2502.17817)), "
+           "SmolLM-135M-Instruct, unequal budgets (Predictor about 1.2 epochs, Generator 5, PredGen 20)",
+    setting="SST-2 dev accuracy",
+    values={"predictor": 0.869, "generator": 0.905, "predgen": 0.908},
+)
+
+PREDGEN_SST2_CURVE = Published(
+    source="the PredGen reference code's learning curve at lr 2e-4 (SmolLM-135M-Instruct)",
+    setting="PredGen's SST-2 dev accuracy after n training examples",
+    values={"12800": 0.880, "25600": 0.904},
+)
+
+PSF = Published(
+    source="Rethinking the Roles of Diffusion and Decoding: Predictive-State Flows for Parallel Language "
+           "Generation (model card [jinjinhe2001/PSF-ParallelLM](https://huggingface.co/jinjinhe2001/PSF-ParallelLM))",
+    setting="OpenWebText, 1024-token documents, judge GPT-2 Large, 1000 samples, 197M generation parameters",
+    values={"psf_gen_ppl": 22.75, "psf_entropy": 5.164, "psf_mauve": 0.93, "psf_tflops": 0.31,
+            "state_only_gen_ppl": 18.95, "state_only_entropy": 5.158, "state_only_mauve": 0.85,
+            "ar_gen_ppl": 15.37, "ar_entropy": 5.151, "ar_mauve": 0.95, "ar_tflops": 0.43,
+            "elf_b_gen_ppl": 24.0, "elf_b_mauve": 0.73, "elf_b_tflops": 7.2,
+            "content_worse_low_pct": 8, "content_worse_high_pct": 16},
+)
+
+
+def psf_rows() -> list[list[str]]:
+    """The PSF paper's headline rows: model, gen-PPL, entropy, MAUVE@512, TFLOPs per document."""
+    v = PSF.values
+
+    def cell(key: str, spec: str) -> str:
+        return format(v[key], spec) if key in v else "–"
+
+    return [["PSF, K = 8, with codes", cell("psf_gen_ppl", ".2f"), cell("psf_entropy", ".3f"),
+             cell("psf_mauve", ".2f"), cell("psf_tflops", ".2f")],
+            ["PSF, state-only prior", cell("state_only_gen_ppl", ".2f"), cell("state_only_entropy", ".3f"),
+             cell("state_only_mauve", ".2f"), "–"],
+            ["AR, same data, 197M", cell("ar_gen_ppl", ".2f"), cell("ar_entropy", ".3f"), cell("ar_mauve", ".2f"),
+             cell("ar_tflops", ".2f")],
+            ["ELF-B, 32 steps", cell("elf_b_gen_ppl", ".1f"), "–", cell("elf_b_mauve", ".2f"),
+             cell("elf_b_tflops", ".1f")]]

@@ -1,0 +1,211 @@
+"""Results of the PredGen benchmarks (``benchmarks/predgen_*.py``) as markdown."""
+
+from __future__ import annotations
+
+from forethought.report.common import SMOLLM2
+from forethought.report.common import smollm2 as _smollm2
+from forethought.report.fmt import num as _fmt
+from forethought.report.papers import PREDGEN_SST2, PREDGEN_SST2_CURVE
+
+
+def sst2(r: dict) -> list[str]:
+    b = r.get("budget", {})
+    out = [f"{SMOLLM2} + LoRA r=16 (all linear layers), {b.get('steps')} steps × {b.get('batch_size')} examples "
+           f"per run (the same examples in the same order for every method), SST-2 dev (872).", "",
+           "| method | accuracy (mean ± std) | per seed | train wall per run (min) | reference code (SmolLM-135M) |",
+           "|---|---|---|---|---|"]
+    for m in ("predictor", "generator", "predgen"):
+        if m not in r:
+            out.append(f"| {m} | – | – | – | {_fmt(PREDGEN_SST2.values.get(m))} |")
+            continue
+        row = r[m]
+        seeds = ", ".join(f"{a:.3f}" for a in row["per_seed"])
+        out.append(f"| {m} | {row['accuracy']:.3f} ± {row['std']:.3f} | {seeds} | "
+                   f"{row['train_wall_s_mean'] / 60:.1f} | {_fmt(PREDGEN_SST2.values.get(m))} |")
+    d = r.get("predgen_minus_predictor")
+    if d:
+        out.append(f"\nPredGen − Predictor: {d['mean']:+.3f} ± {d['stderr']:.3f} (standard error over "
+                   f"{len(d['per_seed'])} seeds).")
+    out.append(f"\nReference code: {PREDGEN_SST2.source}.")
+    return out
+
+
+def curves(r: dict) -> list[str]:
+    out = [f"{SMOLLM2} + {r['adapter']}, lr {r['lr']:g}, batch {r['batch_size']}, seed {r['seed']}, evaluated every "
+           f"{r['eval_every_examples']} examples.", ""]
+    if r.get("sweep"):
+        out += ["Learning-rate sweep (generator, SST-2, accuracy on a seeded dev subset at the end of a short run):",
+                "", "| lr | " + " | ".join(f"{n} ex." for n, _ in next(iter(r["sweep"].values()))["curve"]) + " |",
+                "|---|" + "---|" * len(next(iter(r["sweep"].values()))["curve"])]
+        for lr, row in r["sweep"].items():
+            out.append(f"| {lr} | " + " | ".join(f"{a:.3f}" for _, a in row["curve"]) + " |")
+        out.append("")
+    if not r.get("tasks"):
+        return out + ["(no curve finished yet)"]
+    out += ["| task | method | final accuracy | decoded answer | examples seen | best on the curve (at examples) |",
+            "|---|---|---|---|---|---|"]
+    for task, e in r["tasks"].items():
+        for m, v in e["methods"].items():
+            best = max(v["curve"], key=lambda c: c["accuracy"]) if v["curve"] else None
+            at = f"{best['accuracy']:.3f} ({best['examples_seen']})" if best else "–"
+            out.append(f"| {task} ({v['eval_examples']}) | {m} | {v['accuracy']:.3f} | "
+                       f"{_fmt(v.get('decoded_accuracy'))} | {v['examples_seen']} | {at} |")
+    for task, e in r["tasks"].items():  # every curve point
+        xs = sorted({c["examples_seen"] for v in e["methods"].values() for c in v["curve"]})
+        out += ["", f"{task}, accuracy at every curve point (examples seen):", "",
+                "| method | " + " | ".join(map(str, xs)) + " |", "|---|" + "---|" * len(xs)]
+        for m, v in e["methods"].items():
+            at = {c["examples_seen"]: c["accuracy"] for c in v["curve"]}
+            out.append(f"| {m} | " + " | ".join(_fmt(at.get(x)) for x in xs) + " |")
+            dec = {c["examples_seen"]: c["decoded_accuracy"] for c in v["curve"] if "decoded_accuracy" in c}
+            if dec:
+                out.append(f"| {m} (decoded) | " + " | ".join(_fmt(dec.get(x)) for x in xs) + " |")
+    grads = [(task, m, {"0": v["gradients"]}) for task, e in r["tasks"].items() for m, v in e["methods"].items()
+             if m == "predgen" and v.get("gradients")]
+    out += _gradient_table(grads, "seed 0")
+    out += ["", "Paired on the same eval examples (final models): accuracy difference, paired bootstrap 95 % "
+            "interval, McNemar's exact p (b = first right only, c = second right only):", "",
+            "| task | comparison | difference | 95 % interval | McNemar p (b / c) |", "|---|---|---|---|---|"]
+    for task, e in r["tasks"].items():
+        for name, d in e["paired"].items():
+            mc = d["mcnemar"]
+            out.append(f"| {task} | {name.replace('_', ' ')} | {d['difference']:+.3f} | "
+                       f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | {mc['p_value']:.3g} ({mc['b']} / {mc['c']}) |")
+    ref = ", ".join(f"{v:.3f} at {int(n):,} examples" for n, v in PREDGEN_SST2_CURVE.values.items())
+    out.append(f"\nFor comparison, {PREDGEN_SST2_CURVE.source}, SST-2: {ref}.")
+    return out
+
+
+def tasks(r: dict) -> list[str]:
+    abl = r.get("ablation_seeds")
+    out = [f"{SMOLLM2} + {r['adapter']}, seeds {', '.join(map(str, r['seeds']))}"
+           + ("" if abl is None else f"; the ablations (each variant that changes one thing) on seed(s) "
+              f"{', '.join(map(str, abl))}") + ".", "",
+           "| task | method | lr | examples seen | metric (mean ± std over seeds) | per seed | decoded, per seed |",
+           "|---|---|---|---|---|---|---|"]
+    for task, e in r["tasks"].items():
+        k = e["metric"]
+        for v, m in e["methods"].items():
+            per = ", ".join(f"{row[k]:.3f}" for row in m["per_seed"].values())
+            sd = "" if m.get(f"{k}_std") is None else f" ± {m[f'{k}_std']:.3f}"
+            lr = m.get("lr")
+            lr = f"{lr:g}" if isinstance(lr, float) else "–" if lr is None else ", ".join(map(str, lr))
+            dec = ", ".join(f"{row['decoded'][k]:.3f}" for row in m["per_seed"].values() if row.get("decoded")) or "–"
+            out.append(f"| {task} | {v} | {lr} | {m['examples_seen']} | {k} {m[k]:.3f}{sd} | {per} | {dec} |")
+    out += ["", "Paired differences (first − second): per seed on the same eval examples, paired bootstrap 95 % "
+            "interval (accuracy: and McNemar's p); over seeds, the t-interval of the mean difference:", "",
+            "| task | comparison | per seed: difference [95 % interval] | seed mean [95 % interval] |",
+            "|---|---|---|---|"]
+    for task, e in r["tasks"].items():
+        for name, d in e["paired"].items():
+            cells = []
+            for s, row in d["per_seed"].items():
+                x = row if "difference" in row else row[d["metric"]]
+                p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
+                cells.append(f"s{s} {x['difference']:+.3f} [{x['ci95'][0]:+.3f}, {x['ci95'][1]:+.3f}]{p}")
+            ci = d["ci95_of_seed_mean"]
+            over = f"{d['seed_mean_difference']:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
+            out.append(f"| {task} | {name.replace('_', ' ')} ({d['metric']}) | {'; '.join(cells)} | {over} |")
+    grads = [(task, v, m["gradients_per_seed"]) for task, e in r["tasks"].items() for v, m in e["methods"].items()
+             if v.startswith("predgen") and m.get("gradients_per_seed")]
+    return out + _gradient_table(grads, "mean over seeds")
+
+
+def _gradient_table(grads: list[tuple[str, str, dict]], over: str) -> list[str]:
+    """(task, variant, {seed: gradient summary}) -> what WDAL does to each part, as a table ([] when none)."""
+    if not grads:
+        return []
+    out = ["", f"What WDAL does to each part (late-training medians, second half of the logged steps, {over}): the "
+           "losses and the gradient norms before clipping of the writer (LM adapter) and the head (task adapter):",
+           "", "| task | variant | L_W | L_D | writer grad norm | head grad norm | head / writer |",
+           "|---|---|---|---|---|---|---|"]
+    for task, v, per in grads:
+        def mean(k: str, per: dict = per) -> str:
+            vals = [g[k] for g in per.values() if k in g]
+            return f"{sum(vals) / len(vals):.3g}" if vals else "–"
+        out.append(f"| {task} | {v} | {mean('l_w')} | {mean('l_d')} | {mean('grad_norm_writer')} | "
+                   f"{mean('grad_norm_head')} | {mean('head_over_writer')} |")
+    return out
+
+
+def speed(r: dict) -> list[str]:
+    d = r["decode"]
+    return [f"{_smollm2(r['model'])}, batch {r['batch_size']}, prompts of {r['prompt_tokens_mean']:.0f} tokens on average, "
+            f"{r['machine']['torch_threads']} thread(s).", "",
+            "| measure | value |", "|---|---|",
+            f"| training step, generator (s, median) | {r['train_step_s']['generator']:.2f} |",
+            f"| training step, predgen (s, median) | {r['train_step_s']['predgen']:.2f} |",
+            f"| **train_step_ratio** predgen / generator | **{r['train_step_ratio']:.2f}** |",
+            f"| decoding {d['generated_tokens']} tokens, KV-cached (examples/s) | {d['examples_per_s_cached']:.2f} |",
+            f"| decoding, full re-run per token (examples/s) | {d['examples_per_s_rerun']:.2f} |",
+            f"| **decode_speedup** | **{r['decode_speedup']:.2f}** (same tokens: {d['same_tokens']}) |",
+            *_speed_extras(r)]
+
+
+def _speed_extras(r: dict) -> list[str]:
+    """The waste removed (before / after) and a PredGen step part by part, where the JSON has them."""
+    out = []
+    if "prompt_logits" in r:
+        w = r["prompt_logits"]
+        out.append(f"| prompt pass fwd+bwd, logits at every position → last only (examples/s) | "
+                   f"{w['examples_per_s_before']:.1f} → {w['examples_per_s_after']:.1f} (×{w['speedup']:.2f}) |")
+    if "expected_value_decoder" in r:
+        e = r["expected_value_decoder"]
+        out.append(f"| expected-value decoder, all paths → level walk (examples/s; tokens fed per example "
+                   f"{e['tokens_fed_per_example_before']} → {e['tokens_fed_per_example_after']}) | "
+                   f"{e['examples_per_s_before']:.2f} → {e['examples_per_s_after']:.2f} (×{e['speedup']:.2f}; "
+                   f"max difference {e['max_abs_difference']:.1e}) |")
+    for task, parts in r.get("predgen_step_parts_s", {}).items():
+        if parts:
+            names = [k for k in parts if k not in ("examples_per_s", "answer_tokens_max", "prompt_tokens_mean")]
+            out += ["", f"One PredGen step on {task} ({parts['prompt_tokens_mean']:.0f} prompt tokens, at most "
+                    f"{parts['answer_tokens_max']} answer tokens; {parts['examples_per_s']:.1f} examples/s), "
+                    "median seconds:", "", "| " + " | ".join(names) + " |", "|" + "---|" * len(names),
+                    "| " + " | ".join(f"{parts[k]:.2f}" for k in names) + " |"]
+    return out
+
+
+def mine(r: dict) -> list[str]:
+    out = [f"{r['task']}; checkpoints: {r['checkpoints']} ({SMOLLM2} + LoRA). H(Y) = {r['h_y']:.3f} nats.", "",
+           "| method | I(Y; pooled last state) | I(Y; pooled mean) | I(Y; answer-token states) |", "|---|---|---|---|"]
+    for m in ("predictor", "generator", "predgen"):
+        if m in r:
+            x = r[m]
+            out.append(f"| {m} | {x['mi_pooled']:.3f} ± {x['mi_pooled_std']:.3f} | {x['mi_pooled_mean_pooling']:.3f} | "
+                       f"{x['mi_tokens']:.3f} ± {x['mi_tokens_std']:.3f} |")
+    return out
+
+
+def regression(r: dict) -> list[str]:
+    out = [f"{_smollm2(r['base'])}; seed 0; each method's own prediction (PredGen: the adapter's), its decoded number and the "
+           "expected value over the number format.", "",
+           "| task | method | steps × batch | train wall (min) | eval examples | MSE | Pearson | Spearman | "
+           "decoded MSE / Pearson | expected-value MSE / Pearson | parse failures |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def pair(d: dict | None) -> str:
+        return "–" if d is None else f"{d['mse']:.3f} / {d['pearson']:.3f}"
+
+    methods = ("predictor", "generator", "predgen")
+    for task in (t for t in r if isinstance(r[t], dict) and any(m in r[t] for m in methods)):
+        for m in methods:
+            if m not in r[task]:
+                continue
+            x = r[task][m]
+            out.append(f"| {task} | {m} | {x['steps']} × {x['batch_size']} | {x['train_wall_s'] / 60:.0f} | "
+                       f"{x['eval_examples']} | {x['mse']:.3f} | {x['pearson']:.3f} | {x['spearman']:.3f} | "
+                       f"{pair(x.get('decoded'))} | {pair(x.get('expected_value'))} | "
+                       f"{_fmt(x.get('parse_failure_rate'))} |")
+    return out
+
+
+
+
+def answer_tokens(r: dict) -> list[str]:
+    """How many tokens each task's answers take (with EOS): only multi-token answers can separate the methods."""
+    rows = [[task, v.get("answer", "–"), f"{v.get('examples', 0):,}",
+             f"{v['answer_tokens_min']} / {v['answer_tokens_mean']:.1f} / {v['answer_tokens_max']}",
+             _fmt(v.get("prompt_tokens_mean_first_500_eval"), ".0f")] for task, v in r.get("tasks", {}).items()]
+    return [f"Tokenizer: {_smollm2(r.get('tokenizer', ''))}. {r.get('note', '')}", "",
+            "| task (answer) | answer | examples | answer tokens min / mean / max | prompt tokens (mean, first 500 "
+            "eval) |", "|---|---|---|---|---|", *("| " + " | ".join(row) + " |" for row in rows)]

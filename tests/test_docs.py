@@ -1,0 +1,107 @@
+"""The generated docs: every results page and README's headline block equal what ``python -m forethought.report``
+renders from benchmarks/results/*.json now; the renderer copes with new and missing files, names a file whose
+layout changed in one line, and the hand-written docs hold no measured number that no results file holds."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from forethought.report import papers
+from forethought.report.render import BEGIN, END, render_all, stale
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def test_committed_docs_are_current() -> None:
+    old = stale(REPO)
+    assert not old, f"out of date: {[str(p) for p in old]}; regenerate with: python -m forethought.report"
+
+
+def _mini_repo(tmp_path: Path, files: list[str]) -> Path:
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    for name in files:
+        shutil.copy(RESULTS / name, tmp_path / "benchmarks" / "results" / name)
+    (tmp_path / "README.md").write_text(f"# x\n\n{BEGIN}\nold\n{END}\n\nrest\n")
+    return tmp_path
+
+
+def test_renderer_tolerates_new_renamed_and_missing_files(tmp_path: Path) -> None:
+    root = _mini_repo(tmp_path, ["myopia_lm.json", "psf_wikitext.json"])
+    lm = json.loads((root / "benchmarks/results/myopia_lm.json").read_text())
+    lm["vanilla_minus_local_paired"] = lm.pop("local_myopic_bonus_paired")  # a renamed difference
+    lm["a_new_key"] = {"anything": [1, 2]}
+    (root / "benchmarks/results/myopia_lm.json").write_text(json.dumps(lm))
+    (root / "benchmarks/results/psf_codes.json").write_text(json.dumps({"whatever": 1}))  # no renderer yet
+    out = render_all(root)
+    myopia = out[Path("docs/results/myopia.md")]
+    assert "| vanilla minus local | 0 |" in myopia and "| myopia gap (myopic − vanilla) | 0, 1, 2 |" in myopia
+    assert "Not produced yet: `python benchmarks/myopia_synthetic.py`" in myopia
+    psf = out[Path("docs/results/psf.md")]
+    assert "## Not rendered yet" in psf and "psf_codes.json" in psf
+    readme = out[Path("README.md")]
+    assert readme.startswith("# x\n\n" + BEGIN) and readme.endswith(END + "\n\nrest\n") and "old" not in readme
+    assert "**Predictive State Flow**: WikiText-2 gen-PPL" in readme and "**PredGen**: not produced yet" in readme
+
+
+def _report(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "forethought.report", "--root", str(root), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_changed_layout_is_one_clear_error(tmp_path: Path) -> None:
+    root = _mini_repo(tmp_path, ["myopia_lm.json"])
+    lm = json.loads((root / "benchmarks/results/myopia_lm.json").read_text())
+    del lm["setup"]
+    (root / "benchmarks/results/myopia_lm.json").write_text(json.dumps(lm))
+    out = _report(root)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+    assert "myopia_lm.json" in out.stderr and "'setup'" in out.stderr
+    assert not (root / "docs").exists(), "nothing is written when a page cannot be rendered"
+
+
+def test_write_then_check(tmp_path: Path) -> None:
+    root = _mini_repo(tmp_path, ["predgen_tasks.json", "preset_memory.json"])
+    assert _report(root, "--check").returncode == 1
+    assert _report(root).returncode == 0
+    assert _report(root, "--check").returncode == 0
+    page = root / "docs/results/scaling.md"
+    page.write_text(page.read_text().replace("| yes |", "| no |", 1))
+    out = _report(root, "--check")
+    assert out.returncode == 1 and "scaling.md" in out.stderr
+
+
+def _numbers(value: object) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _numbers(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _numbers(v)]
+    return []
+
+
+def test_hand_written_docs_hold_no_unbacked_measurement() -> None:
+    """A number with three or more decimals in README (outside the generated block) or docs/*.md must be a value
+    of some benchmarks/results file or of the papers' table at that precision: measured numbers are generated."""
+    known = [x for p in RESULTS.glob("*.json") for x in _numbers(json.loads(p.read_text()))]
+    known += [v for pub in vars(papers).values() if isinstance(pub, papers.Published) for v in pub.values.values()]
+    readme = (REPO / "README.md").read_text()
+    texts = {"README.md": readme.split(BEGIN)[0] + readme.split(END)[-1]}
+    texts |= {str(p.relative_to(REPO)): p.read_text() for p in (REPO / "docs").glob("*.md")}
+    bad = []
+    for name, text in texts.items():
+        text = re.sub(r"(arXiv:|arxiv\.org/abs/)\d{4}\.\d{4,5}", "", text)  # paper identifiers, not numbers
+        for token in re.findall(r"(?<![\w.])\d+\.\d{3,}(?![\w.])", text):
+            places = len(token.split(".")[1])
+            if not any(abs(round(x, places) - float(token)) < 10 ** -places / 2 for x in known):
+                bad.append(f"{name}: {token}")
+    assert not bad, f"numbers no results file holds (generate them instead): {bad}"
