@@ -105,3 +105,11 @@ def test_hand_written_docs_hold_no_unbacked_measurement() -> None:
             if not any(abs(round(x, places) - float(token)) < 10 ** -places / 2 for x in known):
                 bad.append(f"{name}: {token}")
     assert not bad, f"numbers no results file holds (generate them instead): {bad}"
+
+
+def test_docs_hold_no_internal_references() -> None:
+    """No issue or session numbers, and no paths outside the repository, in what a reader sees."""
+    texts = [REPO / "README.md", REPO / "ARCHITECTURE.md", REPO / "CITATION.cff", *(REPO / "docs").rglob("*.md")]
+    bad = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in texts
+           for m in re.finditer(r"\b(?:issue|session)s? #?\d+|\.\./shared|/work/", p.read_text(), re.IGNORECASE)]
+    assert not bad, bad

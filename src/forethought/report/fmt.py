@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -39,3 +40,9 @@ def checks(results: dict | None) -> list[str]:
 
 def minutes(seconds: Any) -> str:
     return "–" if seconds is None else f"{seconds / 60:.0f}"
+
+
+def public(text: str) -> str:
+    """A results file's free text without remarks that point at the project's internal history (issue or session
+    numbers), which mean nothing to a reader of the docs."""
+    return re.sub(r"\s*\([^()]*\b(?:issue|session)s? #?\d+[^()]*\)", "", text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forethought.report.common import smollm2 as _smollm2
 from forethought.report.fmt import interval as _iv
+from forethought.report.fmt import public
 
 
 def wikitext(r: dict) -> list[str]:
@@ -129,7 +130,7 @@ def states_ablation(r: dict) -> list[str]:
         cell = sh.get(a.get("shuffle_headline_mode") if stage == "codes" else "none") or next(iter(sh.values()), None)
         dec = a.get("decoding") or {}
         agree = a.get("topic_agreement_clean") or {}
-        rows.append([name, a.get("change", ""), stage,
+        rows.append([name, public(a.get("change", "")), stage,
                      "–" if not cell else f"{cell['first']['diff']:+.3f} {_iv(cell['first']['interval'])}",
                      "–" if not cell else f"{cell['all']['diff']:+.3f}", f"{a['val_ce_minus_floor']:+.3f}",
                      _se((dec.get("clean") or {}).get("true_nll")), "–" if not agree else f"{agree['same_source']:.2f} "
