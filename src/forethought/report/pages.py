@@ -25,7 +25,7 @@ class Section:
     command: str
     render: Callable[[dict], list[str]]
     plots: tuple[str, ...] = ()
-    notes: str = ""
+    notes: str | Callable[[dict], str] = ""  # a reading of the results; a function when it quotes numbers
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,7 @@ PREDGEN = Page("predgen", "Results: PredGen", (
     "is kept in `benchmarks/results/runs/<benchmark>/`."), "predgen_", (
     Section("predgen_curves.json", "Learning curves with paired intervals (SST-2, ARC-Easy)",
             "python benchmarks/predgen_curves.py", predgen.curves, ("predgen_curves.png",),
-            "SST-2: no pair of methods separates, which is what its single-token answers predict (every method "
-            "decides from the last prompt state). ARC-Easy with text answers: the Generator beats the Predictor; "
-            "the Predictor's head and PredGen's adapter stay at chance at every point (the Predictor memorises "
-            "its training items), while PredGen's decoded answer ends where the Generator ends."),
+            predgen.curves_reading),
     Section("predgen_tasks.json", "Multi-token tasks at a fixed budget (ARC-Easy text answers, STS-B)",
             "python benchmarks/predgen_tasks.py", predgen.tasks, (),
             "Per-seed intervals cover the evaluation sample; the seed-mean interval covers the training seed but "
@@ -143,21 +140,10 @@ PSF = Page("psf", "Results: Predictive State Flow", (
     Section("psf_wikitext.json", "WikiText-2: PSF against its ablations, AR and a token-level flow",
             "FORETHOUGHT_DATA=<data root> python benchmarks/psf_wikitext.py --jobs 2 --threads 1 --eval-threads 2 "
             "-- --codes.enabled false", psf.wikitext, ("psf_wikitext_curves.png",),
-            "The cost targets hold: PSF's FLOPs per document are a small fraction of the token flow's, and its "
-            "serial depth is prior steps + L/K. At the references' entropy predictive and content states do not "
-            "separate, and the mean trajectory ties PSF. The AR sweep brackets the references' entropy only across "
-            "a wide gap, so the matched-entropy difference against AR is an interpolation; at temperature 1 PSF's "
-            "NLL under the judge is worse than AR's. The diagnoses (in the JSON) show why: at this scale "
-            "cross-block context is worth little to any model, and the states carry a small part of it."),
+            psf.wikitext_reading),
     Section("psf_planted.json", "Planted corpus, three training seeds", "python benchmarks/psf_planted.py --jobs 1",
             psf.planted, (),
-            "The states matter here (a large shuffle cost on block-first tokens). NLL at matched unigram entropy "
-            "rewards incoherence on this corpus: PSF's documents switch topics more often than real ones, which "
-            "raises their unigram entropy, so they reach the references' entropy at a low temperature where text "
-            "inside a block is near-greedy. At temperature 1, where the exact judge needs no entropy matching, the "
-            "AR baseline is better and keeps topics far better; the paper reports the same loss of topical "
-            "persistence for its state-only prior. Even decoded from the clean states of real documents, PSF's "
-            "blocks keep the source block's topic only part of the time: each branch draws its own topic."),
+            psf.planted_reading),
     Section("psf_states_ablation.json", "What made the states matter (planted corpus)",
             "python benchmarks/psf_states_ablation.py", psf.states_ablation, (),
             "Each arm is the planted recipe set back to the ablation's reference (with its codes stage and 1000 "

@@ -35,10 +35,11 @@ def _render_section(root: Path, s: Section) -> list[str]:
     data = _load(root, s.json)
     if data is None:
         out += [f"Not produced yet: `{s.command}` writes `benchmarks/results/{s.json}`."]
-        return out + (["", s.notes] if s.notes else [])
+        return out + (["", s.notes] if isinstance(s.notes, str) and s.notes else [])
     try:
         body = s.render(data)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        notes = s.notes(data) if callable(s.notes) else s.notes
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as e:
         # A benchmark changed its file's layout: say which file and what is missing instead of a traceback.
         raise ForethoughtError(f"benchmarks/results/{s.json}: cannot render '{s.title}' "
                                f"({type(e).__name__}: {e}); update its renderer in forethought/report") from e
@@ -46,8 +47,8 @@ def _render_section(root: Path, s: Section) -> list[str]:
     for png in s.plots:
         if (root / RESULTS / png).is_file():
             out += ["", f"![{png}](../../benchmarks/results/{png})"]
-    if s.notes:
-        out += ["", s.notes]
+    if notes:
+        out += ["", notes]
     return out
 
 
