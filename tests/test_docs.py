@@ -113,3 +113,28 @@ def test_docs_hold_no_internal_references() -> None:
     bad = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in texts
            for m in re.finditer(r"\b(?:issue|session)s? #?\d+|\.\./shared|/work/", p.read_text(), re.IGNORECASE)]
     assert not bad, bad
+
+
+def _anchors(path: Path) -> set[str]:
+    from forethought.report.render import anchor
+
+    return {anchor(line.lstrip("#").strip()) for line in path.read_text().splitlines() if line.startswith("#")}
+
+
+def test_links_between_docs_resolve() -> None:
+    """Every relative link (and image) in README and docs/ points at a file of the repository, and every
+    #anchor at a heading of that file."""
+    bad = []
+    for page in [REPO / "README.md", *(REPO / "docs").rglob("*.md")]:
+        text = page.read_text()
+        targets = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r'<img src="([^"]+)"', text)
+        for target in targets:
+            if re.match(r"[a-z]+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = (page.parent / file).resolve() if file else page
+            if not path.exists():
+                bad.append(f"{page.relative_to(REPO)}: {target}")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                bad.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
+    assert not bad, bad

@@ -55,7 +55,7 @@ def _render_section(root: Path, s: Section) -> list[str]:
 def render_page(root: Path, page: Page) -> str:
     named = {s.json for p in PAGES for s in p.sections}
     lines = [f"# {page.title}", "", GENERATED, "", page.intro, ""]
-    lines += [f"- [{s.title}](#{_anchor(s.title)})" for s in page.sections]
+    lines += [f"- [{s.title}](#{anchor(s.title)})" for s in page.sections]
     for s in page.sections:
         lines += ["", *_render_section(root, s)]
     extra = sorted(p.name for p in (root / RESULTS).glob(f"{page.prefix}*.json") if p.name not in named)
@@ -65,7 +65,7 @@ def render_page(root: Path, page: Page) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _anchor(title: str) -> str:
+def anchor(title: str) -> str:
     """GitHub's heading anchor: lower case, spaces to hyphens, punctuation dropped."""
     keep = (c for c in title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
     return "".join(keep)
