@@ -75,7 +75,8 @@ def synthetic_why(r: dict) -> list[str]:
 
 def sin_block(r: dict) -> list[str]:
     rows = [[act, f"{v['final_mse']:.3f}"] for act, v in r.items() if isinstance(v, dict) and "final_mse" in v]
-    return [f"{r.get('setup', '')}; {r.get('steps')} steps, batch {r.get('batch')}, lr {r.get('lr')}.", "",
+    setup = str(r.get("setup", ""))
+    return [f"{setup[:1].upper() + setup[1:]}; {r.get('steps')} steps, batch {r.get('batch')}, lr {r.get('lr')}.", "",
             *table(["activation", f"MSE after {r.get('steps')} steps"], rows)]
 
 
