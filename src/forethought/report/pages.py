@@ -56,7 +56,10 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "With GPT-2's init the feature never starts: the first block's output holds no trace of it and the "
             "gradient reaching the first MLP falls below its own batch-to-batch noise. With PyTorch's init but the "
             "final LayerNorm the feature starts but is not pursued: the head reads a residual normalised by the "
-            "blocks' other outputs. Only PyTorch's init without the final norm learns."),
+            "blocks' other outputs. Only PyTorch's init without the final norm learns. A reading not tested "
+            "separately: under GPT-2's init the input embedding's weights are no larger than the position table's, "
+            "so after the first LayerNorm x_n is about half the signal; under PyTorch's (Kaiming-uniform, fan-in "
+            "2) they are about 20× larger, so x_n dominates (computed from the init formulas, not measured)."),
     Section("myopia_synthetic_gpt2init.json", "Earlier runs: GPT-2's init and its final LayerNorm (ReLU)",
             "python benchmarks/myopia_synthetic.py", myopia.synthetic_earlier,
             ("myopia_synthetic_gpt2init_curves.png", "myopia_synthetic_gpt2init_probe_r2.png"),
@@ -122,12 +125,25 @@ PREDGEN = Page("predgen", "Results: PredGen", (
     Section("predgen_mine.json", "Mutual information on SST-2 dev (MINE)", "python benchmarks/predgen_mine.py",
             predgen.mine, ("predgen_mine.png",),
             "Held-out Donsker–Varadhan bounds (statistics network fitted on one half of the examples, evaluated on "
-            "the other), over MINE seeds, for each method's seed-0 checkpoint of the SST-2 benchmark. All three "
-            "checkpoints look alike at this budget; mean pooling loses information in every model."),
+            "the other), over MINE seeds, for each method's seed-0 checkpoint of the SST-2 benchmark. For scale, a binary "
+            "classifier of accuracy a carries at least H(Y) − H_b(1 − a) nats about the label, so the last-token "
+            "and answer-token estimates sit where the SST-2 accuracies say. All three checkpoints look alike: at "
+            "this budget PredGen's training did not make the generated answer's states more informative about the "
+            "label than the Generator's, nor than the pooled prompt state; mean pooling loses about a third of the "
+            "information in every model."),
     Section("predgen_regression.json", "Regression: STS-B and WASSA-2017", "python benchmarks/predgen_regression.py",
             predgen.regression, (),
-            "One seed per cell. Constrained decoding gives no parse failures; the expected-value decoder beats "
-            "the greedy number in every case, as MSE rewards averaging over the model's distribution."),
+            "One run per (task, method), seed 0, the same adapter, examples and steps for every method; steps were "
+            "set so a run trains in about 20 minutes on one thread (STS-B prompts hold two sentences, WASSA's "
+            "tweets are shorter). STS-B is evaluated on a seeded subset of its dev set, the same for every method "
+            "(`--max-eval-examples`), WASSA on its whole dev set (all four emotions); numbers are written with two "
+            "decimals. Run as `python benchmarks/predgen_regression.py --tasks stsb --steps 60 --jobs 1`, then "
+            "`--tasks wassa --steps 100 --jobs 1`, then `--collect-only --tasks stsb wassa`. Constrained decoding "
+            "gives no parse failures; the expected-value decoder beats the greedy number in every case, as MSE "
+            "rewards averaging over the model's distribution of well-formed numbers. At this budget the Predictor "
+            "is best on both tasks, PredGen's adapter is close on STS-B, and the plain Generator is far behind: "
+            "learning to write the number by teacher forcing alone is slow. One seed per cell, so differences of "
+            "a few hundredths are within noise."),
     Section("predgen_answer_tokens.json", "How many tokens each task's answers take",
             "python benchmarks/predgen_answer_tokens.py", predgen.answer_tokens, (),
             "With single-token answers every method decides from the last prompt state, so only the multi-token "
@@ -149,8 +165,15 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             "Each arm is the planted recipe set back to the ablation's reference (with its codes stage and 1000 "
             "prior steps) plus one change, seed 0. The state normalisation raised the shuffle cost; without it, "
             "once codes are on, the codes took the states' job (a content channel). The self-realized stage is the "
-            "one stage that lowers it. With the normalisation the codes carried nothing at this budget, so the "
-            "shipped preset has them off; more prior steps moved the samples, not the states."),
+            "one stage that lowers it: half of its states come from re-encoded roll-outs, which agree with the real "
+            "block's topic less often, so the decoder learns to trust a state less. More base steps raised it and "
+            "improved the fit, but do not fit the preset's time budget. With the normalisation the codes carried "
+            "nothing at this budget (kept, zeroed or shuffled along, the shuffle cost is the same), so the shipped "
+            "preset has them off; starting the code input away from zero only moved the posterior. Input dropout "
+            "did not help. More prior steps moved the samples, not the states. Not tried: a decoder initialised "
+            "from the trained AR baseline (it trains after PSF and has a different position layout, so it needs "
+            "its own stage order and a weight map) and K = 16 (the planted corpus fixes K at its 8 blocks). One "
+            "seed; per-stage wall times, in the JSON, vary with the machine's load."),
     Section("psf_prompted.json", "Prompted continuations: a conditioned prior against replacement",
             "python benchmarks/psf_prompted.py", psf.prompted, (),
             "At this scale the conditioned prior does not continue the topic chain better than replacement, so "
