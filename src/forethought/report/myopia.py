@@ -91,7 +91,8 @@ def step_cost(r: dict) -> list[str]:
     if "smollm2" in r:
         out.append(f"\nsmollm2 = {SMOLLM2}.")
     if "reference_ratio" in r.get("gpt", {}):
-        out.append(f"\nThe explicit O(T²) reference form costs {r['gpt']['reference_ratio']:.2f}× vanilla on the GPT.")
+        out.append(f"\nThe explicit O(T²) reference form costs {r['gpt']['reference_ratio']:.2f}× vanilla on the "
+                   "GPT.")
     return out
 
 

@@ -16,7 +16,8 @@ class Published:
 
 
 MYOPIA_LM = Published(
-    source="Wu et al. 2024, Do language models plan for future tokens?, [arXiv:2404.00859](https://arxiv.org/abs/2404.00859)",
+    source="Wu et al. 2024, Do language models plan for future tokens?, "
+           "[arXiv:2404.00859](https://arxiv.org/abs/2404.00859)",
     setting="GPT-2 124M trained from scratch, validation loss in nats",
     values={"vanilla": 3.28, "myopic": 3.40, "gap": 0.12, "transformer_bigram": 5.33},
 )

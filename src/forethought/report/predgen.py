@@ -130,7 +130,8 @@ def _gradient_table(grads: list[tuple[str, str, dict]], over: str) -> list[str]:
 
 def speed(r: dict) -> list[str]:
     d = r["decode"]
-    return [f"{_smollm2(r['model'])}, batch {r['batch_size']}, prompts of {r['prompt_tokens_mean']:.0f} tokens on average, "
+    return [f"{_smollm2(r['model'])}, batch {r['batch_size']}, prompts of {r['prompt_tokens_mean']:.0f} tokens "
+            "on average, "
             f"{r['machine']['torch_threads']} thread(s).", "",
             "| measure | value |", "|---|---|",
             f"| training step, generator (s, median) | {r['train_step_s']['generator']:.2f} |",
@@ -171,13 +172,15 @@ def mine(r: dict) -> list[str]:
     for m in ("predictor", "generator", "predgen"):
         if m in r:
             x = r[m]
-            out.append(f"| {m} | {x['mi_pooled']:.3f} ± {x['mi_pooled_std']:.3f} | {x['mi_pooled_mean_pooling']:.3f} | "
+            out.append(f"| {m} | {x['mi_pooled']:.3f} ± {x['mi_pooled_std']:.3f} | "
+                       f"{x['mi_pooled_mean_pooling']:.3f} | "
                        f"{x['mi_tokens']:.3f} ± {x['mi_tokens_std']:.3f} |")
     return out
 
 
 def regression(r: dict) -> list[str]:
-    out = [f"{_smollm2(r['base'])}; seed 0; each method's own prediction (PredGen: the adapter's), its decoded number and the "
+    out = [f"{_smollm2(r['base'])}; seed 0; each method's own prediction (PredGen: the adapter's), its decoded "
+           "number and the "
            "expected value over the number format.", "",
            "| task | method | steps × batch | train wall (min) | eval examples | MSE | Pearson | Spearman | "
            "decoded MSE / Pearson | expected-value MSE / Pearson | parse failures |",

@@ -41,7 +41,8 @@ def wikitext(r: dict) -> list[str]:
                 out.append(f"| {m} | {point} | " + " | ".join(cells) + " |")
         out += ["", "Differences psf − model (unpaired bootstrap 95 % intervals over samples): at the references' "
                 "entropy where both sweeps bracket it, and at every shared sweep point (NLL/token = log gen-PPL).",
-                "", "| psf − | gen-PPL @ matched entropy | NLL/token @ matched entropy | NLL/token per shared point |",
+                "", "| psf − | gen-PPL @ matched entropy | NLL/token @ matched entropy | "
+                "NLL/token per shared point |",
                 "|---|---|---|---|"]
         for name, d in r["differences"].items():
             me = d["matched_entropy"]
@@ -136,7 +137,8 @@ def states_ablation(r: dict) -> list[str]:
         rows.append([name, public(a.get("change", "")), stage,
                      "–" if not cell else f"{cell['first']['diff']:+.3f} {_iv(cell['first']['interval'])}",
                      "–" if not cell else f"{cell['all']['diff']:+.3f}", f"{a['val_ce_minus_floor']:+.3f}",
-                     _se((dec.get("clean") or {}).get("true_nll")), "–" if not agree else f"{agree['same_source']:.2f} "
+                     _se((dec.get("clean") or {}).get("true_nll")),
+                     "–" if not agree else f"{agree['same_source']:.2f} "
                      f"({agree['other_source']:.2f})", _se((dec.get("prior") or {}).get("true_nll"))])
         if not a.get("stages_copied_from_preset"):
             firsts = []
@@ -183,7 +185,8 @@ def prompted(r: dict) -> list[str]:
         rows.append([m, rep, diff, nore or "–", true])
     seeds = ", ".join(map(str, r.get("seeds", [])))
     return [f"Seeds {seeds}; {r.get('prompts')} test documents as prompts of m of their blocks; one continuation per "
-            f"prompt at temperature {r.get('sampling', {}).get('temperature', 1):g}; {r.get('sampling', {}).get('prior_steps')} "
+            f"prompt at temperature {r.get('sampling', {}).get('temperature', 1):g}; "
+            f"{r.get('sampling', {}).get('prior_steps')} "
             f"Euler steps. Scores under the true generator: junction stay = p(the topic stays at the prompt's end) "
             f"(true chain {r.get('stay_prob')}, chance {r.get('chance_stay')}), the exact NLL per token of the "
             "continuation given the prompt, and the persistence of consecutive continued blocks. Mean over seeds; "
@@ -220,14 +223,16 @@ def wikitext_reading(r: dict) -> str:
     p, tf, ar = r["psf"], r["token_flow"], r["ar"]
     out = [f"**Cost**: PSF's FLOPs per document are {100 * p['flops_per_sample'] / tf['flops_per_sample']:.1f} % "
            f"of the token flow's; its serial depth is {p['serial_depth']} (prior steps + L/K) against the AR "
-           f"model's {ar['serial_depth']}; at batch 32 it writes {p['samples_per_s_b32'] / ar['samples_per_s_b32']:.1f}× "
+           f"model's {ar['serial_depth']}; at batch 32 it writes "
+           f"{p['samples_per_s_b32'] / ar['samples_per_s_b32']:.1f}× "
            "as many samples per second as the AR baseline."]
     c = r.get("differences", {}).get("psf - psf_content", {}).get("matched_entropy")
     if c and c.get("gen_ppl_diff") is not None:
         out.append(f"**Predictive against content states**: at the references' entropy the gen-PPL difference is "
                    f"{c['gen_ppl_diff']:+.1f} {_iv(c['interval'], '+.1f')} (NLL/token {c['nll_per_token_diff']:+.3f} "
                    f"{_iv(c['nll_per_token_interval'])}): no difference either way, where the paper finds content "
-                   f"states {PSF.values['content_worse_low_pct']:g}–{PSF.values['content_worse_high_pct']:g} % worse. "
+                   f"states {PSF.values['content_worse_low_pct']:g}–{PSF.values['content_worse_high_pct']:g} % "
+                   "worse. "
                    "At equal temperature PSF looks better only because content's samples have higher entropy.")
     t1 = [q for q in r.get("differences", {}).get("psf - ar", {}).get("per_point", [])
           if q.get("temperature") == 1 and q.get("top_p") == 1 and "nll_per_token" in q.get("diff", {})]
