@@ -124,12 +124,12 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "step is the prompt pass and the backward."),
     Section("predgen_mine.json", "Mutual information on SST-2 dev (MINE)", "python benchmarks/predgen_mine.py",
             predgen.mine, ("predgen_mine.png",),
-            "Held-out Donsker–Varadhan bounds (statistics network fitted on one half of the examples, evaluated on "
-            "the other), over MINE seeds, for each method's seed-0 checkpoint of the SST-2 benchmark. For scale, a "
-            "binary classifier of accuracy a carries at least H(Y) − H_b(1 − a) nats about the label, so the "
-            "last-token and answer-token estimates sit where the SST-2 accuracies say. All three checkpoints look "
-            "alike: at this budget PredGen's training did not make the generated answer's states more informative about the "
-            "label than the Generator's, nor than the pooled prompt state; mean pooling loses about a third of the "
+            "Held-out Donsker–Varadhan bounds (statistics network fitted on one half of the examples, evaluated on the"
+            " other), over MINE seeds, for each method's seed-0 checkpoint of the SST-2 benchmark. For scale, a binary"
+            " classifier of accuracy a carries at least H(Y) − H_b(1 − a) nats about the label, so the last-token and "
+            "answer-token estimates sit where the SST-2 accuracies say. All three checkpoints look alike: at this "
+            "budget PredGen's training did not make the generated answer's states more informative about the label "
+            "than the Generator's, nor than the pooled prompt state; mean pooling loses about a third of the "
             "information in every model."),
     Section("predgen_regression.json", "Regression: STS-B and WASSA-2017", "python benchmarks/predgen_regression.py",
             predgen.regression, (),
