@@ -25,8 +25,9 @@ openbookqa     openbookqa/train.tsv (4,957)            openbookqa/test.tsv (500)
 lcp            complex_lcp2021/lcp_single_train.tsv    lcp_single_test.tsv (917, gold labels): the
                (7,662)                                 reference code's split; the trial file is unused
 lcp-multi      lcp_multi_train.tsv (1,517)             lcp_multi_test.tsv (184)
-clear          80 % of clear_corpus/                   the other 20 % (the corpus has no official split)
-               CLEAR_corpus_final.csv (seeded)
+clear          80 % of clear_corpus/                   the other 20 % (the corpus has no official split;
+               CLEAR_corpus_final.csv (seeded)         the reference code used Kaggle's CommonLit train.csv,
+                                                       2,834 of these excerpts with the same BT easiness)
 humicroedit    humicroedit/train.csv (9,652)           humicroedit/dev.csv (2,419): the reference code
                                                        evaluates on the validation set; test_with_label
                                                        .csv and the FunLines extra data are unused
@@ -580,7 +581,7 @@ def _winogrande_local(root: Path, split: str, seed: int) -> list[Example]:
     labels = (_line_labels(labels_path, len(records), path) if labels_path.is_file()
               else [need(r, "answer", f"{path} line {line}") for line, r in records])
     examples = [
-        _winogrande_example(r, label, f"{path} line {line}", f"winogrande-{r.get('qID', i)}")
+        _winogrande_example(r, label, f"{path} line {line}", f"winogrande-{i}")
         for i, ((line, r), label) in enumerate(zip(records, labels, strict=True))
     ]
     return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
