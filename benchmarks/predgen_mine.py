@@ -16,6 +16,7 @@ highest NPMI with each answer the model writes) on SST-2 dev, for a Generator tr
 ``benchmarks/results/predgen_words_sst2.json`` with the commands, the machine and the wall times:
 
     python benchmarks/predgen_mine.py --words [--train-steps 60] [--top 15] [--min-count 5] [--max-examples 0]
+                                      [--word-list funny pretty]
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=15, help="--words: words per answer")
     ap.add_argument("--min-count", type=int, default=5, help="--words: only words in this many examples")
     ap.add_argument("--max-examples", type=int, default=0, help="--words: dev examples (0 = all 872)")
+    ap.add_argument("--word-list", nargs="*", default=["funny", "pretty"],
+                    help="--words: also report these words (the seed's examples)")
     args = ap.parse_args()
     if args.words:
         words(args)
@@ -110,7 +113,7 @@ def words(args: argparse.Namespace) -> None:
     out = run / "words.json"
     mine_cmd = [sys.executable, "-m", "forethought.cli", "predgen", "mine", "--model", str(run), "--representations",
                 "[]", "--words", str(args.top), "--word_min_count", str(args.min_count), "--max_examples",
-                str(args.max_examples), "--out", str(out)]
+                str(args.max_examples), "--word_list", "[" + ", ".join(args.word_list) + "]", "--out", str(out)]
     t1 = time.time()
     subprocess.run(mine_cmd, check=True, cwd=ROOT, env=env)
     words_wall = time.time() - t1
@@ -131,7 +134,7 @@ def words(args: argparse.Namespace) -> None:
     (OUT / "predgen_words_sst2.json").write_text(json.dumps(res, indent=2) + "\n")
     for label, v in res["per_answer"].items():
         print(label, v["answered"], ", ".join(f"{r['word']} {r['npmi']:.2f} ({r['with_answer']}/{r['examples']})"
-                                              for r in v["top"]))
+                                              for r in v["top"]), "| asked:", v.get("asked"))
 
 
 if __name__ == "__main__":

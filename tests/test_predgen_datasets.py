@@ -81,7 +81,8 @@ def _make_root(root: Path) -> Path:
     _write(root / "humicroedit" / "train.csv", hum_header
            + '1723,"Thousands of gay and bisexual <men/> convicted, pardoned",swans,22100,1.0\n'
            + "12736,Special <prosecutor/> appointed to Trump Russia,chef,21100,0.8\n")
-    _write(root / "humicroedit" / "dev.csv", hum_header + "36,Election tally shows <Austria/> turning right,Cars,31110,1.2\n")
+    _write(root / "humicroedit" / "dev.csv",
+           hum_header + "36,Election tally shows <Austria/> turning right,Cars,31110,1.2\n")
     return root
 
 

@@ -75,6 +75,13 @@ def test_word_association_equals_the_definition_by_brute_force() -> None:
     assert all(top2[label]["top"] == table[label]["top"][:2] for label in labels)
     # an answer the model never writes has no associated words
     assert word_association(words, [0] * 60, labels, 3, 1)["pos"] == {"answered": 0, "top": []}
+    # asked-for words: any count, case-folded; a word never seen has no score
+    rare = min(vocab, key=lambda w: counts[w])
+    asked = word_association(words, answers, labels, 1, 8, asked=(rare.upper(), "unseen"))
+    assert asked["neu"]["asked"] == [
+        {"word": rare, "npmi": pytest.approx(_brute(words, answers, 1, rare)), "examples": counts[rare],
+         "with_answer": sum(rare in ws and a == 1 for ws, a in zip(words, answers))},
+        {"word": "unseen", "npmi": None, "with_answer": 0, "examples": 0}]
 
 
 # ---------------------------------------------------------------------------------------------- the command
@@ -121,7 +128,7 @@ def _greedy_by_hand(lm: torch.nn.Module, prompt: list[int], trie) -> int:  # noq
 def test_mine_words_computes_the_definition(trained: Path) -> None:
     out = trained / "words.json"
     code = main(["predgen", "mine", "--model", str(trained), "--representations", "[]", "--words", "4",
-                 "--word_min_count", "2", "--max_examples", "0", "--out", str(out)])
+                 "--word_min_count", "2", "--word_list", "[Good, zebra]", "--max_examples", "0", "--out", str(out)])
     assert code == 0
     res = json.loads(out.read_text())
     assert res["estimates"] == {} and not out.with_suffix(".png").exists()  # MINE skipped
@@ -141,8 +148,10 @@ def test_mine_words_computes_the_definition(trained: Path) -> None:
         expected = sorted(kept, key=lambda w: (-_brute(words, answers, y, w),
                                                -sum(w in ws and a == y for ws, a in zip(words, answers)), w))[:4]
         assert [r["word"] for r in rows] == expected
-        for r in rows:
+        for r in rows + table[label]["asked"][:1]:
             assert r["npmi"] == pytest.approx(_brute(words, answers, y, r["word"]), abs=1e-9)
+        assert [r["word"] for r in table[label]["asked"]] == ["good", "zebra"]
+        assert table[label]["asked"][1]["npmi"] is None
     targets = [it["target"] for it in items]
     assert res["word_association"]["answers_match_targets"] == pytest.approx(
         sum(a == t for a, t in zip(answers, targets)) / len(items))

@@ -57,6 +57,7 @@ class MineConfig:
     words: int = field(0, "token-level analysis: the K input words most associated (NPMI) with each answer the "
                        "model writes (classification; 0 = off)")
     word_min_count: int = field(5, "token-level analysis: only words in at least this many of the examples")
+    word_list: list[str] = field([], "token-level analysis: also report these words' scores (any count)")
     seeds: list[int] = field([0, 1, 2], "one half/half split and statistics-network init per seed")
     steps: int = field(600, "statistics-network training steps")
     batch_size: int = field(128, "examples per MINE step")
@@ -159,7 +160,7 @@ def npmi(n_wy: int, n_w: int, n_y: int, n: int) -> float:
 
 
 def word_association(words: list[set[str]], answers: list[int], labels: list[str], top: int,
-                     min_count: int) -> dict[str, Any]:
+                     min_count: int, asked: tuple[str, ...] = ()) -> dict[str, Any]:
     """Which input words the model's answers are associated with: the token-level analysis of PredGen's paper.
 
     The seed describes it only as token-level mutual information between the predicted answer token
@@ -173,8 +174,8 @@ def word_association(words: list[set[str]], answers: list[int], labels: list[str
     (the pointwise mutual information of the events "w is in the input" and "the model answers y", normalised to
     [-1, 1] so words of different frequency compare). Words in fewer than ``min_count`` examples are left out:
     a word seen once gets a high score by chance. Per answer, the ``top`` words by score (ties: more examples
-    together, then alphabetical), each with its counts. ``words[i]`` and ``answers[i]`` (a class index into
-    ``labels``) describe example i."""
+    together, then alphabetical), each with its counts; and every word in ``asked`` (case-folded; any count).
+    ``words[i]`` and ``answers[i]`` (a class index into ``labels``) describe example i."""
     if len(words) != len(answers):
         raise ValueError(f"{len(words)} word sets for {len(answers)} answers")
     n = len(answers)
@@ -182,12 +183,18 @@ def word_association(words: list[set[str]], answers: list[int], labels: list[str
     n_y = Counter(answers)
     n_wy = Counter((w, y) for ws, y in zip(words, answers, strict=True) for w in ws)
     kept = sorted(w for w, c in n_w.items() if c >= min_count)
+
+    def row(w: str, y: int) -> dict[str, Any]:
+        score = npmi(n_wy[w, y], n_w[w], n_y[y], n) if n_w[w] and n_y[y] else None  # None: w or y never occurs
+        return {"word": w, "npmi": score, "with_answer": n_wy[w, y], "examples": n_w[w]}
+
     out: dict[str, Any] = {}
     for y, label in enumerate(labels):
-        rows = [{"word": w, "npmi": npmi(n_wy[w, y], n_w[w], n_y[y], n), "with_answer": n_wy[w, y],
-                 "examples": n_w[w]} for w in kept] if n_y[y] else []
+        rows = [row(w, y) for w in kept] if n_y[y] else []
         rows.sort(key=lambda r: (-r["npmi"], -r["with_answer"], r["word"]))
         out[label] = {"answered": n_y[y], "top": rows[:top]}
+        if asked:
+            out[label]["asked"] = [row(w.casefold(), y) for w in asked]
     return out
 
 
@@ -293,7 +300,7 @@ def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
             "min_count": cfg.word_min_count,
             "answers_match_targets": sum(a == i["target"] for a, i in zip(answers, items, strict=True)) / len(items),
             "per_answer": word_association([example_words(ex) for ex in examples], answers, labels, cfg.words,
-                                           cfg.word_min_count)}
+                                           cfg.word_min_count, tuple(cfg.word_list))}
     out = Path(cfg.out) if cfg.out else saved.folder.parent / "mine.json"
     atomic_write_json(out, results)
     if results["estimates"]:
@@ -308,5 +315,8 @@ def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
     for label, v in results.get("word_association", {}).get("per_answer", {}).items():
         top = ", ".join(f"{r['word']} {r['npmi']:.2f}" for r in v["top"])
         print(f"answer {label!r} ({v['answered']} examples): {top or '(no word in enough examples)'}")
+        for r in v.get("asked", []):
+            score = "undefined" if r["npmi"] is None else f"{r['npmi']:.2f}"
+            print(f"  {r['word']}: {score} ({r['with_answer']} of its {r['examples']} examples)")
     print(f"wrote {out}")
     return results

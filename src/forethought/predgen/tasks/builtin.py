@@ -646,7 +646,8 @@ def _obqa_hub(loaded: Any, split: str, seed: int) -> list[Example]:
         choices = need(r, "choices", where)
         if not isinstance(choices, dict):
             raise ForethoughtError(f"{where}: 'choices' must be an object with 'text' and 'label' lists")
-        labels, texts = list(need(choices, "label", f"{where} choices")), list(need(choices, "text", f"{where} choices"))
+        labels = list(need(choices, "label", f"{where} choices"))
+        texts = list(need(choices, "text", f"{where} choices"))
         stem, answer = need(r, "question_stem", where), need(r, "answerKey", where)
         examples.append(_obqa_example(stem, labels, texts, answer, where, f"obqa-{r.get('id', i)}"))
     return examples
