@@ -106,10 +106,9 @@ def words(args: argparse.Namespace) -> None:
         if steps != args.train_steps:
             sys.exit(f"{run} was trained for {steps} steps, not {args.train_steps}: move it away or pass "
                      f"--train-steps {steps}")
-    t0 = time.time()
-    if not (run / "results.json").is_file():
+    reused = (run / "results.json").is_file()  # a finished run (resumable: an unfinished one continues)
+    if not reused:
         subprocess.run(train_cmd, check=True, cwd=ROOT, env=env)
-    train_wall = time.time() - t0
     out = run / "words.json"
     mine_cmd = [sys.executable, "-m", "forethought.cli", "predgen", "mine", "--model", str(run), "--representations",
                 "[]", "--words", str(args.top), "--word_min_count", str(args.min_count), "--max_examples",
@@ -124,8 +123,8 @@ def words(args: argparse.Namespace) -> None:
     res = {"command": " ".join(["python", *sys.argv]),
            "steps": {"train": " ".join(rel[: len(train_cmd)]), "analysis": " ".join(rel[len(train_cmd):])},
            "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": 1},
-           "wall_s": {"train": trained.get("train_wall_s"), "this_invocation_train_and_eval": train_wall,
-                      "analysis": words_wall},
+           "wall_s": {"train": trained.get("train_wall_s"), "analysis": words_wall},
+           "train_run_reused": reused,
            "model": "smollm2-135m + LoRA r=16 (configs/predgen/train_small.yaml), Generator, "
                     f"{args.train_steps} steps x 16 examples, seed 0",
            "dev_accuracy_of_the_run": trained.get("accuracy"), "run_eval_examples": trained.get("eval_examples"),
