@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,36 @@ def test_mine_words_bad_inputs(trained: Path, tmp_path: Path) -> None:
                          ["nothing to do", "--words"])
     expect_clean_failure(["predgen", "mine", "--model", str(trained), "--words", "-1"], tmp_path, trained,
                          ["words must be >= 0"])
+    regression = tmp_path / "regression"  # the check reads predgen.json only, before any model loads
+    shutil.copytree(trained, regression)
+    meta_path = regression / "model" / "predgen.json"
+    meta = json.loads(meta_path.read_text())
+    meta["task_spec"]["task_type"] = "regression"
+    meta_path.write_text(json.dumps(meta))
+    expect_clean_failure(["predgen", "mine", "--model", str(regression), "--words", "3"], tmp_path, regression,
+                         ["needs a classification task"])
+
+
+def test_mine_words_on_text_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Multiple choice with text answers: each example decodes under its own choices, so every written answer
+    is one of that example's choices, and the table counts each example once."""
+    from test_predgen_datasets import _make_root
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    base = tmp_path / "tiny-llama"
+    tiny_llama_folder(base, "Context Question Answer Tracy did thing a0 b1 c2 Why 0 1 2 3 4 5 6 7 8 9 " * 20, 150,
+                      hidden_size=32, layers=2, heads=4, kv_heads=2)
+    assert main(["predgen", "train", "--config", "tiny", "--method", "generator", "--base", str(base),
+                 "--task.name", "siqa", "--task.answer", "text", "--train.steps", "1", "--eval.latency_examples",
+                 "0", "--run.out_dir", str(tmp_path), "--run.name", "mc"]) == 0
+    out = tmp_path / "words.json"
+    assert main(["predgen", "mine", "--model", str(tmp_path / "mc"), "--representations", "[]", "--words", "3",
+                 "--word_min_count", "1", "--split", "train", "--max_examples", "0", "--out", str(out)]) == 0
+    table = json.loads(out.read_text())["word_association"]["per_answer"]
+    saved = load_saved(str(tmp_path / "mc"), "cpu", decode=True)
+    examples = saved_examples(saved, "train", 0)
+    items = saved.enc.encode(examples)
+    answers = [_greedy_by_hand(saved.model.lm, it["prompt"], it["trie"]) for it in items]
+    assert all(saved.enc.spec.labels[a] in ex.options for a, ex in zip(answers, examples))
+    assert {label: v["answered"] for label, v in table.items()} == {
+        label: answers.count(y) for y, label in enumerate(saved.enc.spec.labels)}
