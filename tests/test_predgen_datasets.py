@@ -340,3 +340,17 @@ def test_real_data(monkeypatch: pytest.MonkeyPatch) -> None:
             mean = sum(targets) / len(targets)
             assert (round(mean, 3), min(targets), max(targets)) == pytest.approx(stats, abs=1e-3), name
         assert render_prompt(spec, evals[0]).endswith(":"), name
+
+
+@pytest.mark.parametrize("task,names", [
+    ("clear", ["task 'clear' not found", "FORETHOUGHT_DATA", "no reliable Hugging Face hub copy",
+               "clear_corpus/CLEAR_corpus_final.csv"]),
+    ("hellaswag", ["task 'hellaswag' not found", "FORETHOUGHT_DATA", "Rowan/hellaswag"]),
+])  # fmt: skip
+def test_cli_missing_data_fails_cleanly(tmp_path: Path, task: str, names: list[str]) -> None:
+    """Through the real CLI, without a data root: one line naming both places, exit 2, no run folder."""
+    from cli_harness import expect_clean_failure
+
+    expect_clean_failure(["predgen", "train", "--config", "tiny", "--base", str(tmp_path / "no-model"),
+                          "--task.name", task, "--run.out_dir", str(tmp_path / "runs")], tmp_path, tmp_path / "runs",
+                         names, env={"FORETHOUGHT_DATA": ""})
