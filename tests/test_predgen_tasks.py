@@ -648,6 +648,15 @@ _REAL_COUNTS = {  # (train, eval) from data/SOURCES.md; BoolQ and PIQA are 80/20
     "wassa-fear": (1_147, 110),
     "wassa-joy": (823, 79),
     "wassa-sadness": (786, 74),
+    # tests/test_predgen_datasets.py checks these further (label counts, target ranges)
+    "siqa": (1_563, 391),
+    "hellaswag": (8_034, 2_008),
+    "winogrande": (1_014, 253),
+    "openbookqa": (4_957, 500),
+    "lcp": (7_662, 917),
+    "lcp-multi": (1_517, 184),
+    "clear": (3_779, 945),
+    "humicroedit": (9_652, 2_419),
 }
 
 

@@ -12,11 +12,16 @@ H(Y) — an upper bound on I(Y; Z) for classes — is shown beside it. Represent
 
 Within one model the data-processing inequality says I(Y; Z) >= I(Y; pool(Z)); comparing different models is
 an empirical question.
+
+``--words K`` adds the paper's token-level analysis (the seed: the predicted answer token "positive" is associated
+with input words such as "funny" 0.47 and "pretty" 0.34 on SST-2); see :func:`word_association` for the
+definition. ``--representations []`` runs it alone, without MINE.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +37,9 @@ from forethought.core.plots import bar_plot
 from forethought.predgen.decoding import constrained_greedy, prompt_pass
 from forethought.predgen.methods import Encoder, batches
 from forethought.predgen.metrics import mean_std
-from forethought.predgen.model import check_layer
-from forethought.predgen.saved import load_saved, saved_examples
+from forethought.predgen.model import check_layer, read_meta
+from forethought.predgen.saved import load_saved, model_folder, saved_examples
+from forethought.predgen.tasks import Example
 
 REPRESENTATIONS = ("pooled_last", "pooled_mean", "tokens")
 
@@ -46,7 +52,12 @@ class MineConfig:
     layer: int | None = field(None, "hidden-state layer whose states are Z (default: the layer the model reads; "
                               "0 = the embeddings, -1 = the last layer)")
     max_examples: int = field(1000, "at most this many examples (a seeded subset; 0 = all)")
-    representations: list[str] = field(list(REPRESENTATIONS), "pooled_last, pooled_mean, tokens")
+    representations: list[str] = field(list(REPRESENTATIONS), "pooled_last, pooled_mean, tokens ([] = no MINE, "
+                                       "with --words)")
+    words: int = field(0, "token-level analysis: the K input words most associated (NPMI) with each answer the "
+                       "model writes (classification; 0 = off)")
+    word_min_count: int = field(5, "token-level analysis: only words in at least this many of the examples")
+    word_list: list[str] = field([], "token-level analysis: also report these words' scores (any count)")
     seeds: list[int] = field([0, 1, 2], "one half/half split and statistics-network init per seed")
     steps: int = field(600, "statistics-network training steps")
     batch_size: int = field(128, "examples per MINE step")
@@ -124,6 +135,70 @@ def label_entropy(y: list[int]) -> float:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# The token-level analysis (pure)
+# ----------------------------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters/digits, inner apostrophes kept ("don't"; SST-2's "'s" -> "s")
+
+
+def example_words(ex: Example) -> set[str]:
+    """The distinct case-folded words of an example's text fields (the template's fixed words are not input)."""
+    return {w for text in ex.fields.values() for w in _WORD.findall(text.casefold())}
+
+
+def npmi(n_wy: int, n_w: int, n_y: int, n: int) -> float:
+    """Normalised pointwise mutual information of two events from counts over n examples (Bouma 2009):
+    ``log(p(w,y) / (p(w) p(y))) / -log p(w,y)``, in [-1, 1]; -1 when they never occur together, 0 when
+    independent, 1 when each occurs exactly when the other does. When p(w,y) = 1 (both in every example) it is 0:
+    nothing varies, so nothing is associated."""
+    if n_wy == 0:
+        return -1.0
+    if n_wy == n:
+        return 0.0
+    p_wy = n_wy / n
+    return math.log(p_wy / ((n_w / n) * (n_y / n))) / -math.log(p_wy)
+
+
+def word_association(words: list[set[str]], answers: list[int], labels: list[str], top: int,
+                     min_count: int, asked: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Which input words the model's answers are associated with: the token-level analysis of PredGen's paper.
+
+    The seed describes it only as token-level mutual information between the predicted answer token
+    ("positive" on SST-2) and input words ("funny" 0.47, "pretty" 0.34). Here, precisely: over N examples x_i,
+    with W(x_i) the set of words of the input (``example_words``) and ŷ_i the answer the model writes for x_i
+    (its constrained-greedy label word, what the Generator predicts), for each answer y and word w
+
+        n_w = #{i : w in W(x_i)},  n_y = #{i : ŷ_i = y},  n_wy = #{i : w in W(x_i) and ŷ_i = y}
+        score(w, y) = NPMI(w, y) = log(p(w,y) / (p(w) p(y))) / -log p(w,y),  p(.) = n(.) / N
+
+    (the pointwise mutual information of the events "w is in the input" and "the model answers y", normalised to
+    [-1, 1] so words of different frequency compare). Words in fewer than ``min_count`` examples are left out:
+    a word seen once gets a high score by chance. Per answer, the ``top`` words by score (ties: more examples
+    together, then alphabetical), each with its counts; and every word in ``asked`` (case-folded; any count).
+    ``words[i]`` and ``answers[i]`` (a class index into ``labels``) describe example i."""
+    if len(words) != len(answers):
+        raise ValueError(f"{len(words)} word sets for {len(answers)} answers")
+    n = len(answers)
+    n_w = Counter(w for ws in words for w in ws)
+    n_y = Counter(answers)
+    n_wy = Counter((w, y) for ws, y in zip(words, answers, strict=True) for w in ws)
+    kept = sorted(w for w, c in n_w.items() if c >= min_count)
+
+    def row(w: str, y: int) -> dict[str, Any]:
+        score = npmi(n_wy[w, y], n_w[w], n_y[y], n) if n_w[w] and n_y[y] else None  # None: w or y never occurs
+        return {"word": w, "npmi": score, "with_answer": n_wy[w, y], "examples": n_w[w]}
+
+    out: dict[str, Any] = {}
+    for y, label in enumerate(labels):
+        rows = [row(w, y) for w in kept] if n_y[y] else []
+        rows.sort(key=lambda r: (-r["npmi"], -r["with_answer"], r["word"]))
+        out[label] = {"answered": n_y[y], "top": rows[:top]}
+        if asked:
+            out[label]["asked"] = [row(w.casefold(), y) for w in asked]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Features and the command
 # ----------------------------------------------------------------------------------------------------------
 
@@ -154,19 +229,47 @@ def extract(model: Any, enc: Encoder, items: list[dict[str, Any]], layer: int, w
     return {k: torch.cat(v) for k, v in out.items()}
 
 
+@torch.no_grad()
+def written_answers(model: Any, enc: Encoder, items: list[dict[str, Any]], layer: int, batch_size: int,
+                    device: torch.device) -> list[int]:
+    """The class index of the answer the model writes for each item (constrained greedy, as ``predgen eval``
+    decodes the Generator)."""
+    model.eval()
+    out: list[int] = []
+    for chunk in batches(items, batch_size):
+        b = enc.collate([{k: i[k] for k in ("prompt", "trie") if k in i} for i in chunk])
+        tries = enc.tries(b)
+        d = constrained_greedy(model.lm, tries, b["prompt_ids"].to(device), b["prompt_mask"].to(device), layer,
+                               enc.pad_id)
+        rows = tries if isinstance(tries, list) else [tries] * len(chunk)
+        out.extend(int(t.values[c]) for t, c in zip(rows, d.choice, strict=True))
+    return out
+
+
 def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
     bad = sorted(set(cfg.representations) - set(REPRESENTATIONS))
-    if bad or not cfg.representations:
+    if bad:
         raise ForethoughtError(f"unknown representation(s) {bad}; choose from {', '.join(REPRESENTATIONS)}")
+    if cfg.words < 0 or cfg.word_min_count < 1:
+        raise ForethoughtError(f"words must be >= 0 and word_min_count >= 1, got {cfg.words} and "
+                               f"{cfg.word_min_count}")
+    if not cfg.representations and not cfg.words:
+        raise ForethoughtError("nothing to do: give representations for MINE, or --words K for the token-level "
+                               "analysis")
     if cfg.split not in ("train", "eval"):
         raise ForethoughtError(f"split must be train or eval, got '{cfg.split}'")
-    if not cfg.seeds:
+    if cfg.representations and not cfg.seeds:
         raise ForethoughtError("seeds: give at least one seed")
-    # the answer-token states need the constrained decoder, also for a Predictor's checkpoint
-    saved = load_saved(cfg.model, cfg.device, decode=True if "tokens" in cfg.representations else None)
+    if cfg.words and read_meta(model_folder(cfg.model))["task_spec"].get("task_type") != "classification":
+        raise ForethoughtError("--words (the token-level analysis) needs a classification task: it associates "
+                               "input words with the answer the model writes")
+    # the answer-token states and the written answers need the constrained decoder, also for a Predictor
+    decode = True if "tokens" in cfg.representations or cfg.words else None
+    saved = load_saved(cfg.model, cfg.device, decode=decode)
     model, enc, meta, dev = saved.model, saved.enc, saved.meta, saved.device
     layer = meta["layer"] if cfg.layer is None else check_layer(cfg.layer, model.lm)
-    items = enc.encode(saved_examples(saved, cfg.split, cfg.max_examples))
+    examples = saved_examples(saved, cfg.split, cfg.max_examples)
+    items = enc.encode(examples)
     if len(items) < 8:
         raise ForethoughtError(f"MINE needs at least 8 examples, the {cfg.split} split has {len(items)}")
     feats = extract(model, enc, items, layer, list(cfg.representations), cfg.feature_batch_size, dev)
@@ -187,15 +290,33 @@ def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
             eval_vals.append(r["eval"])
         results["estimates"][rep] = {"dim": int(z.shape[1]), "heldout": mean_std(eval_vals),
                                      "fit_half": mean_std(fit_vals)}
+    if cfg.words:
+        answers = written_answers(model, enc, items, layer, cfg.feature_batch_size, dev)
+        labels = list(enc.spec.labels)
+        results["word_association"] = {
+            "definition": "NPMI(w, y) = log(p(w,y) / (p(w) p(y))) / -log p(w,y) over the examples, w: a word of "
+                          "the input, y: the answer the model writes (constrained greedy); see "
+                          "forethought.predgen.mine.word_association",
+            "min_count": cfg.word_min_count,
+            "answers_match_targets": sum(a == i["target"] for a, i in zip(answers, items, strict=True)) / len(items),
+            "per_answer": word_association([example_words(ex) for ex in examples], answers, labels, cfg.words,
+                                           cfg.word_min_count, tuple(cfg.word_list))}
     out = Path(cfg.out) if cfg.out else saved.folder.parent / "mine.json"
     atomic_write_json(out, results)
-    bars = {k: (v["heldout"]["mean"], v["heldout"]["std"]) for k, v in results["estimates"].items()}
-    bar_plot(bars, out.with_suffix(".png"), title=f"MINE I(Y;Z), held-out half ({meta['method']})",
-             ylabel="nats", hline=results["H_Y"], hline_label="H(Y)" if results["H_Y"] is not None else "")
+    if results["estimates"]:
+        bars = {k: (v["heldout"]["mean"], v["heldout"]["std"]) for k, v in results["estimates"].items()}
+        bar_plot(bars, out.with_suffix(".png"), title=f"MINE I(Y;Z), held-out half ({meta['method']})",
+                 ylabel="nats", hline=results["H_Y"], hline_label="H(Y)" if results["H_Y"] is not None else "")
     for rep, v in results["estimates"].items():
         print(f"{rep:12s} held-out {v['heldout']['mean']:.4f} ± {v['heldout']['std']:.4f} nats "
               f"(fit half {v['fit_half']['mean']:.4f})")
-    if results["H_Y"] is not None:
+    if results["H_Y"] is not None and results["estimates"]:
         print(f"H(Y) = {results['H_Y']:.4f} nats")
+    for label, v in results.get("word_association", {}).get("per_answer", {}).items():
+        top = ", ".join(f"{r['word']} {r['npmi']:.2f}" for r in v["top"])
+        print(f"answer {label!r} ({v['answered']} examples): {top or '(no word in enough examples)'}")
+        for r in v.get("asked", []):
+            score = "undefined" if r["npmi"] is None else f"{r['npmi']:.2f}"
+            print(f"  {r['word']}: {score} ({r['with_answer']} of its {r['examples']} examples)")
     print(f"wrote {out}")
     return results

@@ -15,6 +15,22 @@ sick           SICK.txt rows with SemEval_set TRAIN    rows with SemEval_set TES
                (4,439)                                 rows are ignored, so train is SemEval's training set
 wassa-<emo>    wassa2017/<emo>-ratings-0to1.train.txt  <emo>-ratings-0to1.dev.gold.txt
 wassa          all four emotions (3,613)               all four (347)
+siqa           80 % of siqa/dev.jsonl (seeded)         the other 20 % (labels from dev-labels.lst when
+                                                       present; only the dev set is public offline)
+hellaswag      80 % of hellaswag/hellaswag_val.jsonl   the other 20 % (only the validation set offline)
+winogrande     80 % of winogrande/dev.jsonl (seeded)   the other 20 % (labels from dev-labels.lst when
+                                                       present; only the dev set offline)
+openbookqa     openbookqa/train.tsv (4,957)            openbookqa/test.tsv (500); dev.tsv (500) is unused,
+                                                       free for selection
+lcp            complex_lcp2021/lcp_single_train.tsv    lcp_single_test.tsv (917, gold labels): the
+               (7,662)                                 reference code's split; the trial file is unused
+lcp-multi      lcp_multi_train.tsv (1,517)             lcp_multi_test.tsv (184)
+clear          80 % of clear_corpus/                   the other 20 % (the corpus has no official split;
+               CLEAR_corpus_final.csv (seeded)         the reference code used Kaggle's CommonLit train.csv,
+                                                       2,834 of these excerpts with the same BT easiness)
+humicroedit    humicroedit/train.csv (9,652)           humicroedit/dev.csv (2,419): the reference code
+                                                       evaluates on the validation set; test_with_label
+                                                       .csv and the FunLines extra data are unused
 ============== ======================================= ====================================================
 
 ARC has no train file offline, so its (small) Dev set is the train split and its Test set the eval split; the hub
@@ -22,9 +38,28 @@ fallback uses the same files (validation -> train, test -> eval) so results do n
 came from. Seeded 80/20 splits are deterministic (``random.Random(seed)`` over the row indices; same seed, same
 split), disjoint, and keep the file order inside each part. Fixed splits ignore ``seed``.
 
+The paper trains on each set's training split; offline only the dev/validation sets of BoolQ, PIQA, SIQA,
+HellaSwag and WinoGrande exist (their train files are over the copy limit, see SOURCES.md), so those tasks split
+that one file 80/20, and the hub fallback reads the hub's validation split and splits it the same way, so the
+examples do not depend on where they came from. Numbers on them are therefore not comparable with numbers
+trained on the full training sets.
+
 Label words (what the generator writes after a single space): SST-2 ``negative``/``positive``, BoolQ
 ``no``/``yes``, ARC ``A``-``E`` (the few numeric choice labels 1-5 are mapped to A-E), PIQA ``A``/``B``.
-Regression ranges: STS-B 0-5, SICK relatedness 1-5, WASSA intensity 0-1.
+The other multiple-choice tasks letter their choices in file order: SIQA ``A``-``C`` (answerA-C), HellaSwag
+``A``-``D`` (endings 0-3), WinoGrande ``A``/``B`` (option1/option2, filling the sentence's ``_``), OpenBookQA
+``A``-``D``. Every multiple-choice example carries its choices' texts (``--task.answer text``); where two
+choices of one example have the same text (5 SIQA rows, 3 OpenBookQA train rows), the texts keep one of those
+letters (the gold one if it is among them), since a written text cannot name either.
+
+Regression ranges: STS-B 0-5, SICK relatedness 1-5, WASSA intensity 0-1, LCP complexity 0-1, CLEAR
+``BT_easiness`` -4 to 2 (the data spans -3.68 to 1.71; the corpus's readability formulas are not inputs), the
+Humicroedit mean funniness grade 0-3 (the edited word is shown in both headlines: the original one and the one
+with the edit). The paper's regression metrics are MSE and MAE (``metrics.regression_metrics``). LCP and CLEAR
+have no reliable hub copy (the data root is needed); the other new tasks fall back to ``allenai/social_i_qa``,
+``Rowan/hellaswag`` (its raw text cleaned as lm-eval-harness does, which is how the offline copy was made),
+``allenai/winogrande`` (winogrande_xl; its validation set is the same for every size), ``allenai/openbookqa``
+(main) and ``SemEvalWorkshop/humicroedit`` (subtask-1).
 """
 
 from __future__ import annotations
@@ -32,6 +67,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -420,9 +456,268 @@ def _wassa_local(emotions: tuple[str, ...], root: Path, split: str, seed: int) -
     return examples
 
 
+# --- Multiple choice: shared pieces ---------------------------------------------------------------------
+
+
+def _mc_example(fields: dict[str, str], texts: list[str], answer: int, where: str, ex_id: str) -> Example:
+    """A multiple-choice example whose choices are lettered A, B, ... in the given order: ``fields`` plus
+    ``choices`` (one ``"A. text"`` line per choice), the gold letter, and each letter's text (answer 'text')."""
+    if not 2 <= len(texts) <= len(_LETTERS):
+        raise ForethoughtError(f"{where}: expected 2-{len(_LETTERS)} choices, got {len(texts)}")
+    if not 0 <= answer < len(texts):
+        raise ForethoughtError(f"{where}: the answer points at choice {answer + 1}, but there are {len(texts)}")
+    letters = _LETTERS[: len(texts)]
+    # A text answer cannot tell two choices with the same text apart (5 SIQA and 3 OpenBookQA rows have one),
+    # so options keep one letter per text: the gold one if it is among them, else the first.
+    order = [answer] + [i for i in range(len(texts)) if i != answer]
+    kept: dict[str, int] = {}
+    for i in order:
+        kept.setdefault(texts[i].strip(), i)
+    options = {letters[i]: texts[i].strip() for i in sorted(kept.values())}
+    choices = "\n".join(f"{letter}. {text}" for letter, text in zip(letters, texts, strict=True))
+    return Example({**fields, "choices": choices}, letters[answer], ex_id, options)
+
+
+def _index(label: Any, n: int, base: int, where: str, what: str) -> int:
+    """A choice number as a 0-based index: ``base`` 1 for "1".."n" (SIQA, WinoGrande), 0 for 0..n-1 (HellaSwag)."""
+    text = as_text(label)
+    if not (text.isdigit() and base <= int(text) < base + n):
+        raise ForethoughtError(f"{where}: {what} must be one of {', '.join(str(base + i) for i in range(n))}, "
+                               f"got {label!r}")
+    return int(text) - base
+
+
+def _line_labels(path: Path, n: int, what: Path) -> list[str]:
+    """An official ``*-labels.lst``: one label per line, line-aligned with the ``n`` examples of ``what``."""
+    with open_text(path) as fh:
+        labels = [line.strip() for line in fh if line.strip()]
+    if len(labels) != n:
+        raise ForethoughtError(f"{path} has {len(labels)} labels but {what} has {n} examples; they must be "
+                               "line-aligned")
+    return labels
+
+
+# --- Social IQa -------------------------------------------------------------------------------------------
+
+
+def _siqa_example(record: dict[str, Any], label: Any, where: str, example_id: str) -> Example:
+    fields = {k: as_text(need(record, k, where)) for k in ("context", "question")}
+    texts = [as_text(need(record, f"answer{x}", where)) for x in "ABC"]
+    return _mc_example(fields, texts, _index(label, 3, 1, where, "label"), where, example_id)
+
+
+def _siqa_local(root: Path, split: str, seed: int) -> list[Example]:
+    path = root / "siqa" / "dev.jsonl"
+    records = list(jsonl_rows(path))
+    labels_path = root / "siqa" / "dev-labels.lst"
+    # the official labels file when present (the original dev.jsonl has no label field), else each row's label
+    labels = (_line_labels(labels_path, len(records), path) if labels_path.is_file()
+              else [need(r, "label", f"{path} line {line}") for line, r in records])
+    examples = [
+        _siqa_example(r, label, f"{path} line {line}", f"siqa-{i}")
+        for i, ((line, r), label) in enumerate(zip(records, labels, strict=True))
+    ]
+    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
+
+
+def _siqa_hub(loaded: Any, split: str, seed: int) -> list[Example]:
+    examples = [
+        _siqa_example(r, need(r, "label", where), where, f"siqa-{i}")
+        for i, (where, r) in enumerate(_hub_split(loaded, "allenai/social_i_qa", "validation"))
+    ]
+    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, "hub dataset allenai/social_i_qa validation")
+
+
+# --- HellaSwag --------------------------------------------------------------------------------------------
+
+
+def _hellaswag_clean(text: str) -> str:
+    """lm-eval-harness's HellaSwag preprocessing: WikiHow's ``[title]`` becomes a sentence end, other ``[...]``
+    markers and double spaces go. The offline copy is already cleaned this way (idempotent there); the hub's raw
+    text gets the same, so both give the same prompts."""
+    text = text.strip().replace(" [title]", ". ")
+    text = re.sub(r"\[.*?\]", "", text)
+    return text.replace("  ", " ").strip()
+
+
+def _hellaswag_example(record: dict[str, Any], where: str, example_id: str) -> Example:
+    fields = {"activity": _hellaswag_clean(as_text(need(record, "activity_label", where))),
+              "context": _hellaswag_clean(as_text(need(record, "ctx", where)))}
+    endings = need(record, "endings", where)
+    if not isinstance(endings, list) or len(endings) != 4:
+        raise ForethoughtError(f"{where}: 'endings' must be a list of 4 texts")
+    texts = [_hellaswag_clean(as_text(e)) for e in endings]
+    return _mc_example(fields, texts, _index(need(record, "label", where), 4, 0, where, "label"), where, example_id)
+
+
+def _hellaswag_local(root: Path, split: str, seed: int) -> list[Example]:
+    path = root / "hellaswag" / "hellaswag_val.jsonl"
+    examples = [_hellaswag_example(r, f"{path} line {line}", f"hellaswag-{r.get('line_idx', line)}")
+                for line, r in jsonl_rows(path)]
+    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
+
+
+def _hellaswag_hub(loaded: Any, split: str, seed: int) -> list[Example]:
+    examples = [
+        _hellaswag_example(r, where, f"hellaswag-{i}")
+        for i, (where, r) in enumerate(_hub_split(loaded, "Rowan/hellaswag", "validation"))
+    ]
+    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, "hub dataset Rowan/hellaswag validation")
+
+
+# --- WinoGrande -------------------------------------------------------------------------------------------
+
+
+def _winogrande_example(record: dict[str, Any], label: Any, where: str, example_id: str) -> Example:
+    fields = {"sentence": as_text(need(record, "sentence", where))}
+    texts = [as_text(need(record, k, where)) for k in ("option1", "option2")]
+    return _mc_example(fields, texts, _index(label, 2, 1, where, "answer"), where, example_id)
+
+
+def _winogrande_local(root: Path, split: str, seed: int) -> list[Example]:
+    path = root / "winogrande" / "dev.jsonl"
+    records = list(jsonl_rows(path))
+    labels_path = root / "winogrande" / "dev-labels.lst"
+    labels = (_line_labels(labels_path, len(records), path) if labels_path.is_file()
+              else [need(r, "answer", f"{path} line {line}") for line, r in records])
+    examples = [
+        _winogrande_example(r, label, f"{path} line {line}", f"winogrande-{i}")
+        for i, ((line, r), label) in enumerate(zip(records, labels, strict=True))
+    ]
+    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
+
+
+def _winogrande_hub(loaded: Any, split: str, seed: int) -> list[Example]:
+    examples = [
+        _winogrande_example(r, need(r, "answer", where), where, f"winogrande-{i}")
+        for i, (where, r) in enumerate(_hub_split(loaded, "allenai/winogrande", "validation"))
+    ]
+    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, "hub dataset allenai/winogrande validation")
+
+
+# --- OpenBookQA -------------------------------------------------------------------------------------------
+
+def _obqa_choices(text: str, where: str) -> tuple[list[str], list[str]]:
+    """``"(A) a marsh (B) a tundra ..."`` -> (["A", "B", ...], ["a marsh", "a tundra", ...]). Markers are
+    looked for in letter order, each after the previous one, so a repeated marker stays inside its choice's
+    text (train row 12-1145 reads "... (D) baby birds chewing worms (D) mother dogs nursing their pups")."""
+    text = text.strip()
+    starts = []  # where each "(X) " marker begins, in letter order
+    pos = 0
+    for letter in _LETTERS:
+        found = text.find(f"({letter}) ", pos)
+        if found < 0:
+            break
+        starts.append(found)
+        pos = found + 4
+    if len(starts) < 2 or starts[0] != 0:
+        raise ForethoughtError(f"{where}: 'Choices' must read '(A) ... (B) ...', got {text[:60]!r}")
+    ends = starts[1:] + [len(text)]
+    texts = [text[a + 4 : b].strip() for a, b in zip(starts, ends, strict=True)]
+    return list(_LETTERS[: len(starts)]), texts
+
+
+def _obqa_example(stem: Any, labels: list[Any], texts: list[Any], answer: Any, where: str, ex_id: str) -> Example:
+    letters = [as_text(x).upper() for x in labels]
+    if letters != list(_LETTERS[: len(letters)]):
+        raise ForethoughtError(f"{where}: choice labels must be A, B, ... in order, got {letters}")
+    key = as_text(answer).upper()
+    if key not in letters:
+        raise ForethoughtError(f"{where}: answer key {answer!r} is not one of the choices {letters}")
+    return _mc_example({"question": as_text(stem)}, [as_text(t) for t in texts], letters.index(key), where, ex_id)
+
+
+def _obqa_local(root: Path, split: str, seed: int) -> list[Example]:
+    path = root / "openbookqa" / ("train.tsv" if split == "train" else "test.tsv")
+    _, records = header_records(path, "\t", csv.QUOTE_NONE)
+    examples = []
+    for line, r in records:
+        where = f"{path} line {line}"
+        labels, texts = _obqa_choices(as_text(need(r, "Choices", where)), where)
+        stem, answer = need(r, "Question Stem", where), need(r, "Answer Key", where)
+        examples.append(_obqa_example(stem, labels, texts, answer, where, f"obqa-{r.get('ID', line)}"))
+    return examples
+
+
+def _obqa_hub(loaded: Any, split: str, seed: int) -> list[Example]:
+    hub_split = "train" if split == "train" else "test"
+    examples = []
+    for i, (where, r) in enumerate(_hub_split(loaded, "allenai/openbookqa", hub_split)):
+        choices = need(r, "choices", where)
+        if not isinstance(choices, dict):
+            raise ForethoughtError(f"{where}: 'choices' must be an object with 'text' and 'label' lists")
+        labels = list(need(choices, "label", f"{where} choices"))
+        texts = list(need(choices, "text", f"{where} choices"))
+        stem, answer = need(r, "question_stem", where), need(r, "answerKey", where)
+        examples.append(_obqa_example(stem, labels, texts, answer, where, f"obqa-{r.get('id', i)}"))
+    return examples
+
+
+# --- CompLex LCP 2021 -------------------------------------------------------------------------------------
+
+
+def _lcp_local(kind: str, root: Path, split: str, seed: int) -> list[Example]:
+    path = root / "complex_lcp2021" / f"lcp_{kind}_{'train' if split == 'train' else 'test'}.tsv"
+    _, records = header_records(path, "\t", csv.QUOTE_NONE)
+    examples = []
+    for line, r in records:
+        where = f"{path} line {line}"
+        fields = {k: as_text(need(r, k, where)) for k in ("sentence", "token")}
+        score = as_number(need(r, "complexity", where), where, "complexity")
+        examples.append(Example(fields, score, f"lcp-{kind}-{r.get('id', line)}"))
+    return examples
+
+
+# --- CLEAR ------------------------------------------------------------------------------------------------
+
+
+def _clear_local(root: Path, split: str, seed: int) -> list[Example]:
+    path = root / "clear_corpus" / "CLEAR_corpus_final.csv"
+    _, records = header_records(path, ",", csv.QUOTE_MINIMAL)  # quoted excerpts hold newlines
+    examples = []
+    for line, r in records:
+        where = f"{path} line {line}"
+        excerpt = " ".join(as_text(need(r, "Excerpt", where)).split())  # one paragraph: newlines -> spaces
+        score = as_number(need(r, "BT_easiness", where), where, "BT_easiness")
+        examples.append(Example({"excerpt": excerpt}, score, f"clear-{r.get('ID', line)}"))
+    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
+
+
+# --- Humicroedit (SemEval-2020 Task 7, subtask 1) ---------------------------------------------------------
+
+_EDITED_WORD = re.compile(r"<([^<>]*)/>")
+
+
+def _humicroedit_example(record: dict[str, Any], where: str, example_id: str) -> Example:
+    original = as_text(need(record, "original", where))
+    edit = as_text(need(record, "edit", where))
+    if len(_EDITED_WORD.findall(original)) != 1:
+        raise ForethoughtError(f"{where}: 'original' must mark the edited word once as <word/>, got {original!r}")
+    fields = {"original": _EDITED_WORD.sub(lambda m: m.group(1), original),
+              "edited": _EDITED_WORD.sub(lambda m: edit, original)}
+    grade = as_number(need(record, "meanGrade", where), where, "meanGrade")
+    return Example(fields, grade, example_id)
+
+
+def _humicroedit_local(root: Path, split: str, seed: int) -> list[Example]:
+    path = root / "humicroedit" / ("train.csv" if split == "train" else "dev.csv")
+    _, records = header_records(path, ",", csv.QUOTE_MINIMAL)
+    return [_humicroedit_example(r, f"{path} line {line}", f"humicroedit-{r.get('id', line)}")
+            for line, r in records]
+
+
+def _humicroedit_hub(loaded: Any, split: str, seed: int) -> list[Example]:
+    hub_split = "train" if split == "train" else "validation"
+    return [
+        _humicroedit_example(r, where, f"humicroedit-{r.get('id', i)}")
+        for i, (where, r) in enumerate(_hub_split(loaded, "SemEvalWorkshop/humicroedit", hub_split))
+    ]
+
+
 # --- The registry -----------------------------------------------------------------------------------------
 
 _MC_TEMPLATE = "Question: {question}\n{choices}\nAnswer:"
+_LCP_TEMPLATE = "Sentence: {sentence}\nWord: {token}\nComplexity (0 to 1):"
 _WASSA_TEMPLATE = "Tweet: {tweet}\nEmotion: {emotion}\nIntensity (0 to 1):"
 
 
@@ -431,7 +726,9 @@ def _wassa_builtin(name: str, emotions: tuple[str, ...]) -> _Builtin:
     return _Builtin(spec, _wassa_files(emotions), functools.partial(_wassa_local, emotions))
 
 
-MULTIPLE_CHOICE = ("arc-easy", "arc-challenge", "piqa")  # their examples carry options: answer 'text' works
+MULTIPLE_CHOICE = (
+    "arc-easy", "arc-challenge", "piqa", "siqa", "hellaswag", "winogrande", "openbookqa",
+)  # their examples carry options: answer 'text' works
 
 _BUILTINS: dict[str, _Builtin] = {
     "sst2": _Builtin(
@@ -459,6 +756,26 @@ _BUILTINS: dict[str, _Builtin] = {
                  long_field="goal"),
         ("piqa/valid.jsonl", "piqa/valid-labels.lst"), _piqa_local, "ybisk/piqa", None, _piqa_hub,
     ),
+    "siqa": _Builtin(
+        TaskSpec("siqa", "classification", list("ABC"), "Context: {context}\nQuestion: {question}\n{choices}\nAnswer:",
+                 long_field="context"),
+        ("siqa/dev.jsonl",), _siqa_local, "allenai/social_i_qa", None, _siqa_hub,
+    ),
+    "hellaswag": _Builtin(
+        TaskSpec("hellaswag", "classification", list("ABCD"),
+                 "Activity: {activity}\nContext: {context}\nWhich ending fits?\n{choices}\nAnswer:",
+                 long_field="context"),
+        ("hellaswag/hellaswag_val.jsonl",), _hellaswag_local, "Rowan/hellaswag", None, _hellaswag_hub,
+    ),
+    "winogrande": _Builtin(
+        TaskSpec("winogrande", "classification", list("AB"), "Sentence: {sentence}\nWhich option fills the _?\n"
+                 "{choices}\nAnswer:", long_field="sentence"),
+        ("winogrande/dev.jsonl",), _winogrande_local, "allenai/winogrande", "winogrande_xl", _winogrande_hub,
+    ),
+    "openbookqa": _Builtin(
+        TaskSpec("openbookqa", "classification", list("ABCD"), _MC_TEMPLATE, long_field="question"),
+        ("openbookqa/train.tsv", "openbookqa/test.tsv"), _obqa_local, "allenai/openbookqa", "main", _obqa_hub,
+    ),
     "stsb": _Builtin(
         TaskSpec("stsb", "regression", [], "Sentence 1: {sentence1}\nSentence 2: {sentence2}\nSimilarity (0 to 5):",
                  value_range=(0.0, 5.0)),
@@ -471,4 +788,26 @@ _BUILTINS: dict[str, _Builtin] = {
     ),
     "wassa": _wassa_builtin("wassa", WASSA_EMOTIONS),
     **{f"wassa-{emo}": _wassa_builtin(f"wassa-{emo}", (emo,)) for emo in WASSA_EMOTIONS},
+    "lcp": _Builtin(
+        TaskSpec("lcp", "regression", [], _LCP_TEMPLATE, value_range=(0.0, 1.0), long_field="sentence"),
+        ("complex_lcp2021/lcp_single_train.tsv", "complex_lcp2021/lcp_single_test.tsv"),
+        functools.partial(_lcp_local, "single"),
+    ),
+    "lcp-multi": _Builtin(
+        TaskSpec("lcp-multi", "regression", [], _LCP_TEMPLATE, value_range=(0.0, 1.0), long_field="sentence"),
+        ("complex_lcp2021/lcp_multi_train.tsv", "complex_lcp2021/lcp_multi_test.tsv"),
+        functools.partial(_lcp_local, "multi"),
+    ),
+    "clear": _Builtin(
+        TaskSpec("clear", "regression", [], "Excerpt: {excerpt}\nReading ease (-4 to 2):", value_range=(-4.0, 2.0),
+                 long_field="excerpt"),
+        ("clear_corpus/CLEAR_corpus_final.csv",), _clear_local,
+    ),
+    "humicroedit": _Builtin(
+        TaskSpec("humicroedit", "regression", [],
+                 "Original headline: {original}\nEdited headline: {edited}\nFunniness (0 to 3):",
+                 value_range=(0.0, 3.0)),
+        ("humicroedit/train.csv", "humicroedit/dev.csv"), _humicroedit_local, "SemEvalWorkshop/humicroedit",
+        "subtask-1", _humicroedit_hub,
+    ),
 }  # fmt: skip
