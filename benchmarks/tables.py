@@ -107,9 +107,19 @@ def myopia_lm() -> list[str]:
                    f"{_fmt(paper.get(pkey), 2)} |")
     gap = r.get("gap_paired")
     n = len(gap["seeds"]) if gap else 0
-    out.append(f"\nPaired over {n} seeds: myopia gap (myopic − vanilla) {_paired_text(gap)} nats "
-               f"({100 * (r.get('gap_relative') or 0):.1f} % of vanilla; paper {_fmt(paper.get('gap'), 2)}); "
-               f"local-myopic bonus (myopic − local) {_paired_text(r.get('local_myopic_bonus_paired'))} nats.")
+    bonus = r.get("local_myopic_bonus_paired")
+    if bonus and bonus.get("per_seed") and r.get("myopic_minus_local_paired") is None:
+        bonus = None  # an older file: its "bonus" was myopic − local, not the paper's vanilla − local
+    out += ["", "| difference (nats) | ours, paired over seeds | paper (GPT-2 124M) |", "|---|---|---|",
+            f"| myopia gap (myopic − vanilla), {n} seeds | {_paired_text(gap)} | {_fmt(paper.get('gap'), 2)} |",
+            f"| gap / vanilla | {100 * (r.get('gap_relative') or 0):.1f} % | "
+            f"{100 * paper['gap'] / paper['vanilla'] if paper.get('gap') else 0:.1f} % |",
+            f"| gap / (bigram − vanilla) | {_fmt(r.get('gap_over_context'), 3)} | "
+            f"{_fmt(paper.get('gap_over_context'), 3)} |",
+            f"| local-myopic bonus (vanilla − local) | {_paired_text(bonus)} | "
+            f"{_fmt(paper.get('local_myopic_bonus'), 2)} |",
+            f"| myopic − local | {_paired_text(r.get('myopic_minus_local_paired'))} | "
+            f"{_fmt(paper.get('myopic_minus_local'), 2)} |"]
     return out
 
 

@@ -68,3 +68,17 @@ def test_eval_every_logs_validation_loss_for_every_variant(trained) -> None:
         assert all(0 < r["val_loss"] < 20 for r in evals)
         assert [r["step"] for r in results["variants"][variant]["eval_curve"]] == expected
         assert (run_dir / variant / "eval_curve.png").stat().st_size > 1000
+
+
+def test_summary_uses_the_papers_definitions(trained) -> None:
+    """Bonus = vanilla − local (the paper's), myopic − local kept under its own name, and the gap over the context
+    benefit (myopic − vanilla) / (bigram − vanilla)."""
+    res = json.loads((trained[0] / "results.json").read_text())
+    loss = {k: v["val_loss"] for k, v in res["variants"].items()}
+    assert res["local_myopic_bonus"] == pytest.approx(loss["vanilla"] - loss["local"], abs=1e-12)
+    assert res["myopic_minus_local"] == pytest.approx(loss["detach_hidden"] - loss["local"], abs=1e-12)
+    want = (loss["detach_hidden"] - loss["vanilla"]) / (loss["zero_past"] - loss["vanilla"])
+    if loss["zero_past"] > loss["vanilla"]:
+        assert res["gap_over_context"] == pytest.approx(want, abs=1e-12)
+    assert lm.gap_over_context(3.40, 3.28, 5.33) == pytest.approx(0.12 / 2.05)
+    assert lm.gap_over_context(3.0, 3.0, 2.9) is None  # context buys nothing: no ratio
