@@ -51,9 +51,11 @@ class GPTConfig:
         "gelu_new", "MLP nonlinearity: GPT-2's tanh-approximated GELU, or ReLU (the synthetic task's reference model)")
     final_norm: bool = field(True, "a LayerNorm before the head (GPT-2's ln_f); false = the head reads the raw "
                              "residual stream")
-    init: Literal["gpt2", "torch"] = field(
+    init: Literal["gpt2", "torch", "reference"] = field(
         "gpt2", "linear layers' init: GPT-2's N(0, 0.02) with zero biases and 1/sqrt(2L)-scaled residual "
-        "projections, or PyTorch's default (Kaiming-uniform); embedding tables are N(0, 0.02) either way")
+        "projections, or PyTorch's default (Kaiming-uniform); embedding tables are N(0, 0.02) either way. "
+        "'reference' = the myopia paper's synthetic model: GPT-2's init for the blocks, PyTorch's default for a "
+        "real-valued input layer and a regression head (same as gpt2 for token models)")
 
     def validate(self) -> None:
         from forethought.core.errors import ForethoughtError
@@ -204,6 +206,11 @@ class GPT(nn.Module):
             for m in self.modules():
                 if isinstance(m, nn.Linear) and not (m is self.head and self._tied()):
                     m.reset_parameters()
+        elif cfg.init == "reference":  # the paper's code swaps these into an initialised HF GPT-2: default init
+            if cfg.input_dim > 0:
+                self.wte.reset_parameters()
+            if cfg.output_dim > 0:
+                self.head.reset_parameters()
 
     def _tied(self) -> bool:
         return self.head.weight is getattr(self.wte, "weight", None)
