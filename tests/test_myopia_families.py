@@ -138,3 +138,21 @@ def test_attention_dropout_alone_differs_from_vanilla_without_it():
     want = _logits(model, ids)
     torch.manual_seed(5)
     assert (_logits(myopic, ids) - want).abs().max() > 1e-3
+
+
+def test_step_cost_benchmark_covers_a_pythia_shaped_model(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "x.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "myopia_step_cost.py"), "--quick", "--models",
+                           "pythia", "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())["pythia"]
+    assert r["config"]["model_type"] == "gpt_neox" and r["ratio"] > 0
+    assert r["attention_calls_per_forward"]["myopic"] == {"fast": 2, "reference": 0}
+    first = {k: v["first_step_loss"] for k, v in r["variants"].items()}
+    assert first["myopic"] == pytest.approx(first["vanilla"], rel=1e-6)  # same weights, same forward
