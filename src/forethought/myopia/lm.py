@@ -46,7 +46,7 @@ from forethought.core.runtime import runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
 from forethought.models.gpt import GPT, GPTConfig
-from forethought.myopia.wrap import make_myopic
+from forethought.myopia.wrap import MyopiaSettings, make_myopic
 
 VARIANTS = ("vanilla", "detach_hidden", "detach_kv", "local", "zero_past")
 
@@ -74,6 +74,8 @@ class LMConfig:
     lora_r: int = field(0, "HF base: LoRA rank through peft (0 = full fine-tuning)")
     lora_alpha: int = field(32, "HF base: LoRA alpha")
     variants: list[str] = field(["vanilla", "detach_hidden", "local", "zero_past"], "what to train")
+    myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
+                                   "detach_kv)")
     data: LMDataConfig = field(LMDataConfig(), "corpus and tokenisation")
     train: TrainConfig = field(TrainConfig(steps=2000, batch_size=32, lr=1e-3, warmup_steps=100, log_every=50,
                                            weight_decay=0.1, checkpoint_every=500), "optimisation")
@@ -93,6 +95,12 @@ class LMConfig:
             raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
         if self.base != "gpt":
             base_dtype(self.base_dtype, self.run.precision, trains_base=self.lora_r == 0)
+
+
+def horizon_for(settings: MyopiaSettings, variant: str) -> int:
+    """The myopia horizon a variant trains with: the setting for the myopic models, 0 for the baselines (local and
+    zero_past keep their definitions)."""
+    return settings.horizon if variant in ("detach_hidden", "detach_kv") else 0
 
 
 def tokenizer_spec(cfg: LMConfig) -> str:
@@ -181,6 +189,7 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         return {"val_loss": float(np.mean(per_position_loss(model, curve_windows)))}
 
     results: dict = {"base": cfg.base, "corpus": cfg.data.corpus, "tokenizer": tokenizer_spec(cfg),
+                     "myopia_horizon": cfg.myopia.horizon,
                      "seq_len": cfg.data.seq_len, "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
                      "tokens_seen": cfg.train.steps * cfg.train.batch_size * cfg.data.seq_len,
                      "eval_sequences": len(windows), "variants": {}}
@@ -191,7 +200,8 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         results.setdefault("params", sum(p.numel() for p in model.parameters()))
         results.setdefault("trainable_params", sum(p.numel() for p in model.parameters() if p.requires_grad))
         if variant != "vanilla":
-            make_myopic(model, mode=variant, frozen=vanilla_model if variant == "local" else None)
+            make_myopic(model, mode=variant, frozen=vanilla_model if variant == "local" else None,
+                        horizon=horizon_for(cfg.myopia, variant))
         sub = Run.create(parent.dir, variant, is_main=rt.is_main)
         out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant, eval_fn=eval_fn,
                     model_config=model.config_dict() if isinstance(model, GPT) else None)
@@ -293,5 +303,5 @@ def load_variant(lm_run: str | Path, variant: str,
     model.to(device)
     if variant != "vanilla":  # the detach modes leave the forward as it is; applied anyway, as in training
         frozen = load_variant(lm_run, "vanilla", device)[0] if variant == "local" else None
-        make_myopic(model, mode=variant, frozen=frozen)
+        make_myopic(model, mode=variant, frozen=frozen, horizon=horizon_for(cfg.myopia, variant))
     return model.eval(), cfg

@@ -28,7 +28,7 @@ from forethought.core.runtime import runtime_for, step_generator
 from forethought.core.trainer import TrainConfig, train
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.probe import fit_ridge
-from forethought.myopia.wrap import make_myopic
+from forethought.myopia.wrap import MyopiaSettings, make_myopic
 
 FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "square": torch.square}
 
@@ -56,6 +56,8 @@ class SyntheticConfig:
     task: TaskConfig = field(TaskConfig(), "the synthetic task")
     p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
     modes: list[str] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
+    myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
+                                   "detach_kv)")
     model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
                              "GPT-2 architecture (inputs through a linear embedding)")
     train: TrainConfig = field(TrainConfig(steps=6000, batch_size=64, lr=1e-3, warmup_steps=200, log_every=50),
@@ -156,7 +158,7 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
     torch.manual_seed(cfg.run.seed)
     model = GPT(cfg.model)
     if mode != "vanilla":
-        make_myopic(model, mode=mode)
+        make_myopic(model, mode=mode, horizon=cfg.myopia.horizon if mode in ("detach_hidden", "detach_kv") else 0)
 
     def batch_fn(step: int) -> dict[str, torch.Tensor]:
         return sample_task(cfg.task, p, cfg.train.batch_size, step_generator(cfg.run.seed, step))
@@ -188,6 +190,7 @@ def run(cfg: SyntheticConfig, resume: str | None = None) -> dict:
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     t0 = time.perf_counter()
     results: dict = {"task": vars(cfg.task).copy(), "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
+                     "myopia_horizon": cfg.myopia.horizon,
                      "lr": cfg.train.lr, "eval_sequences": cfg.eval_sequences}
     for p in cfg.p_values:
         row = {"predict_zero": predict_zero_loss(cfg.task, p)}

@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from forethought.core.config import field as config_field
 from forethought.core.errors import ForethoughtError
 from forethought.myopia.attention import (
     blend,
@@ -47,6 +48,20 @@ from forethought.myopia.attention import (
 Mode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past", "local"]
 MODES: tuple[str, ...] = ("vanilla", "detach_hidden", "detach_kv", "zero_past", "local")
 _ATTR = "_forethought_myopia"
+
+
+@dataclass
+class MyopiaSettings:
+    """The ``--myopia.*`` settings of the commands that train myopic models."""
+
+    horizon: int = config_field(
+        0, "myopia horizon k: in every attention layer, query t reads the live keys/values of positions t-k..t and "
+        "detached ones before (0 = myopic, >= seq_len - 1 = vanilla; through L layers the gradient of position "
+        "t's loss reaches back at most L*k positions). Applies to the detach_hidden / detach_kv models")
+
+    def validate(self) -> None:
+        if self.horizon < 0:
+            raise ForethoughtError(f"myopia.horizon must be >= 0, got {self.horizon}")
 
 
 @dataclass
