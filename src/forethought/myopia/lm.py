@@ -256,11 +256,12 @@ def _report(results: dict, run: Run) -> None:
              f"= {results['tokens_seen']:,} tokens per model.", "",
              "| variant | val loss (nats) | train wall (s) |", "|---|---|---|"]
     lines += [f"| {k} | {r['val_loss']:.4f} | {r['train_wall_s']:.0f} |" for k, r in v.items()]
-    labels = {"gap": "gap (myopic − vanilla)", "local_myopic_bonus": "local-myopic bonus (vanilla − local)",
-              "myopic_minus_local": "myopic − local", "transformer_bigram": "transformer bigram"}
-    for key, label in labels.items():
+    labels = {"gap": ("gap", " (myopic − vanilla)"),
+              "local_myopic_bonus": ("local-myopic bonus", " (vanilla − local, the paper's definition)"),
+              "myopic_minus_local": ("myopic − local", ""), "transformer_bigram": ("transformer bigram", "")}
+    for key, (label, meaning) in labels.items():
         if key in results:
-            lines.append(f"\n{label}: {results[key]:.4f} nats")
+            lines.append(f"\n{label}: {results[key]:.4f} nats{meaning}")
     if results.get("gap_over_context") is not None:
         lines.append(f"\ngap / (bigram − vanilla): {results['gap_over_context']:.3f}")
     lines += ["", "![per-position loss](per_position.png)", ""]
