@@ -10,6 +10,7 @@ import torch.nn as nn
 from transformers import Gemma2Config, Gemma2ForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
 from forethought.core.errors import ForethoughtError
+from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.wrap import FAMILIES, attention_modules, hf_family, make_myopic
 from forethought.testing import tiny_gpt_neox, tiny_llama, tiny_opt, tiny_phi
 
@@ -21,6 +22,8 @@ def _ids(n: int = T) -> torch.Tensor:
 
 
 def _logits(model, ids):
+    if isinstance(model, GPT):
+        return model(ids)
     return model(input_ids=ids, use_cache=False).logits
 
 
@@ -95,7 +98,14 @@ def _gpt2_dropout(impl: str):
     return GPT2LMHeadModel(cfg).double()
 
 
+def _gpt_dropout():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=V, n_positions=32, n_embd=16, n_layer=2, n_head=2, dropout=0.1,
+                         attn_dropout=0.3)).double()
+
+
 DROPOUT = {
+    "gpt": _gpt_dropout,
     "gpt2-eager": lambda: _gpt2_dropout("eager"),
     "gpt2-sdpa": lambda: _gpt2_dropout("sdpa"),
     "gpt_neox": lambda: tiny_gpt_neox(vocab_size=V, hidden_size=32, layers=2, heads=2, dropout=0.3).double(),
@@ -120,9 +130,13 @@ def test_attention_dropout_as_the_wrapped_model_draws_it(arch):
     assert (_logits(myopic, ids) - want).abs().max() > 1e-3
     # the dropped-out myopic forward still sends no gradient into earlier positions
     torch.manual_seed(5)
-    out = myopic(input_ids=ids, use_cache=False, output_hidden_states=True)
-    loss = torch.nn.functional.cross_entropy(out.logits[:, -2], ids[:, -1])
-    g = torch.autograd.grad(loss, out.hidden_states[0])[0]
+    if isinstance(myopic, GPT):
+        logits, hidden = myopic(ids, output_hidden_states=True)
+    else:
+        out = myopic(input_ids=ids, use_cache=False, output_hidden_states=True)
+        logits, hidden = out.logits, out.hidden_states
+    loss = torch.nn.functional.cross_entropy(logits[:, -2], ids[:, -1])
+    g = torch.autograd.grad(loss, hidden[0])[0]
     assert torch.count_nonzero(g[:, :T - 2]) == 0
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,9 +175,31 @@ def load_data(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray, int]:
     return train_tokens, valid_tokens, vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
 
 
+REPEAT_WARNING_EPOCHS = 3.0  # the paper trains one epoch; a run past this many repeats its corpus
+
+
+def epochs_of(cfg: LMConfig, train_tokens: int) -> float:
+    """Passes over the train split that ``train.steps`` × ``batch_size`` windows of ``seq_len`` tokens make."""
+    return cfg.train.steps * cfg.train.batch_size * cfg.data.seq_len / max(train_tokens, 1)
+
+
+def repeat_warning(cfg: LMConfig, train_tokens: int) -> str | None:
+    """One line when the run would repeat its corpus more than REPEAT_WARNING_EPOCHS times, else None."""
+    epochs = epochs_of(cfg, train_tokens)
+    if epochs <= REPEAT_WARNING_EPOCHS:
+        return None
+    seen = cfg.train.steps * cfg.train.batch_size * cfg.data.seq_len
+    return (f"warning: {cfg.train.steps} steps × {cfg.train.batch_size} × {cfg.data.seq_len} tokens = {seen:,} "
+            f"tokens is {epochs:.1f} epochs of corpus '{cfg.data.corpus}' ({train_tokens:,} train tokens); the "
+            "paper trains one epoch (a larger corpus: an hf: dataset or a .txt path)")
+
+
 def run(cfg: LMConfig, resume: str | None = None) -> dict:
     rt = runtime_for(cfg.run)
     train_tokens, valid_tokens, vocab = load_data(cfg)
+    warning = repeat_warning(cfg, len(train_tokens))
+    if warning and rt.is_main:
+        print(warning, file=sys.stderr, flush=True)
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, cfg.data.seq_len + 1)
     L = cfg.data.seq_len + 1
     curve_windows = windows[:cfg.data.curve_sequences]
@@ -189,7 +212,8 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         return {"val_loss": float(np.mean(per_position_loss(model, curve_windows)))}
 
     results: dict = {"base": cfg.base, "corpus": cfg.data.corpus, "tokenizer": tokenizer_spec(cfg),
-                     "myopia_horizon": cfg.myopia.horizon,
+                     "myopia_horizon": cfg.myopia.horizon, "train_tokens": len(train_tokens),
+                     "epochs": epochs_of(cfg, len(train_tokens)),
                      "seq_len": cfg.data.seq_len, "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
                      "tokens_seen": cfg.train.steps * cfg.train.batch_size * cfg.data.seq_len,
                      "eval_sequences": len(windows), "variants": {}}

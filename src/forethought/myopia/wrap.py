@@ -123,7 +123,8 @@ def _gpt_override(spec: MyopiaSpec, layer: int) -> Callable:
             xf = spec.frozen_inputs[layer]
             _, kf, vf = F.linear(xf, attn.c_attn.weight, attn.c_attn.bias).split(C, dim=2)
             kp, vp = attn.heads(kf), attn.heads(vf)
-        return _attend(spec, q, k, v, kp, vp, 1.0 / (q.shape[-1] ** 0.5))
+        p = attn.attn_dropout if attn.training else 0.0
+        return _attend(spec, q, k, v, kp, vp, 1.0 / (q.shape[-1] ** 0.5), dropout_p=p)
 
     return override
 
