@@ -17,6 +17,8 @@ Two implementations of the same function:
   d out_t / d v_t = A_tt and d out_t / d k_t = A_tt·s·q_t (v_t − out_t)ᵀ, which is what the two terms give;
   their negatives cancel what SDPA sent to the diagonal's past copies. The forward output is bit-identical to
   vanilla attention, since the added terms are exact zeros.
+* with a horizon h >= 1 (query t reads live K/V of t − h .. t), :func:`myopic_attention` runs one fused attention
+  over the 2T keys [past; live] with a mask that shows each position once: exact, about twice one attention.
 * :func:`reference_myopic_attention` — the explicit O(T²) form (scores with a replaced diagonal), used when past
   K/V differ in value from the live ones (``zero_past``, ``local``) or with a padding mask, and as the test oracle.
 """
@@ -57,34 +59,28 @@ def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return torch.softmax(scores, dim=-1) @ v, lse
 
 
-def _shift(t: torch.Tensor, j: int) -> torch.Tensor:
-    """(B, H, T, D): row t holds row t − j (zeros for t < j)."""
-    return t if j == 0 else F.pad(t, (0, 0, j, 0))[..., : t.shape[-2], :]
-
-
 def myopic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_past: torch.Tensor,
                      v_past: torch.Tensor, scale: float | None = None, horizon: int = 0) -> torch.Tensor:
     """Exact myopic causal attention in one fused pass. ``k_past``/``v_past`` must equal ``k``/``v`` in value
     and differ only in what their gradients reach (detached, or weights-only).
 
     ``horizon`` h: query t reads the live K/V of positions t − h .. t (the band) and the past K/V of earlier ones
-    (0 = myopic, T − 1 or more = vanilla). The band's gradients are restored by the same two zero-valued terms
-    as the diagonal's, once per band offset: one attention plus O(T·h·D)."""
+    (0 = myopic, T − 1 or more = vanilla). h = 0 adds two zero-valued terms to one attention (below); h >= 1 runs
+    one fused attention over the 2T keys [past K/V; live K/V] with a mask that shows each position once (its
+    past copy before the band, its live one inside): exact by construction, about twice one attention, whatever h."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     T = q.shape[-2]
     if horizon >= T - 1:  # every earlier position is in the band: plain attention
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    if horizon > 0:
+        d = torch.arange(T, device=q.device)[:, None] - torch.arange(T, device=q.device)[None, :]  # t − s
+        mask = torch.cat([d > horizon, (d >= 0) & (d <= horizon)], dim=1)  # (T, 2T), True = attend
+        return F.scaled_dot_product_attention(q, torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2),
+                                              attn_mask=mask, scale=scale)
     out, lse = attention_with_lse(q, k_past, v_past, scale)  # (B, H, T, D), (B, H, T)
-    lse = lse.to(q.dtype)
-    qd, stale = q.detach(), out.detach()
-    for j in range(horizon + 1):  # band offset: query t, key t − j
-        kp, vp = _shift(k_past, j), _shift(v_past, j)
-        a = torch.exp((q * kp).sum(-1) * scale - lse).detach()  # A_{t, t−j} (B, H, T)
-        if j:
-            a = a.masked_fill(torch.arange(T, device=q.device) < j, 0.0)  # no key t − j before position 0
-        dk = (qd * (_shift(k, j) - kp)).sum(-1) * scale  # zero in value, d/dk_{t−j} = s·q_t
-        out = out + a.unsqueeze(-1) * (_shift(v, j) - vp) + (a * dk).unsqueeze(-1) * (vp - stale)
-    return out
+    a_tt = torch.exp((q * k_past).sum(-1) * scale - lse.to(q.dtype)).detach()  # diagonal probability (B, H, T)
+    dk = (q.detach() * (k - k_past)).sum(-1) * scale  # zero in value, d/dk_t = s·q_t
+    return out + a_tt.unsqueeze(-1) * (v - v_past) + (a_tt * dk).unsqueeze(-1) * (v_past - out).detach()
 
 
 def band_mask(T: int, horizon: int, device: torch.device | None = None) -> torch.Tensor:

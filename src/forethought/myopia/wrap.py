@@ -332,7 +332,8 @@ def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0
     keys/values (as ``mode`` makes them) of positions before t − k. So in each layer the gradient of whatever
     position t computes reaches the layer inputs of positions t − k .. t only; through L layers the gradient of
     position t's loss can reach back L·k positions (position t − k's state in layer l is shaped by its own band
-    in layer l − 1), never further. Cost: one fused attention plus O(T·k·D).
+    in layer l − 1), never further. Cost: k = 0 one fused attention plus O(T·D); k >= 1 one fused attention over
+    2T keys (about twice one attention, whatever k).
     """
     if mode not in MODES:
         raise ForethoughtError(f"unknown myopia mode '{mode}'; choose one of {', '.join(MODES)}")
