@@ -170,3 +170,24 @@ def test_step_cost_benchmark_covers_a_pythia_shaped_model(tmp_path):
     assert r["attention_calls_per_forward"]["myopic"] == {"fast": 2, "reference": 0}
     first = {k: v["first_step_loss"] for k, v in r["variants"].items()}
     assert first["myopic"] == pytest.approx(first["vanilla"], rel=1e-6)  # same weights, same forward
+
+
+def test_families_benchmark_quick(tmp_path):
+    """benchmarks/myopia_families.py --quick: every family exact (forward, no leak, gradients = per-position form)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "f.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "myopia_families.py"), "--quick", "--out",
+                           str(out)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fams = json.loads(out.read_text())["families"]
+    assert {"gpt_neox (Pythia)", "phi", "opt", "gpt2", "llama"} <= set(fams)
+    for name, row in fams.items():
+        loose = 1e-5 if name.startswith(("gemma", "qwen3")) else 1e-12  # HF's float32 norms / softmax
+        assert row["earlier_state_grad_max_abs"] == 0.0, name
+        assert row["forward_max_abs_diff"] <= loose and row["param_grad_max_rel_diff"] <= loose, (name, row)
+        assert row["step_cost"]["ratio"] > 0
