@@ -42,3 +42,16 @@ def test_horizon_driver_quick(tmp_path):
     assert (out / "myopia_horizon.png").stat().st_size > 1000
     cfg = (runs / "synthetic-k=2-s0" / "config.yaml").read_text()
     assert "horizon: 2" in cfg
+
+
+def test_pythia_lm_driver_quick(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    out.mkdir()
+    (out / "myopia_families.json").write_text(json.dumps({"families": {}}))
+    _run("myopia_pythia_lm.py", "--quick", "--runs", str(runs), "--out", str(out))
+    res = json.loads((out / "myopia_pythia_lm.json").read_text())
+    assert res["model"]["model_type"] == "gpt_neox" and res["model"]["use_parallel_residual"] is True
+    assert set(res["per_seed"]) == {"vanilla", "local", "detach_hidden", "zero_past"}
+    v, loc = res["per_seed"]["vanilla"]["0"], res["per_seed"]["local"]["0"]
+    assert res["local_myopic_bonus_paired"]["mean"] == v - loc  # the paper's definition
+    assert json.loads((out / "myopia_families.json").read_text())["pythia_lm"]["gap_paired"]["seeds"] == [0]
