@@ -27,13 +27,17 @@ def _mean_std(row: dict, name: str) -> str:
     return _fmt(m) if sd is None else f"{m:.3f} ± {sd:.3f}"
 
 
+# Wu et al. 2024's myopic normalised loss per p (../shared/SPEC.md), for files written before they carried it
+PAPER_MYOPIC = {"p=1": 1.257, "p=0.3": 1.034, "p=0.1": 0.966, "p=0.01": 1.103}
+
+
 def myopia_synthetic() -> list[str]:
     r = _load("myopia_synthetic.json")
     if r is None:
         return ["(myopia_synthetic.json not yet produced)"]
-    out = ["| p | steps × batch | seeds | vanilla | myopic | myopic − vanilla (paired) | predict zero | "
+    out = ["| p | steps × batch | seeds | vanilla | myopic | paper myopic | myopic − vanilla (paired) | predict zero | "
            "probe R² lag 0 (van / myo) | best probe R², lags 0–10 (van / myo) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted((k for k in r if k.startswith("p=")), key=lambda k: -float(k[2:])):
         row = r[key]
         d = row.get("myopic_minus_vanilla")
@@ -42,7 +46,8 @@ def myopia_synthetic() -> list[str]:
             diff += f" (95 % CI of the mean [{d['ci95_of_mean'][0]:.2f}, {d['ci95_of_mean'][1]:.2f}])"
         seeds = ", ".join(map(str, row.get("vanilla_seeds", [])))
         out.append(f"| {key[2:]} | {row.get('vanilla_steps', '–')} × {row.get('vanilla_batch_size', '–')} | {seeds} | "
-                   f"{_mean_std(row, 'vanilla')} | {_mean_std(row, 'myopic')} | {diff} | "
+                   f"{_mean_std(row, 'vanilla')} | {_mean_std(row, 'myopic')} | {_fmt(row.get('paper_myopic', PAPER_MYOPIC.get(key)))} | "
+                   f"{diff} | "
                    f"{_fmt(row.get('predict_zero'))} | "
                    f"{_fmt(row.get('vanilla_probe_r2_lag0'), 2)} / {_fmt(row.get('myopic_probe_r2_lag0'), 2)} | "
                    f"{_fmt(row.get('vanilla_probe_r2_best_lag0_10'), 2)} / "
@@ -67,7 +72,7 @@ def myopia_step_cost() -> list[str]:
     if r is None:
         return ["(myopia_step_cost.json not yet produced)"]
     out = ["| model | batch × seq | vanilla step (s) | myopic step (s) | myopic / vanilla |", "|---|---|---|---|---|"]
-    for key in ("gpt", "smollm2"):
+    for key in ("gpt", "smollm2", "pythia"):
         m = r.get(key)
         if m:
             out.append(f"| {key} ({m.get('params', 0) / 1e6:.0f}M) | {m['batch_size']} × {m['seq_len']} | "
@@ -121,6 +126,42 @@ def myopia_lm() -> list[str]:
             f"| myopic − local | {_paired_text(r.get('myopic_minus_local_paired'))} | "
             f"{_fmt(paper.get('myopic_minus_local'), 2)} |"]
     return out
+
+
+def myopia_families() -> list[str]:
+    r = _load("myopia_families.json")
+    if r is None:
+        return ["(myopia_families.json not yet produced)"]
+    s = r["step_cost_setup"]
+    out = ["| family | forward max abs diff | gradient into earlier states | one-pass vs per-position grads "
+           f"(max rel) | step time myopic / vanilla (d {s['hidden']}, {s['layers']} layers, {s['batch']} × "
+           f"{s['seq_len']}) |", "|---|---|---|---|---|"]
+    for name, f in r["families"].items():
+        out.append(f"| {name} | {f['forward_max_abs_diff']:.1e} | {f['earlier_state_grad_max_abs']:.0e} | "
+                   f"{f['param_grad_max_rel_diff']:.1e} | {f['step_cost']['ratio']:.2f} |")
+    out.append(f"\n{r['exactness_setup']}. {r['note']}.")
+    p = r.get("pythia_lm")
+    if p and p.get("gap_paired"):
+        out.append(f"\nPythia-shaped GPT-NeoX on WikiText-2: gap (myopic − vanilla) {_paired_text(p['gap_paired'])}"
+                   f" nats; local-myopic bonus (vanilla − local) {_paired_text(p.get('local_myopic_bonus_paired'))}.")
+    return out
+
+
+def myopia_horizon() -> list[str]:
+    r = _load("myopia_horizon.json")
+    if r is None:
+        return ["(myopia_horizon.json not yet produced)"]
+    out = []
+    for part, label in (("synthetic", "normalised loss (p = 1)"), ("lm", "val loss (nats)")):
+        per = r[part]["per_k"]
+        if not per:
+            continue
+        out += [f"| horizon k ({part}) | {label} | − vanilla | fraction of the myopic − vanilla difference recovered |",
+                "|---|---|---|---|"]
+        out += [f"| {k} | {_fmt(v['mean'])} | {_fmt(v.get('minus_vanilla'))} | {_fmt(v.get('fraction_recovered'), 2)} |"
+                for k, v in per.items()]
+        out.append("")
+    return out or ["(no horizon runs yet)"]
 
 
 def _lm_cell(r: dict, variant: str) -> str:
@@ -463,7 +504,7 @@ def psf_planted() -> list[str]:
 
 if __name__ == "__main__":
     for title, fn in (("synthetic", myopia_synthetic), ("step cost", myopia_step_cost), ("lm", myopia_lm),
-                      ("gradients", myopia_gradients),
+                      ("families", myopia_families), ("horizon", myopia_horizon), ("gradients", myopia_gradients),
                       ("predgen sst2", predgen_sst2), ("predgen curves", predgen_curves), ("predgen tasks", predgen_tasks), ("predgen speed", predgen_speed), ("predgen mine", predgen_mine),
                       ("predgen regression", predgen_regression),
                       ("psf wikitext", psf_wikitext), ("psf planted", psf_planted)):
