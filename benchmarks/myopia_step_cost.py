@@ -398,6 +398,16 @@ def main(argv: list[str] | None = None) -> dict:
         **measured,
         "machine": env,
     }
+    if args.out.is_file() and not args.quick:  # keep the models this invocation did not measure
+        import json
+
+        old = json.loads(args.out.read_text())
+        kept = [m for m in MODELS if m not in measured and m in old]
+        for m in kept:
+            result[m] = old[m]
+            result["naive_estimate"][m] = old.get("naive_estimate", {}).get(m)
+        if kept:
+            result["kept_from_earlier_runs"] = {m: old.get("command") for m in kept}
     atomic_write_json(args.out, result)
     naive = ", ".join(f"{k} ~{r['seq_len']}x" for k, r in measured.items())
     print(f"threads={result['torch_threads']} wall={result['wall_s']:.1f}s naive {naive} vanilla; wrote {args.out}")
