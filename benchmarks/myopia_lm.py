@@ -4,12 +4,15 @@ Runs ``forethought myopia lm --config small`` per seed as two single-threaded pr
 one trains ``vanilla`` and the other ``detach_hidden`` (myopic); on the ``--baseline-seeds`` the first also trains
 ``local`` (local-myopic reads the frozen trained vanilla model) and the second ``zero_past`` (the
 transformer-bigram baseline). Every model of a seed shares that seed's initialisation and data order. Writes ``benchmarks/results/myopia_lm.json``: validation loss (nats) per
-variant and seed, means ± std, the gap (myopic − vanilla) and the local-myopic bonus (myopic − local) as paired
-per-seed differences with a t-interval of their mean, per-position curves (mean over seeds) and the paper's
-figures beside ours; plus the per-position plot. Resumable: rerunning continues unfinished runs and skips
-finished ones. Needs FORETHOUGHT_DATA (a data root with wikitext-2/).
+variant and seed, means ± std, the gap (myopic − vanilla), the paper's local-myopic bonus (vanilla − local) and
+myopic − local as paired per-seed differences with a t-interval of their mean, the gap over the benefit of context
+(myopic − vanilla) / (bigram − vanilla), per-position curves (mean over seeds) and the paper's figures beside ours;
+plus the per-position plot. Resumable: rerunning continues unfinished runs and skips finished ones. Needs
+FORETHOUGHT_DATA (a data root with wikitext-2/). ``--from-json`` re-derives every summary from the per-seed losses
+already in myopia_lm.json (no runs needed, e.g. after a definition changed).
 
     FORETHOUGHT_DATA=../shared/data python benchmarks/myopia_lm.py [--seeds 0 1 2] [--baseline-seeds 0] [--steps 800]
+    python benchmarks/myopia_lm.py --from-json
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-lm"
 GROUPS = {"a": ["vanilla", "local"], "b": ["detach_hidden", "zero_past"]}
 PAPER = {"model": "GPT-2 124M from scratch, 64-token sequences (Wu et al. 2024)", "vanilla": 3.28, "myopic": 3.40,
-         "gap": 0.12, "transformer_bigram": 5.33, "local_myopic": None,
-         "note": "local-myopic: no figure in our sources (../shared/SPEC.md)"}
+         "gap": 0.12, "transformer_bigram": 5.33, "local_myopic": 3.26, "local_myopic_bonus": 0.02,
+         "myopic_minus_local": 0.14, "gap_over_context": round(0.12 / (5.33 - 3.28), 4),
+         "note": "local_myopic_bonus = vanilla − local (the paper's definition); gap_over_context = "
+                 "(myopic − vanilla) / (bigram − vanilla)"}
 
 
 def main() -> None:
@@ -46,7 +51,12 @@ def main() -> None:
                     help="seeds that also train local and zero_past (each costs about one more model)")
     ap.add_argument("--jobs", type=int, default=2, help="parallel single-threaded processes")
     ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished runs")
+    ap.add_argument("--from-json", action="store_true",
+                    help="re-derive the summaries from the per-seed losses in the existing myopia_lm.json")
     args = ap.parse_args()
+    if args.from_json:
+        rederive(OUT / "myopia_lm.json")
+        return
     if not os.environ.get("FORETHOUGHT_DATA"):
         sys.exit("set FORETHOUGHT_DATA to a data root with wikitext-2/ (e.g. ../shared/data)")
     if not args.collect_only:
@@ -116,13 +126,8 @@ def collect(command: str) -> None:
     res["myopic"] = res.get("detach_hidden_mean")
     res["local_myopic"] = res.get("local_mean")
     res["transformer_bigram"] = res.get("zero_past_mean")
-    gap = _paired(loss.get("detach_hidden", {}), loss.get("vanilla", {}))
-    bonus = _paired(loss.get("detach_hidden", {}), loss.get("local", {}))
-    res["gap"] = gap["mean"] if gap else None
-    res["gap_paired"] = gap
-    res["gap_relative"] = gap["mean"] / res["vanilla"] if gap else None
-    res["local_myopic_bonus"] = bonus["mean"] if bonus else None
-    res["local_myopic_bonus_paired"] = bonus
+    summarise(res, loss)
+    gap = res["gap_paired"]
     res["per_position_mean"] = {v: [statistics.fmean(c) for c in zip(*d.values())] for v, d in per_pos.items()}
     if gap:
         diffs = [[m - v for m, v in zip(per_pos["detach_hidden"][s], per_pos["vanilla"][s])] for s in gap["seeds"]]
@@ -133,8 +138,51 @@ def collect(command: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "myopia_lm.json").write_text(json.dumps(res, indent=2) + "\n")
     _plot(res)
-    print(json.dumps({k: res[k] for k in ("vanilla", "myopic", "gap", "local_myopic", "local_myopic_bonus",
-                                          "transformer_bigram")}, indent=2))
+    _print(res)
+
+
+SUMMARY = ("vanilla", "myopic", "gap", "local_myopic", "local_myopic_bonus", "myopic_minus_local",
+           "transformer_bigram", "gap_over_context")
+
+
+def _print(res: dict) -> None:
+    print(json.dumps({k: res.get(k) for k in SUMMARY} | {"paper": {k: res["paper"].get(k) for k in SUMMARY}},
+                     indent=2))
+
+
+def summarise(res: dict, loss: dict[str, dict[int, float]]) -> None:
+    """The headline keys from per-seed losses ``loss[variant][seed]``: paired differences over the seeds both
+    variants have. local_myopic_bonus = vanilla − local (the paper's definition)."""
+    gap = _paired(loss.get("detach_hidden", {}), loss.get("vanilla", {}))
+    bonus = _paired(loss.get("vanilla", {}), loss.get("local", {}))
+    myo_local = _paired(loss.get("detach_hidden", {}), loss.get("local", {}))
+    context = _paired(loss.get("zero_past", {}), loss.get("vanilla", {}))  # what context buys vanilla
+    res["gap"] = gap["mean"] if gap else None
+    res["gap_paired"] = gap
+    res["gap_relative"] = gap["mean"] / res["vanilla"] if gap else None
+    res["local_myopic_bonus"] = bonus["mean"] if bonus else None
+    res["local_myopic_bonus_paired"] = bonus
+    res["myopic_minus_local"] = myo_local["mean"] if myo_local else None
+    res["myopic_minus_local_paired"] = myo_local
+    res["context_benefit_paired"] = context
+    # per seed where all three exist, and (mean gap) / (mean benefit) over all seeds
+    seeds = sorted(set(loss.get("detach_hidden", {})) & set(loss.get("vanilla", {})) & set(loss.get("zero_past", {})))
+    res["gap_over_context_per_seed"] = {
+        str(s): (loss["detach_hidden"][s] - loss["vanilla"][s]) / (loss["zero_past"][s] - loss["vanilla"][s])
+        for s in seeds}
+    res["gap_over_context"] = (gap["mean"] / (res["transformer_bigram"] - res["vanilla"])
+                               if gap and res.get("transformer_bigram") is not None else None)
+
+
+def rederive(path: Path) -> None:
+    """Recompute the summaries of an existing myopia_lm.json from its per-seed losses (no retraining)."""
+    res = json.loads(path.read_text())
+    loss = {v: {int(s): x for s, x in d.items()} for v, d in res["per_seed"].items()}
+    summarise(res, loss)
+    res["paper"] = PAPER
+    res["rederived"] = "summaries recomputed from per_seed by `python benchmarks/myopia_lm.py --from-json`"
+    path.write_text(json.dumps(res, indent=2) + "\n")
+    _print(res)
 
 
 def _plot(res: dict) -> None:

@@ -1,7 +1,8 @@
 """Benchmark: wall time of one training step (forward + backward + AdamW), myopic vs vanilla.
 
-For our GPT (GPT-2 small-ish: 6 layers, d=384, 6 heads, vocab 50257) and for the real SmolLM2-135M (full
-fine-tuning, float32), it builds a vanilla model and a myopic copy with identical weights (``make_myopic(...,
+For our GPT (GPT-2 small-ish: 6 layers, d=384, 6 heads, vocab 50257), for the real SmolLM2-135M (full
+fine-tuning, float32) and for a Pythia-shaped GPT-NeoX (random init, Pythia-14M's config: parallel residual,
+rotary on a quarter of each head; the paper's scaling family), it builds a vanilla model and a myopic copy with identical weights (``make_myopic(...,
 mode="detach_hidden")``, the exact one-pass form), each with its own AdamW, and times training steps on the same
 random-token batch (LM cross-entropy). For the GPT it also times the explicit O(T^2) form
 (``implementation="reference"``). Steps are INTERLEAVED (vanilla, myopic, [reference], vanilla, ...; the order is
@@ -40,7 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ("gpt", "smollm2")
+MODELS = ("gpt", "smollm2", "pythia")
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "myopia_step_cost.json"
 
 
@@ -199,7 +200,6 @@ def bench_gpt(args: argparse.Namespace, device: torch.device) -> dict:
 
 def bench_hf(args: argparse.Namespace, device: torch.device) -> dict:
     from forethought.models.hf import load_causal_lm
-    from forethought.myopia.wrap import make_myopic
     from forethought.testing import tiny_llama
 
     if args.quick:
@@ -211,11 +211,42 @@ def bench_hf(args: argparse.Namespace, device: torch.device) -> dict:
     else:
         vanilla, _ = load_causal_lm(args.hf_model, dtype=torch.float32)
         name = args.hf_model
+    return _bench_hf_model(args, device, vanilla, name, args.hf_batch, args.hf_seq_len)
+
+
+# Pythia-14M's config.json (EleutherAI/pythia-14m): GPT-NeoX, parallel residual, rotary on a quarter of each head
+PYTHIA_14M_SHAPE = {"vocab_size": 50304, "hidden_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4,
+                    "intermediate_size": 512, "max_position_embeddings": 2048, "use_parallel_residual": True,
+                    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                    "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0}
+
+
+def bench_pythia(args: argparse.Namespace, device: torch.device) -> dict:
+    """A random-init GPT-NeoX with Pythia-14M's shapes (the paper's scaling family; no model files needed)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from forethought.testing import tiny_gpt_neox
+
+    if args.quick:
+        vanilla = tiny_gpt_neox(vocab_size=256, hidden_size=64, layers=2, heads=4, seed=args.seed)
+        name = "tiny_gpt_neox (random init; --quick)"
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(args.seed)
+            vanilla = GPTNeoXForCausalLM(GPTNeoXConfig(**PYTHIA_14M_SHAPE))
+        name = "random init with Pythia-14M's shapes (GPT-NeoX)"
+    return _bench_hf_model(args, device, vanilla, name, args.pythia_batch, args.pythia_seq_len)
+
+
+def _bench_hf_model(args: argparse.Namespace, device: torch.device, vanilla: nn.Module, name: str, batch_size: int,
+                    seq_len: int) -> dict:
+    from forethought.myopia.wrap import make_myopic
+
     vanilla = vanilla.to(device=device, dtype=torch.float32).train()
     vanilla.requires_grad_(True)  # full fine-tuning
     myopic = make_myopic(copy.deepcopy(vanilla), mode="detach_hidden")
     c = vanilla.config
-    batch = random_batch(args.hf_batch, args.hf_seq_len, c.vocab_size, args.seed, device)
+    batch = random_batch(batch_size, seq_len, c.vocab_size, args.seed, device)
 
     def logits(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m(input_ids=x, use_cache=False).logits
@@ -231,7 +262,7 @@ def bench_hf(args: argparse.Namespace, device: torch.device) -> dict:
               "tie_word_embeddings": getattr(c, "tie_word_embeddings", None),
               "attn_implementation": getattr(c, "_attn_implementation", None), "dtype": "float32",
               "precision": args.precision, "trainable": "all parameters"}
-    return _result(variants, args, args.hf_batch, args.hf_seq_len, n_params(vanilla), config, paths)
+    return _result(variants, args, batch_size, seq_len, n_params(vanilla), config, paths)
 
 
 SHAPE_ONLY = "smollm2-shape"
@@ -305,11 +336,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help=f"HF model for the second benchmark ('{SHAPE_ONLY}': random init, SmolLM2-135M's shapes)")
     ap.add_argument("--hf-seq-len", type=int, default=None, help="default 256 (--quick 32)")
     ap.add_argument("--hf-batch", type=int, default=None, help="default 4 (--quick 2)")
+    ap.add_argument("--pythia-seq-len", type=int, default=None, help="default 256 (--quick 32)")
+    ap.add_argument("--pythia-batch", type=int, default=None, help="default 8 (--quick 2)")
     args = ap.parse_args(argv)
     full = {"threads": 0, "steps": 20, "warmup": 3, "gpt_layers": 6, "gpt_embd": 384, "gpt_heads": 6,
-            "gpt_vocab": 50257, "gpt_seq_len": 256, "gpt_batch": 8, "hf_seq_len": 256, "hf_batch": 4}
+            "gpt_vocab": 50257, "gpt_seq_len": 256, "gpt_batch": 8, "hf_seq_len": 256, "hf_batch": 4,
+            "pythia_seq_len": 256, "pythia_batch": 8}
     quick = {"threads": 1, "steps": 3, "warmup": 3, "gpt_layers": 2, "gpt_embd": 64, "gpt_heads": 4,
-             "gpt_vocab": 256, "gpt_seq_len": 32, "gpt_batch": 2, "hf_seq_len": 32, "hf_batch": 2}
+             "gpt_vocab": 256, "gpt_seq_len": 32, "gpt_batch": 2, "hf_seq_len": 32, "hf_batch": 2,
+             "pythia_seq_len": 32, "pythia_batch": 2}
     for k, v in (quick if args.quick else full).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -337,6 +372,9 @@ def main(argv: list[str] | None = None) -> dict:
     if "smollm2" in args.models:
         measured["smollm2"] = bench_hf(args, device)
         print(_line("smollm2" if not args.quick else "smollm2 (tiny_llama)", measured["smollm2"]), flush=True)
+    if "pythia" in args.models:
+        measured["pythia"] = bench_pythia(args, device)
+        print(_line("pythia" if not args.quick else "pythia (tiny_gpt_neox)", measured["pythia"]), flush=True)
     result = {
         "command": " ".join(["python", "benchmarks/myopia_step_cost.py", *(sys.argv[1:] if argv is None else argv)]),
         "quick": args.quick,
@@ -360,6 +398,16 @@ def main(argv: list[str] | None = None) -> dict:
         **measured,
         "machine": env,
     }
+    if args.out.is_file() and not args.quick:  # keep the models this invocation did not measure
+        import json
+
+        old = json.loads(args.out.read_text())
+        kept = [m for m in MODELS if m not in measured and m in old]
+        for m in kept:
+            result[m] = old[m]
+            result["naive_estimate"][m] = old.get("naive_estimate", {}).get(m)
+        if kept:
+            result["kept_from_earlier_runs"] = {m: old.get("command") for m in kept}
     atomic_write_json(args.out, result)
     naive = ", ".join(f"{k} ~{r['seq_len']}x" for k, r in measured.items())
     print(f"threads={result['torch_threads']} wall={result['wall_s']:.1f}s naive {naive} vanilla; wrote {args.out}")

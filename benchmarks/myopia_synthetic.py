@@ -8,6 +8,15 @@ unfinished runs and skips finished ones, so the seeds may be trained over severa
 
     python benchmarks/myopia_synthetic.py [--seeds 0 1 2] [--steps-p1 5000] [--steps-other 5000] [--jobs 2]
     python benchmarks/myopia_synthetic.py --p 0.1 --seeds 0        # the p = 0.1 row, one seed (resumable)
+    python benchmarks/myopia_synthetic.py --grid paper --seeds 0 1  # the paper's p grid, both models
+    python benchmarks/myopia_synthetic.py --grid paper --seeds 0 --tag reference \
+        --set --model.init reference --model.final_norm true      # the paper's model, its own runs and JSON
+    python benchmarks/myopia_synthetic.py --quick --runs /tmp/r --out /tmp/o   # tiny smoke (seconds per run)
+
+``--grid paper`` = p ∈ {1, 0.3, 0.1, 0.01} for vanilla and myopic (the paper trains vanilla also at 0.001). Every
+row carries the paper's myopic normalised loss beside ours (``paper``). ``--tag`` keeps a variant's runs and JSON
+apart (runs/bench-myopia-synthetic-<tag>/, results/myopia_synthetic_<tag>.json); ``--set`` passes the remaining
+arguments to every run as config overrides.
 """
 
 from __future__ import annotations
@@ -29,6 +38,13 @@ from forethought.eval.stats import t_interval  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-synthetic"
+PAPER_GRID = [1.0, 0.3, 0.1, 0.01]
+# Wu et al. 2024 (reference code's runs, ../shared/SPEC.md): myopic normalised loss per p; vanilla "about 0.00-0.1"
+PAPER = {"myopic": {"p=1": 1.257, "p=0.3": 1.034, "p=0.1": 0.966, "p=0.01": 1.103},
+         "vanilla": "about 0.00-0.1 at every p", "predict_zero_p1": 1.28,
+         "vanilla_p_grid": [1.0, 0.3, 0.1, 0.01, 0.001], "myopic_p_grid": [1.0, 0.3, 0.1, 0.01],
+         "budget": "58,593 steps x 512 sequences", "model": "HF GPT-2 body (GPT-2 init, final LayerNorm), default-init "
+                                                           "input Linear(2, d) and head Linear(d, 1)"}
 
 
 def main() -> None:
@@ -41,7 +57,26 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=250, help="held-out normalised loss every N steps (curve)")
     ap.add_argument("--jobs", type=int, default=2, help="parallel single-threaded processes")
     ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished runs")
+    ap.add_argument("--grid", choices=["paper"], help="paper: p in {1, 0.3, 0.1, 0.01} (replaces --p)")
+    ap.add_argument("--tag", default="", help="a variant's own runs folder and JSON name")
+    ap.add_argument("--config", default="small", help="the preset every run starts from")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke: the tiny preset, 20 steps, one seed, p in {1, 0.1}")
+    ap.add_argument("--runs", type=Path, default=None, help="runs folder (default runs/bench-myopia-synthetic[-tag])")
+    ap.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--set", nargs=argparse.REMAINDER, default=[],
+                    help="config overrides for every run, e.g. --set --model.init reference (must come last)")
     args = ap.parse_args()
+    global RUNS, OUT
+    RUNS = args.runs or (RUNS.parent / f"{RUNS.name}-{args.tag}" if args.tag else RUNS)
+    OUT = args.out or OUT
+    if args.quick:
+        args.config, args.steps_p1, args.steps_other, args.eval_every = "tiny", 20, 20, 10
+        args.seeds, args.p = args.seeds[:1], [1.0, 0.1]
+        args.set = [*args.set, "--eval_sequences", "256", "--probe.train_sequences", "64",
+                    "--probe.test_sequences", "32"]
+    if args.grid == "paper":
+        args.p = PAPER_GRID
     # seed-major order: with two jobs at a time, vanilla and myopic of one seed train side by side
     jobs = [(p, mode, seed) for seed in args.seeds for p in args.p for mode in ("vanilla", "detach_hidden")]
     if not args.collect_only:
@@ -50,16 +85,18 @@ def main() -> None:
             steps = args.steps_p1 if p == 1.0 else args.steps_other
             name = f"p={p:g}-{mode}-s{seed}"
             queue.append((f"bench-myopia-synthetic-{name}",
-                          [sys.executable, "-m", "forethought.cli", "myopia", "synthetic", "--config", "small",
+                          [sys.executable, "-m", "forethought.cli", "myopia", "synthetic", "--config", args.config,
                            "--run.out_dir", str(RUNS), "--run.name", name, "--run.seed", str(seed),
                            "--p_values", f"[{p}]", "--modes", f"[{mode}]", "--train.steps", str(steps),
-                           "--train.eval_every", str(args.eval_every), "--resume", "auto"]))
+                           "--train.eval_every", str(args.eval_every), "--resume", "auto", *args.set]))
         RUNS.mkdir(parents=True, exist_ok=True)
+        prefix = "bench-myopia-synthetic-"  # finished runs (results.json written) are skipped, not re-evaluated
+        queue = [j for j in queue if not (RUNS / j[0][len(prefix):] / "results.json").is_file()]
         run_queue(queue, args.jobs, RUNS.parent, ROOT)
-    collect(" ".join(["python", *sys.argv]))
+    collect(" ".join(["python", *sys.argv]), args.tag)
 
 
-def collect(command: str) -> None:
+def collect(command: str, variant_tag: str = "") -> None:
     """Assemble every finished (p, model) run under RUNS, whichever invocation trained it. The runs are resumable
     and may span several invocations of this script: all of them are listed in ``command``, and ``wall_s`` spans
     from the first run's start to now."""
@@ -79,7 +116,8 @@ def collect(command: str) -> None:
                              "threads_per_run": 1, "parallel_runs": 2},
                  "metric": "mean Huber loss (delta=1) over 64 positions / p, 16384 fresh sequences",
                  "probe": "ridge R² of sin(10·x_(n-lag)), best layer (0 = embedding), positions n >= 20",
-                 "model": "configs/myopia/synthetic_small.yaml (its model section is copied per run below)",
+                 "model": "the preset's model section, as run (model_config below)",
+                 "paper": PAPER,
                  "curves": {}, "eval_curves": {}, "probe_r2_by_layer": {}}
     train_wall = 0.0
     per: dict = {}
@@ -97,7 +135,8 @@ def collect(command: str) -> None:
         m = row[mode]
         best = [max(layer[i] for layer in m["probe_r2"]) for i in range(len(m["probe_r2"][0]))]
         entry = per.setdefault(key, {}).setdefault(name, {"seeds": [], "loss": [], "steps": [], "wall": [],
-                                                          "r2_lag0": [], "r2_lag1": [], "r2_best_lag0_10": []})
+                                                          "r2_lag0": [], "r2_lag1": [], "r2_best_lag0_10": [],
+                                                          "r2_sum_last": [], "r2_sum_best": []})
         entry["seeds"].append(seed)
         entry["loss"].append(m["normalised_loss"])
         entry["steps"].append(m["steps"])
@@ -105,6 +144,9 @@ def collect(command: str) -> None:
         entry["r2_lag0"].append(best[0])
         entry["r2_lag1"].append(best[1])
         entry["r2_best_lag0_10"].append(max(best[:11]))
+        if m.get("probe_sum_r2"):  # runs from before the sum probe have none
+            entry["r2_sum_last"].append(m["probe_sum_r2"][-1])
+            entry["r2_sum_best"].append(max(m["probe_sum_r2"]))
         res.setdefault(key, {})["predict_zero"] = row["predict_zero"]
         res[key][f"{name}_batch_size"] = r["batch_size"]
         res["curves"][tag] = m["curve"]
@@ -128,6 +170,9 @@ def collect(command: str) -> None:
             res[key][f"{name}_probe_r2_lag0"] = statistics.fmean(e["r2_lag0"])
             res[key][f"{name}_probe_r2_lag1"] = statistics.fmean(e["r2_lag1"])
             res[key][f"{name}_probe_r2_best_lag0_10"] = statistics.fmean(e["r2_best_lag0_10"])
+            if e["r2_sum_last"]:
+                res[key][f"{name}_probe_sum_r2_last_layer"] = statistics.fmean(e["r2_sum_last"])
+                res[key][f"{name}_probe_sum_r2_best_layer"] = statistics.fmean(e["r2_sum_best"])
             res[key]["per_seed"][name] = dict(zip(map(str, e["seeds"]), e["loss"]))
         both = sorted(set(models.get("vanilla", {}).get("seeds", [])) & set(models.get("myopic", {}).get("seeds", [])))
         if both:  # paired by seed: the same data stream and initialisation for both models
@@ -137,25 +182,28 @@ def collect(command: str) -> None:
             res[key]["myopic_minus_vanilla"] = {"seeds": both, "per_seed": diffs, "mean": statistics.fmean(diffs),
                                                 "std": statistics.stdev(diffs) if len(diffs) > 1 else None,
                                                 "ci95_of_mean": t_interval(diffs)}
+        if key in PAPER["myopic"]:
+            res[key]["paper_myopic"] = PAPER["myopic"][key]
     res["train_wall_s_total"] = train_wall
-    _plots(res)
+    stem = f"myopia_synthetic_{variant_tag}" if variant_tag else "myopia_synthetic"
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "myopia_synthetic.json").write_text(json.dumps(res, indent=2) + "\n")
+    _plots(res, stem)
+    (OUT / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k.startswith("p=")}, indent=2))
 
 
-def _plots(res: dict) -> None:
+def _plots(res: dict, stem: str = "myopia_synthetic") -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from forethought.core.plots import heatmaps, line_plot
 
     curves = {k: tuple(zip(*v)) for k, v in (res["eval_curves"] or res["curves"]).items() if v}
     if curves:
         what = "held-out normalised loss" if res["eval_curves"] else "training Huber loss / p"
-        line_plot(curves, OUT / "myopia_synthetic_curves.png", title=f"synthetic task: {what}",
+        line_plot(curves, OUT / f"{stem}_curves.png", title=f"synthetic task: {what}",
                   xlabel="step", ylabel="loss / p")
     panels = {k: v for k, v in res["probe_r2_by_layer"].items() if k.startswith("p=1/") and k.endswith("/seed0")}
     if panels:
-        heatmaps(panels, OUT / "myopia_synthetic_probe_r2.png", title="ridge probe R² of sin(10·x_(n−lag)), p=1",
+        heatmaps(panels, OUT / f"{stem}_probe_r2.png", title="ridge probe R² of sin(10·x_(n−lag)), p=1",
                  xlabel="lag", ylabel="layer (0 = embedding)")
 
 

@@ -58,6 +58,9 @@ def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path) -> str
     ([*SYNTH, "--train.steps", "0"], ["train.steps must be at least 1"]),
     ([*SYNTH, "--curve_sequences", "0"], ["curve_sequences must be at least 1"]),
     ([*SYNTH, "--eval_sequences", "0"], ["eval_sequences must be at least 1"]),
+    ([*SYNTH, "--myopia.horizon", "-1"], ["myopia.horizon must be >= 0", "-1"]),
+    ([*LM, "--myopia.horizon", "-2"], ["myopia.horizon must be >= 0", "-2"]),
+    ([*SYNTH, "--model.init", "nope"], ["model.init", "nope"]),
     pytest.param([*LM, "--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
     pytest.param([*SYNTH, "--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
 ])

@@ -25,7 +25,7 @@ def test_lm_finetune_hf_llama_with_lora_and_probe(tmp_path, monkeypatch):
 
     res = json.loads((out / "myopia-lm-tiny" / "results.json").read_text())
     assert res["trainable_params"] < res["params"] / 2  # LoRA: the base stays frozen
-    assert {"gap", "local_myopic_bonus", "transformer_bigram"} <= res.keys()
+    assert {"gap", "local_myopic_bonus", "myopic_minus_local", "transformer_bigram"} <= res.keys()
     ckpt = out / "myopia-lm-tiny" / "detach_hidden" / "step-000004"
     assert json.loads((ckpt / "manifest.json").read_text())["trainable_only"] is True
     code = main(["myopia", "probe", "--lm_run", str(out / "myopia-lm-tiny"), "--layers", "[0, 2]", "--k_max", "2",

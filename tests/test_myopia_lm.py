@@ -68,3 +68,54 @@ def test_eval_every_logs_validation_loss_for_every_variant(trained) -> None:
         assert all(0 < r["val_loss"] < 20 for r in evals)
         assert [r["step"] for r in results["variants"][variant]["eval_curve"]] == expected
         assert (run_dir / variant / "eval_curve.png").stat().st_size > 1000
+
+
+def test_summary_uses_the_papers_definitions(trained) -> None:
+    """Bonus = vanilla − local (the paper's), myopic − local kept under its own name, and the gap over the context
+    benefit (myopic − vanilla) / (bigram − vanilla)."""
+    res = json.loads((trained[0] / "results.json").read_text())
+    loss = {k: v["val_loss"] for k, v in res["variants"].items()}
+    assert res["local_myopic_bonus"] == pytest.approx(loss["vanilla"] - loss["local"], abs=1e-12)
+    assert res["myopic_minus_local"] == pytest.approx(loss["detach_hidden"] - loss["local"], abs=1e-12)
+    want = (loss["detach_hidden"] - loss["vanilla"]) / (loss["zero_past"] - loss["vanilla"])
+    if loss["zero_past"] > loss["vanilla"]:
+        assert res["gap_over_context"] == pytest.approx(want, abs=1e-12)
+    assert lm.gap_over_context(3.40, 3.28, 5.33) == pytest.approx(0.12 / 2.05)
+    assert lm.gap_over_context(3.0, 3.0, 2.9) is None  # context buys nothing: no ratio
+
+
+def test_paper_preset_is_the_papers_regime() -> None:
+    cfg = load_config(lm.LMConfig, CONFIG_DIR / "myopia" / "lm_paper.yaml")
+    assert cfg.gpt.dropout == 0.1 and cfg.gpt.attn_dropout == 0.1
+    assert (cfg.gpt.n_embd, cfg.gpt.n_layer, cfg.gpt.n_head, cfg.data.seq_len) == (768, 12, 12, 64)
+    assert cfg.train.batch_size == 512 and cfg.train.lr == 6e-4
+    assert abs(cfg.train.steps * cfg.train.batch_size - 4.66e6) < 0.01e6  # the paper's 4.66M sequences, once
+    assert cfg.data.corpus.startswith("hf:") and "msmarco" in cfg.data.corpus
+
+
+def test_repeating_the_corpus_warns_before_training(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = load_config(lm.LMConfig, CONFIG_DIR / "myopia" / "lm_tiny.yaml",
+                      ["--run.out_dir", str(tmp_path), "--data.cache_dir", str(tmp_path / "cache"),
+                       "--variants", "[vanilla]"])
+    n = len(lm.load_tokens(cfg)[0])
+    per_step = cfg.train.batch_size * cfg.data.seq_len
+    assert lm.repeat_warning(cfg, n_tokens := per_step * cfg.train.steps) is None  # one epoch: quiet
+    assert "is 4.0 epochs" in lm.repeat_warning(cfg, n_tokens // 4)
+
+    class Stop(Exception):
+        pass
+
+    def no_training(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(lm, "train", no_training)
+    cfg.train.steps = int(4 * n / per_step) + 1
+    with pytest.raises(Stop):
+        lm.run(cfg)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "epochs of corpus 'generated'" in err
+    cfg.train.steps = max(1, n // per_step)
+    with pytest.raises(Stop):
+        lm.run(cfg)
+    assert "warning" not in capsys.readouterr().err

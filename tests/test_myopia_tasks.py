@@ -112,3 +112,30 @@ def test_demo_end_to_end(tmp_path, monkeypatch):
     model, cfg = load_variant(tmp_path / "demo" / "lm", "detach_hidden")
     assert isinstance(cfg, LMConfig) and sum(p.numel() for p in model.parameters()) > 0
     assert load_config(LMConfig, tmp_path / "demo" / "lm" / "config.yaml").train.steps == 6
+
+
+def test_probes_read_lags_and_the_whole_sum_on_the_models_own_p():
+    """A stand-in model whose state at n holds sin(10·x_{n−i}) for i = 0..4: the lag probes score ≈ 1 up to lag 4
+    and ≈ 0 beyond, the sum probe ≈ 1 (window 3 from lag 1 is inside the state); the sequences follow p."""
+    from forethought.myopia.synthetic import probes
+
+    seen_p = []
+
+    class Lags(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, inputs, output_hidden_states=False):
+            x, z = inputs[..., 0], inputs[..., 1]
+            seen_p.append(z.mean().item())
+            f = torch.sin(10 * x)
+            h = torch.stack([torch.nn.functional.pad(f, (i, 0))[:, :f.shape[1]] for i in range(5)], dim=-1)
+            return None, [h, h]
+
+    task = TaskConfig(seq_len=24, window=3, shift=1)
+    r2, r2_sum = probes(Lags(), task, ProbeSettings(max_lag=8, train_sequences=256, test_sequences=128), 0, p=0.25)
+    assert len(r2) == 2 and len(r2_sum) == 2
+    assert min(r2[0][:5]) > 0.99 and max(r2[0][5:]) < 0.05
+    assert min(r2_sum) > 0.99
+    assert all(abs(m - 0.25) < 0.05 for m in seen_p)

@@ -68,6 +68,43 @@ def tiny_gpt2(
     return _seeded(GPT2LMHeadModel, config, seed)
 
 
+def tiny_gpt_neox(vocab_size: int = 256, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
+                  max_positions: int = 512, rotary_pct: float = 0.25, dropout: float = 0.0):
+    """A small random-init GPT-NeoX shaped as Pythia: parallel residual, rotary on a quarter of each head."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                           num_attention_heads=heads, intermediate_size=4 * hidden_size,
+                           max_position_embeddings=max_positions, use_parallel_residual=True,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                            "partial_rotary_factor": rotary_pct},
+                           attention_dropout=dropout, hidden_dropout=dropout, tie_word_embeddings=False)
+    return _seeded(GPTNeoXForCausalLM, config, seed)
+
+
+def tiny_phi(vocab_size: int = 256, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
+             max_positions: int = 512, qk_layernorm: bool = True, dropout: float = 0.0):
+    """A small random-init Phi (parallel attention + MLP, partial rotary, optional per-head q/k LayerNorms)."""
+    from transformers import PhiConfig, PhiForCausalLM
+
+    config = PhiConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                       num_attention_heads=heads, intermediate_size=4 * hidden_size,
+                       max_position_embeddings=max_positions, qk_layernorm=qk_layernorm,
+                       attention_dropout=dropout, resid_pdrop=dropout, embd_pdrop=dropout)
+    return _seeded(PhiForCausalLM, config, seed)
+
+
+def tiny_opt(vocab_size: int = 256, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
+             max_positions: int = 512, dropout: float = 0.0):
+    """A small random-init OPT (learned positions, pre-scaled queries, no rotary)."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    config = OPTConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                       num_attention_heads=heads, ffn_dim=4 * hidden_size, word_embed_proj_dim=hidden_size,
+                       max_position_embeddings=max_positions, dropout=dropout, attention_dropout=dropout)
+    return _seeded(OPTForCausalLM, config, seed)
+
+
 def _seeded(model_cls, config, seed: int):
     """``model_cls(config)`` initialised from ``seed`` alone, in eval mode (the global RNG is left as it was)."""
     with torch.random.fork_rng(devices=[]):

@@ -44,6 +44,7 @@ class GPTConfig:
     attention: Literal["causal", "block_causal", "full"] = field("causal", "attention mask")
     block_size: int = field(0, "tokens per block for block_causal attention")
     dropout: float = field(0.0, "dropout on attention output, MLP output and embeddings")
+    attn_dropout: float = field(0.0, "dropout on the attention probabilities (GPT-2's attn_pdrop)")
     bias: bool = field(True, "biases in linear layers and layer norms")
     layer_norm_eps: float = field(1e-5, "layer norm epsilon")
     tie_word_embeddings: bool = field(True, "share the LM head with the token embedding")
@@ -51,9 +52,11 @@ class GPTConfig:
         "gelu_new", "MLP nonlinearity: GPT-2's tanh-approximated GELU, or ReLU (the synthetic task's reference model)")
     final_norm: bool = field(True, "a LayerNorm before the head (GPT-2's ln_f); false = the head reads the raw "
                              "residual stream")
-    init: Literal["gpt2", "torch"] = field(
+    init: Literal["gpt2", "torch", "reference"] = field(
         "gpt2", "linear layers' init: GPT-2's N(0, 0.02) with zero biases and 1/sqrt(2L)-scaled residual "
-        "projections, or PyTorch's default (Kaiming-uniform); embedding tables are N(0, 0.02) either way")
+        "projections, or PyTorch's default (Kaiming-uniform); embedding tables are N(0, 0.02) either way. "
+        "'reference' = the myopia paper's synthetic model: GPT-2's init for the blocks, PyTorch's default for a "
+        "real-valued input layer and a regression head (same as gpt2 for token models)")
 
     def validate(self) -> None:
         from forethought.core.errors import ForethoughtError
@@ -107,6 +110,7 @@ class Attention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # fused q, k, v projections
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.resid_drop = nn.Dropout(cfg.dropout)
+        self.attn_dropout = cfg.attn_dropout  # on the attention probabilities, while training
         self.mode = cfg.attention
         self.block_size = cfg.block_size
         self.override: AttentionOverride | None = None
@@ -133,14 +137,17 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         elif self.override is not None:
             y = self.override(self, x, q, k, v)
-        elif attn_mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-        elif self.mode == "causal":
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        elif self.mode == "block_causal":
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=block_causal_mask(T, self.block_size, x.device))
         else:
-            y = F.scaled_dot_product_attention(q, k, v)
+            p = self.attn_dropout if self.training else 0.0
+            if attn_mask is not None:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+            elif self.mode == "causal":
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+            elif self.mode == "block_causal":
+                mask = block_causal_mask(T, self.block_size, x.device)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.resid_drop(self.c_proj(y))
 
@@ -204,6 +211,11 @@ class GPT(nn.Module):
             for m in self.modules():
                 if isinstance(m, nn.Linear) and not (m is self.head and self._tied()):
                     m.reset_parameters()
+        elif cfg.init == "reference":  # the paper's code swaps these into an initialised HF GPT-2: default init
+            if cfg.input_dim > 0:
+                self.wte.reset_parameters()
+            if cfg.output_dim > 0:
+                self.head.reset_parameters()
 
     def _tied(self) -> bool:
         return self.head.weight is getattr(self.wte, "weight", None)

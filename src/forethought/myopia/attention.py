@@ -17,6 +17,8 @@ Two implementations of the same function:
   d out_t / d v_t = A_tt and d out_t / d k_t = A_tt·s·q_t (v_t − out_t)ᵀ, which is what the two terms give;
   their negatives cancel what SDPA sent to the diagonal's past copies. The forward output is bit-identical to
   vanilla attention, since the added terms are exact zeros.
+* with a horizon h >= 1 (query t reads live K/V of t − h .. t), :func:`myopic_attention` runs one fused attention
+  over the 2T keys [past; live] with a mask that shows each position once: exact, about twice one attention.
 * :func:`reference_myopic_attention` — the explicit O(T²) form (scores with a replaced diagonal), used when past
   K/V differ in value from the live ones (``zero_past``, ``local``) or with a padding mask, and as the test oracle.
 """
@@ -58,34 +60,67 @@ def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def myopic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_past: torch.Tensor,
-                     v_past: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+                     v_past: torch.Tensor, scale: float | None = None, horizon: int = 0) -> torch.Tensor:
     """Exact myopic causal attention in one fused pass. ``k_past``/``v_past`` must equal ``k``/``v`` in value
-    and differ only in what their gradients reach (detached, or weights-only)."""
+    and differ only in what their gradients reach (detached, or weights-only).
+
+    ``horizon`` h: query t reads the live K/V of positions t − h .. t (the band) and the past K/V of earlier ones
+    (0 = myopic, T − 1 or more = vanilla). h = 0 adds two zero-valued terms to one attention (below); h >= 1 runs
+    one fused attention over the 2T keys [past K/V; live K/V] with a mask that shows each position once (its
+    past copy before the band, its live one inside): exact by construction, about twice one attention, whatever h."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    T = q.shape[-2]
+    if horizon >= T - 1:  # every earlier position is in the band: plain attention
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    if horizon > 0:
+        d = torch.arange(T, device=q.device)[:, None] - torch.arange(T, device=q.device)[None, :]  # t − s
+        mask = torch.cat([d > horizon, (d >= 0) & (d <= horizon)], dim=1)  # (T, 2T), True = attend
+        return F.scaled_dot_product_attention(q, torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2),
+                                              attn_mask=mask, scale=scale)
     out, lse = attention_with_lse(q, k_past, v_past, scale)  # (B, H, T, D), (B, H, T)
     a_tt = torch.exp((q * k_past).sum(-1) * scale - lse.to(q.dtype)).detach()  # diagonal probability (B, H, T)
     dk = (q.detach() * (k - k_past)).sum(-1) * scale  # zero in value, d/dk_t = s·q_t
     return out + a_tt.unsqueeze(-1) * (v - v_past) + (a_tt * dk).unsqueeze(-1) * (v_past - out).detach()
 
 
+def band_mask(T: int, horizon: int, device: torch.device | None = None) -> torch.Tensor:
+    """(T, T) bool: True where key s is in query t's live band, 0 <= t − s <= horizon."""
+    d = torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]
+    return (d >= 0) & (d <= horizon)
+
+
+def window_mask(T: int, window: int, device: torch.device | None = None) -> torch.Tensor:
+    """(T, T) bool, True = may attend: causal and t − s < window (HF's sliding-window attention)."""
+    d = torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]
+    return (d >= 0) & (d < window)
+
+
 def reference_myopic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_past: torch.Tensor,
                                v_past: torch.Tensor, scale: float | None = None,
-                               mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Explicit myopic attention: off-diagonal scores/values from ``k_past``/``v_past``, the diagonal live.
-    ``mask``: optional extra mask broadcastable to (B, H, T, T), bool (True = attend) or additive float."""
+                               mask: torch.Tensor | None = None, horizon: int = 0, softcap: float | None = None,
+                               dropout_p: float = 0.0) -> torch.Tensor:
+    """Explicit myopic attention: scores/values of keys in the band (``horizon``: t − horizon .. t; 0 = the
+    diagonal) from the live ``k``/``v``, of earlier keys from ``k_past``/``v_past``.
+    ``mask``: optional extra mask broadcastable to (B, H, T, T), bool (True = attend) or additive float.
+    ``softcap``: scores -> softcap·tanh(scores / softcap) before masking (Gemma 2). ``dropout_p``: dropout on the
+    probabilities, drawn as HF's eager attention draws it (one F.dropout over the (B, H, T, T) probabilities)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     T = q.shape[-2]
-    eye = torch.eye(T, dtype=torch.bool, device=q.device)
+    band = band_mask(T, horizon, q.device)
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     past = (q @ k_past.transpose(-1, -2)) * scale  # (B, H, T, T)
-    diag = (q * k).sum(-1, keepdim=True) * scale  # (B, H, T, 1)
-    scores = torch.where(eye, diag, past).masked_fill(~causal, float("-inf"))
+    live = (q @ k.transpose(-1, -2)) * scale
+    scores = torch.where(band, live, past)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~causal, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     probs = torch.softmax(scores, dim=-1)
     probs = torch.nan_to_num(probs)  # fully masked (padding) rows
-    off = probs.masked_fill(eye, 0.0)
-    return off @ v_past + probs.diagonal(dim1=-2, dim2=-1).unsqueeze(-1) * v
+    if dropout_p > 0:
+        probs = F.dropout(probs, p=dropout_p, training=True)
+    return probs.masked_fill(band, 0.0) @ v_past + probs.masked_fill(~band, 0.0) @ v
 
 
 def vanilla_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:

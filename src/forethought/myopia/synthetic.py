@@ -8,7 +8,8 @@ model that computes sin(10·x) at step n for later use (pre-caching) wins; a myo
 
 Normalised loss = mean Huber loss (δ = 1) over all positions / p, on fresh sequences; the predict-zero
 baseline is reported beside it (``predict_zero``; measured values in benchmarks/results/myopia_synthetic.json).
-Per-layer ridge probes (R²) of f(frequency · x_{n−lag}) show the pre-cached features.
+Per-layer ridge probes (R²) of f(frequency · x_{n−lag}) show the pre-cached features, and a probe of the whole
+sum (the paper probes it at layer 2); both on sequences drawn at the model's own p.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from forethought.core.runtime import runtime_for, step_generator
 from forethought.core.trainer import TrainConfig, train
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.probe import fit_ridge
-from forethought.myopia.wrap import make_myopic
+from forethought.myopia.wrap import MyopiaSettings, make_myopic
 
 FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "square": torch.square}
 
@@ -56,6 +57,8 @@ class SyntheticConfig:
     task: TaskConfig = field(TaskConfig(), "the synthetic task")
     p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
     modes: list[str] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
+    myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
+                                   "detach_kv)")
     model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
                              "GPT-2 architecture (inputs through a linear embedding)")
     train: TrainConfig = field(TrainConfig(steps=6000, batch_size=64, lr=1e-3, warmup_steps=200, log_every=50),
@@ -122,33 +125,45 @@ def normalised_loss(model: torch.nn.Module, task: TaskConfig, p: float, n: int, 
 
 
 @torch.no_grad()
-def probe_r2(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int) -> list[list[float]]:
+def probe_r2(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int, p: float = 1.0) -> list[list[float]]:
     """R² of ridge probes predicting f(freq·x_{n−lag}) from each layer's residual stream (embedding = layer 0).
-    Returns [layer][lag]. Uses positions n >= max_lag so every lag has a real input."""
+    Returns [layer][lag]. Sequences are drawn at ``p`` (the model's own training p)."""
+    return probes(model, task, settings, seed, p)[0]
+
+
+@torch.no_grad()
+def probes(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int,
+           p: float = 1.0) -> tuple[list[list[float]], list[float]]:
+    """Ridge-probe R² from each layer's residual stream (embedding = layer 0), on sequences drawn at ``p``:
+    ([layer][lag] for f(freq·x_{n−lag}), lag 0..max_lag; [layer] for the target's whole sum
+    Σ_{i=shift}^{shift+window−1} f(freq·x_{n−i}), which the paper probes at the last layer). Positions
+    n >= max(max_lag, shift + window − 1), so every lag has a real input."""
     model.eval()
     dev = next(model.parameters()).device
-    lo = settings.max_lag
+    lo = max(settings.max_lag, task.shift + task.window - 1)
     f = FUNCTIONS[task.function]
 
     def collect(n: int, salt: int) -> tuple[list[torch.Tensor], torch.Tensor]:
-        b = sample_task(task, 1.0, n, step_generator(seed, 0, salt=salt))
+        b = sample_task(task, p, n, step_generator(seed, 0, salt=salt))
         _, hidden = model(b["inputs"].to(dev), output_hidden_states=True)
         feats = [h[:, lo:].reshape(-1, h.shape[-1]).double().cpu() for h in hidden]
-        x = b["x"].double()
-        targets = torch.stack([f(task.frequency * x[:, lo - lag: task.seq_len - lag]).reshape(-1)
-                               for lag in range(settings.max_lag + 1)], dim=1)  # (N, lags)
-        return feats, targets
+        fx = f(task.frequency * b["x"].double())  # (B, T)
+        lagged = [fx[:, lo - lag: task.seq_len - lag].reshape(-1) for lag in range(lo + 1)]
+        window = torch.stack(lagged[task.shift: task.shift + task.window], dim=1).sum(1)
+        return feats, torch.stack([*lagged[:settings.max_lag + 1], window], dim=1)  # (N, lags + 1)
 
     tr_f, tr_y = collect(settings.train_sequences, 11)
     te_f, te_y = collect(settings.test_sequences, 13)
-    r2 = []
+    r2, r2_sum = [], []
     for X, Xt in zip(tr_f, te_f):
         W, b = fit_ridge(X, tr_y, settings.ridge)
         pred = Xt @ W + b
         ss_res = ((te_y - pred) ** 2).sum(0)
         ss_tot = ((te_y - te_y.mean(0)) ** 2).sum(0)
-        r2.append((1 - ss_res / ss_tot).tolist())
-    return r2
+        row = (1 - ss_res / ss_tot).tolist()
+        r2.append(row[:-1])
+        r2_sum.append(row[-1])
+    return r2, r2_sum
 
 
 def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume: str | None) -> dict:
@@ -156,7 +171,7 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
     torch.manual_seed(cfg.run.seed)
     model = GPT(cfg.model)
     if mode != "vanilla":
-        make_myopic(model, mode=mode)
+        make_myopic(model, mode=mode, horizon=cfg.myopia.horizon if mode in ("detach_hidden", "detach_kv") else 0)
 
     def batch_fn(step: int) -> dict[str, torch.Tensor]:
         return sample_task(cfg.task, p, cfg.train.batch_size, step_generator(cfg.run.seed, step))
@@ -169,8 +184,9 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
     out = train(model, huber_loss, batch_fn, cfg.train, run, rt, resume=resume, desc=f"p={p:g} {mode}",
                 eval_fn=eval_fn, model_config=model.config_dict())
     loss, per_pos = normalised_loss(model, cfg.task, p, cfg.eval_sequences, cfg.run.seed + 1)
-    r2 = probe_r2(model, cfg.task, cfg.probe, cfg.run.seed + 2)
-    res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2,
+    r2, r2_sum = probes(model, cfg.task, cfg.probe, cfg.run.seed + 2, p)  # on the model's own p
+    res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2, "probe_sum_r2": r2_sum,
+           "probe_p": p,
            "curve": [[s, l / p] for s, l in out["curve"]], "eval_curve": out.get("eval_curve", []),
            "train_wall_s": out["wall_s"], "steps": cfg.train.steps, "world_size": out["world_size"],
            "wall_s": time.perf_counter() - t0}
@@ -188,6 +204,7 @@ def run(cfg: SyntheticConfig, resume: str | None = None) -> dict:
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     t0 = time.perf_counter()
     results: dict = {"task": vars(cfg.task).copy(), "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
+                     "myopia_horizon": cfg.myopia.horizon,
                      "lr": cfg.train.lr, "eval_sequences": cfg.eval_sequences}
     for p in cfg.p_values:
         row = {"predict_zero": predict_zero_loss(cfg.task, p)}
@@ -219,6 +236,9 @@ def _report(cfg: SyntheticConfig, results: dict, run: Run) -> None:
         r2 = results[p0][m]["probe_r2"]
         best = [max(layer[i] for layer in r2) for i in lags]
         lines.append(f"| {m} | " + " | ".join(f"{b:.2f}" for b in best[:6]) + " |")
+    lines += ["", f"Probe R² of the whole sum, per layer (0 = embedding), at {p0}: "
+              + "; ".join(f"{m} " + " / ".join(f"{x:.2f}" for x in results[p0][m]["probe_sum_r2"])
+                          for m in cfg.modes)]
     heatmaps({m: results[p0][m]["probe_r2"] for m in cfg.modes}, run.path("probe_r2.png"),
              title=f"ridge probe R² ({p0})", xlabel="lag", ylabel="layer (0 = embedding)")
     line_plot({f"{m} p={p:g}": tuple(zip(*results[f"p={p:g}"][m]["curve"])) for p in cfg.p_values

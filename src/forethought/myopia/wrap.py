@@ -12,14 +12,19 @@ Modes (following Wu et al. 2024, "Do language models plan for future tokens?", a
 * ``vanilla`` — undo: plain attention again.
 
 HF models are handled by wrapping each attention module's ``forward`` (the attention-function registry only
-sees projected, rotated q/k/v, which is not enough for ``detach_hidden``). Supported: the Llama family (modules
-with q_proj/k_proj/v_proj/o_proj and rotary ``position_embeddings``: Llama, SmolLM2, Mistral, Qwen2, ...) and
-GPT-2. State-dict keys are unchanged, so checkpoints and PEFT adapters work as before. During cached generation
-the forward pass is identical to vanilla, so the wrapper defers to the original code there.
+sees projected, rotated q/k/v, which is not enough for ``detach_hidden``). One table, :data:`FAMILIES`, maps
+attention classes to what differs between them (fused or separate projections, rotary or not and how much of
+each head, q/k norms, query pre-scaling, output projection, attention dropout, sliding window, soft-capping):
+Llama (SmolLM2), Mistral, Qwen2, Qwen3, Gemma, Gemma 2, GPT-2, GPT-NeoX (Pythia), Phi and OPT. Any other
+attention class is refused in one line, never treated as a look-alike. Sliding windows and soft-capping are
+applied (explicit form); attention dropout is drawn as HF's eager attention draws it. State-dict keys are
+unchanged, so checkpoints and PEFT adapters work as before. During cached generation the forward pass is
+identical to vanilla, so the wrapper defers to the original code there.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 from collections.abc import Callable
@@ -30,8 +35,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from forethought.core.config import field as config_field
 from forethought.core.errors import ForethoughtError
-from forethought.myopia.attention import blend, myopic_attention, reference_myopic_attention, weight_grad_only
+from forethought.myopia.attention import (
+    blend,
+    myopic_attention,
+    reference_myopic_attention,
+    weight_grad_only,
+    window_mask,
+)
 
 Mode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past", "local"]
 MODES: tuple[str, ...] = ("vanilla", "detach_hidden", "detach_kv", "zero_past", "local")
@@ -39,37 +51,55 @@ _ATTR = "_forethought_myopia"
 
 
 @dataclass
+class MyopiaSettings:
+    """The ``--myopia.*`` settings of the commands that train myopic models."""
+
+    horizon: int = config_field(
+        0, "myopia horizon k: in every attention layer, query t reads the live keys/values of positions t-k..t and "
+        "detached ones before (0 = myopic, >= seq_len - 1 = vanilla; through L layers the gradient of position "
+        "t's loss reaches back at most L*k positions). Applies to the detach_hidden / detach_kv models")
+
+    def validate(self) -> None:
+        if self.horizon < 0:
+            raise ForethoughtError(f"myopia.horizon must be >= 0, got {self.horizon}")
+
+
+@dataclass
 class MyopiaSpec:
     mode: str = "detach_hidden"
     beta: float = 0.0
     implementation: Literal["fast", "reference"] = "fast"
+    horizon: int = 0  # query t reads live K/V of positions t − horizon .. t (0 = myopic)
     frozen_inputs: dict[int, torch.Tensor] = field(default_factory=dict)  # local mode: layer -> (B, T, C)
 
 
-def _projection_past(x: torch.Tensor, value: torch.Tensor, proj: nn.Module, rows: slice | None = None,
-                     conv1d: bool = False) -> torch.Tensor:
-    """``proj(x)`` (already computed as ``value``) with gradients to the projection's weights only.
-    Plain linear layers reuse ``value`` (no second matmul); anything else (LoRA, ...) is recomputed on x.detach()."""
+def _projection_past(x: torch.Tensor, value: torch.Tensor, proj: nn.Module, conv1d: bool = False,
+                     rows: slice | None = None) -> torch.Tensor:
+    """``proj(x)`` (already computed as ``value``; only its output ``rows`` if given) with gradients to the
+    projection's weights only. Plain linear layers reuse ``value`` (no second matmul); anything else (LoRA, ...)
+    is recomputed on x.detach()."""
     if isinstance(proj, nn.Linear) and not conv1d:
-        w = proj.weight if rows is None else proj.weight[rows]
-        b = None if proj.bias is None else (proj.bias if rows is None else proj.bias[rows])
+        w, b = proj.weight, proj.bias
+        if rows is not None:
+            w, b = w[rows], (None if b is None else b[rows])
         return weight_grad_only(value, x, w, b)
     if conv1d and type(proj).__name__ == "Conv1D":
-        w = proj.weight if rows is None else proj.weight[:, rows]  # Conv1D weight is (in, out)
-        b = proj.bias if rows is None else proj.bias[rows]
-        return weight_grad_only(value, x, w.t(), b)
+        return weight_grad_only(value, x, proj.weight.t(), proj.bias)  # Conv1D weight is (in, out)
     out = proj(x.detach())
     return out if rows is None else out[..., rows]
 
 
 def _attend(spec: MyopiaSpec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kp: torch.Tensor,
-            vp: torch.Tensor, scale: float, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pick the exact fast form when past K/V equal the live ones in value, else the explicit form."""
+            vp: torch.Tensor, scale: float, mask: torch.Tensor | None = None, softcap: float | None = None,
+            dropout_p: float = 0.0) -> torch.Tensor:
+    """Pick the exact fused form when past K/V equal the live ones in value and nothing else changes the scores
+    or probabilities (a mask, soft-capping, dropout); else the explicit form."""
     if spec.mode in ("detach_hidden", "detach_kv"):
         kp, vp = blend(k, kp, spec.beta), blend(v, vp, spec.beta)
-        if spec.implementation == "fast" and mask is None:
-            return myopic_attention(q, k, v, kp, vp, scale)
-    return reference_myopic_attention(q, k, v, kp, vp, scale, mask)
+        if spec.implementation == "fast" and mask is None and softcap is None and dropout_p == 0.0:
+            return myopic_attention(q, k, v, kp, vp, scale, horizon=spec.horizon)
+    return reference_myopic_attention(q, k, v, kp, vp, scale, mask, horizon=spec.horizon, softcap=softcap,
+                                      dropout_p=dropout_p)
 
 
 # ---------------------------------------------------------------- our GPT
@@ -83,8 +113,8 @@ def _gpt_override(spec: MyopiaSpec, layer: int) -> Callable:
             return t.transpose(1, 2).reshape(B, T, C)
 
         if spec.mode == "detach_hidden":
-            kp = attn.heads(_projection_past(x, flat(k), attn.c_attn, slice(C, 2 * C)))
-            vp = attn.heads(_projection_past(x, flat(v), attn.c_attn, slice(2 * C, 3 * C)))
+            kp = attn.heads(_projection_past(x, flat(k), attn.c_attn, rows=slice(C, 2 * C)))
+            vp = attn.heads(_projection_past(x, flat(v), attn.c_attn, rows=slice(2 * C, 3 * C)))
         elif spec.mode == "detach_kv":
             kp, vp = k.detach(), v.detach()
         elif spec.mode == "zero_past":
@@ -93,106 +123,190 @@ def _gpt_override(spec: MyopiaSpec, layer: int) -> Callable:
             xf = spec.frozen_inputs[layer]
             _, kf, vf = F.linear(xf, attn.c_attn.weight, attn.c_attn.bias).split(C, dim=2)
             kp, vp = attn.heads(kf), attn.heads(vf)
-        return _attend(spec, q, k, v, kp, vp, 1.0 / (q.shape[-1] ** 0.5))
+        p = attn.attn_dropout if attn.training else 0.0
+        return _attend(spec, q, k, v, kp, vp, 1.0 / (q.shape[-1] ** 0.5), dropout_p=p)
 
     return override
 
 
-# ---------------------------------------------------------------- HF Llama family
+# ---------------------------------------------------------------- HF attention classes
 
 
-def _llama_forward(self: nn.Module, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None,
-                   cache=None, **kwargs):
-    cache = cache if cache is not None else kwargs.pop("past_key_values", None)
-    spec: MyopiaSpec = getattr(self, _ATTR)
-    if cache is not None and cache.get_seq_length(self.layer_idx) > 0:  # cached decoding: forward is vanilla
-        return type(self).forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
-    B, T, _ = hidden_states.shape
-    shape = (B, T, -1, self.head_dim)
-    rope = sys.modules[type(self).__module__].apply_rotary_pos_emb
-
-    def heads(t: torch.Tensor, norm: str | None = None) -> torch.Tensor:  # (B, T, n*hd) -> (B, n, T, hd)
-        t = t.view(shape)
-        if norm is not None and hasattr(self, norm):  # Qwen3-style per-head q/k norms
-            t = getattr(self, norm)(t)
-        return t.transpose(1, 2)
-
-    q_lin = self.q_proj(hidden_states)
-    k_lin, v_lin = self.k_proj(hidden_states), self.v_proj(hidden_states)
-    if spec.mode == "detach_hidden":
-        kp_lin = _projection_past(hidden_states, k_lin, self.k_proj)
-        vp_lin = _projection_past(hidden_states, v_lin, self.v_proj)
-    elif spec.mode == "local":
-        xf = spec.frozen_inputs[self.layer_idx]
-        kp_lin, vp_lin = self.k_proj(xf), self.v_proj(xf)
-    else:
-        kp_lin, vp_lin = k_lin.detach(), v_lin.detach()
-    q, k, v = heads(q_lin, "q_norm"), heads(k_lin, "k_norm"), heads(v_lin)
-    kp, vp = heads(kp_lin, "k_norm"), heads(vp_lin)
-    cos, sin = position_embeddings
-    q, k = rope(q, k, cos, sin)
-    kp = rope(kp, kp, cos, sin)[0]
-    if spec.mode == "zero_past":
-        kp, vp = torch.zeros_like(k), torch.zeros_like(v)
-    if cache is not None:
-        cache.update(k, v, self.layer_idx)
-    g = self.num_key_value_groups
-    k, v, kp, vp = (t.repeat_interleave(g, dim=1) if g > 1 else t for t in (k, v, kp, vp))
-    mask = None if attention_mask is None else attention_mask[:, :, :, :T]
-    y = _attend(spec, q, k, v, kp, vp, self.scaling, mask)  # (B, H, T, hd)
-    y = y.transpose(1, 2).reshape(B, T, -1)
-    return self.o_proj(y), None
+def _none(m: nn.Module) -> None:
+    return None
 
 
-# ---------------------------------------------------------------- HF GPT-2
+@dataclass(frozen=True)
+class HFFamily:
+    """What differs between HF attention classes, for one myopic forward that serves them all."""
+
+    name: str
+    qkv: str | tuple[str, str, str]  # one fused projection, or separate q / k / v projections
+    out: Callable[[nn.Module, torch.Tensor], torch.Tensor]  # (B, T, H·hd) -> the module's output
+    split: Callable[[nn.Module, torch.Tensor], tuple[torch.Tensor, ...]] | None = None  # fused -> q, k, v (B, T, ·)
+    conv1d: bool = False  # GPT-2's Conv1D projections
+    rope: bool = True  # rotary (possibly partial) through the modeling file's apply_rotary_pos_emb
+    prescaled_query: bool = False  # OPT: q·scaling, then attention with scale 1
+    head_dim: Callable[[nn.Module], int] = lambda m: m.head_dim
+    norms: Callable[[nn.Module], tuple[nn.Module, nn.Module] | None] = _none  # per-head q / k norms
+    dropout: Callable[[nn.Module], float] = lambda m: m.attention_dropout  # on the attention probabilities
+    window: Callable[[nn.Module], int | None] = _none  # sliding-window attention (HF: t − s < window)
+    softcap: Callable[[nn.Module], float | None] = _none  # attention-logit soft-capping
 
 
-def _gpt2_forward(self: nn.Module, hidden_states: torch.Tensor, cache=None, attention_mask=None, **kwargs):
-    cache = cache if cache is not None else kwargs.pop("past_key_values", None)
-    spec: MyopiaSpec = getattr(self, _ATTR)
-    if kwargs.get("encoder_hidden_states") is not None or (
-            cache is not None and cache.get_seq_length(self.layer_idx) > 0):
-        return type(self).forward(self, hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
-    B, T, C = hidden_states.shape
-    qkv = self.c_attn(hidden_states)
-    q_lin, k_lin, v_lin = qkv.split(self.split_size, dim=2)
+def _neox_split(m: nn.Module, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """GPT-NeoX's fused projection is laid out per head: (B, T, H·3·hd) -> q, k, v each (B, T, H·hd)."""
+    B, T, _ = t.shape
+    return tuple(c.reshape(B, T, -1) for c in t.view(B, T, -1, 3 * m.head_size).chunk(3, dim=-1))
 
-    def heads(t: torch.Tensor) -> torch.Tensor:
-        return t.view(B, T, -1, self.head_dim).transpose(1, 2)
 
-    if spec.mode == "detach_hidden":
-        kp_lin = _projection_past(hidden_states, k_lin, self.c_attn, slice(C, 2 * C), conv1d=True)
-        vp_lin = _projection_past(hidden_states, v_lin, self.c_attn, slice(2 * C, 3 * C), conv1d=True)
-    elif spec.mode == "local":
-        _, kp_lin, vp_lin = self.c_attn(spec.frozen_inputs[self.layer_idx]).split(self.split_size, dim=2)
-    elif spec.mode == "zero_past":
-        kp_lin, vp_lin = torch.zeros_like(k_lin), torch.zeros_like(v_lin)
-    else:
-        kp_lin, vp_lin = k_lin.detach(), v_lin.detach()
-    q, k, v, kp, vp = (heads(t) for t in (q_lin, k_lin, v_lin, kp_lin, vp_lin))
-    if cache is not None:
-        cache.update(k, v, self.layer_idx)
-    mask = None if attention_mask is None else attention_mask[:, :, :, :T]
-    y = _attend(spec, q, k, v, kp, vp, self.scaling, mask)
-    y = self.c_proj(y.transpose(1, 2).reshape(B, T, C))
-    return self.resid_dropout(y), None
+_LLAMA = dict(qkv=("q_proj", "k_proj", "v_proj"), out=lambda m, y: m.o_proj(y))
+_QK_NORM = dict(norms=lambda m: (m.q_norm, m.k_norm))
+_WINDOW = dict(window=lambda m: m.sliding_window)
+
+# The one dispatch table: attention class (module path + class name, matched along the class's MRO, so nothing is
+# imported and subclasses are covered) -> its family. A class that is not here is refused, never guessed.
+FAMILIES: dict[str, HFFamily] = {
+    "transformers.models.llama.modeling_llama.LlamaAttention": HFFamily("llama", **_LLAMA),
+    "transformers.models.mistral.modeling_mistral.MistralAttention": HFFamily(
+        "mistral", **_LLAMA, window=lambda m: getattr(m.config, "sliding_window", None)),
+    "transformers.models.qwen2.modeling_qwen2.Qwen2Attention": HFFamily("qwen2", **_LLAMA, **_WINDOW),
+    "transformers.models.qwen3.modeling_qwen3.Qwen3Attention": HFFamily("qwen3", **_LLAMA, **_QK_NORM, **_WINDOW),
+    "transformers.models.gemma.modeling_gemma.GemmaAttention": HFFamily("gemma", **_LLAMA),
+    "transformers.models.gemma2.modeling_gemma2.Gemma2Attention": HFFamily(
+        "gemma2", **_LLAMA, **_WINDOW, softcap=lambda m: m.attn_logit_softcapping),
+    "transformers.models.gpt2.modeling_gpt2.GPT2Attention": HFFamily(
+        "gpt2", qkv="c_attn", split=lambda m, t: t.split(m.split_size, dim=2), conv1d=True, rope=False,
+        out=lambda m, y: m.resid_dropout(m.c_proj(y)), dropout=lambda m: m.attn_dropout.p),
+    "transformers.models.gpt_neox.modeling_gpt_neox.GPTNeoXAttention": HFFamily(
+        "gpt_neox", qkv="query_key_value", split=_neox_split, out=lambda m, y: m.dense(y),
+        head_dim=lambda m: m.head_size),
+    "transformers.models.phi.modeling_phi.PhiAttention": HFFamily(
+        "phi", qkv=("q_proj", "k_proj", "v_proj"), out=lambda m, y: m.dense(y),
+        norms=lambda m: (m.q_layernorm, m.k_layernorm) if m.qk_layernorm else None),
+    "transformers.models.opt.modeling_opt.OPTAttention": HFFamily(
+        "opt", qkv=("q_proj", "k_proj", "v_proj"), out=lambda m, y: m.out_proj(y), rope=False,
+        prescaled_query=True, dropout=lambda m: m.dropout),
+}
+
+
+def hf_family(m: nn.Module) -> HFFamily | None:
+    """The family of an HF attention module, by its class (or a base class) in :data:`FAMILIES`."""
+    for cls in type(m).__mro__:
+        fam = FAMILIES.get(f"{cls.__module__}.{cls.__qualname__}")
+        if fam is not None:
+            return fam
+    return None
+
+
+def _rotary(rope: Callable, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+            sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE on the first cos.shape[-1] dims of each head (all of them, or the partial rotary of GPT-NeoX / Phi)."""
+    rd = cos.shape[-1]
+    if rd == q.shape[-1]:
+        return rope(q, k, cos, sin)
+    qr, kr = rope(q[..., :rd], k[..., :rd], cos, sin)
+    return torch.cat([qr, q[..., rd:]], dim=-1), torch.cat([kr, k[..., rd:]], dim=-1)
+
+
+def _hf_forward(fam: HFFamily, sig: inspect.Signature, layer: int) -> Callable:
+    """The myopic forward of one HF attention module (bound to it with types.MethodType)."""
+
+    def forward(self: nn.Module, *args, **kwargs):
+        spec: MyopiaSpec = getattr(self, _ATTR)
+        a = sig.bind(self, *args, **kwargs).arguments
+        extra = a.get("kwargs", {})
+        cache = next((c for c in (a.get("cache"), a.get("layer_past"), a.get("past_key_values"),
+                                  extra.get("past_key_values")) if c is not None), None)
+        if a.get("encoder_hidden_states") is not None or (
+                cache is not None and cache.get_seq_length(self.layer_idx) > 0):
+            return type(self).forward(self, *args, **kwargs)  # cross-attention, cached decoding: vanilla forward
+        x = a["hidden_states"]
+        B, T, _ = x.shape
+        hd = fam.head_dim(self)
+        if isinstance(fam.qkv, str):  # fused projection
+            proj = getattr(self, fam.qkv)
+            lin = proj(x)
+            q_lin, k_lin, v_lin = fam.split(self, lin)
+            if spec.mode == "detach_hidden":
+                _, kp_lin, vp_lin = fam.split(self, _projection_past(x, lin, proj, fam.conv1d))
+            elif spec.mode == "local":
+                _, kp_lin, vp_lin = fam.split(self, proj(spec.frozen_inputs[layer]))
+            else:
+                kp_lin, vp_lin = k_lin, v_lin  # replaced below
+        else:
+            qp, kp_, vp_ = (getattr(self, n) for n in fam.qkv)
+            q_lin, k_lin, v_lin = qp(x), kp_(x), vp_(x)
+            if spec.mode == "detach_hidden":
+                kp_lin, vp_lin = _projection_past(x, k_lin, kp_), _projection_past(x, v_lin, vp_)
+            elif spec.mode == "local":
+                xf = spec.frozen_inputs[layer]
+                kp_lin, vp_lin = kp_(xf), vp_(xf)
+            else:
+                kp_lin, vp_lin = k_lin, v_lin  # replaced below
+        scale = self.scaling
+        if fam.prescaled_query:
+            q_lin, scale = q_lin * self.scaling, 1.0
+        norms = fam.norms(self)
+
+        def heads(t: torch.Tensor, norm: nn.Module | None = None) -> torch.Tensor:  # (B, T, n·hd) -> (B, n, T, hd)
+            t = t.reshape(B, T, -1, hd).transpose(1, 2)
+            return t if norm is None else norm(t)
+
+        q, k, v = heads(q_lin, norms and norms[0]), heads(k_lin, norms and norms[1]), heads(v_lin)
+        kp, vp = heads(kp_lin, norms and norms[1]), heads(vp_lin)
+        if fam.rope:
+            cos, sin = a["position_embeddings"]
+            rope = sys.modules[type(self).__module__].apply_rotary_pos_emb
+            q, k = _rotary(rope, q, k, cos, sin)
+            kp = _rotary(rope, kp, kp, cos, sin)[0]
+        if spec.mode == "detach_kv":
+            kp, vp = k.detach(), v.detach()
+        elif spec.mode == "zero_past":
+            kp, vp = torch.zeros_like(k), torch.zeros_like(v)
+        if cache is not None:
+            cache.update(k, v, self.layer_idx)
+        g = getattr(self, "num_key_value_groups", 1)
+        k, v, kp, vp = (t.repeat_interleave(g, dim=1) if g > 1 else t for t in (k, v, kp, vp))
+        mask = a.get("attention_mask")
+        mask = None if mask is None else mask[:, :, :, :T]
+        window = fam.window(self)
+        if window is not None and window < T:  # whatever mask HF passed (or none), the window holds
+            w = window_mask(T, window, x.device)
+            mask = w if mask is None else (mask & w if mask.dtype == torch.bool else
+                                           mask.masked_fill(~w, torch.finfo(mask.dtype).min))
+        p = fam.dropout(self) if self.training else 0.0
+        y = _attend(spec, q, k, v, kp, vp, scale, mask, fam.softcap(self), p)  # (B, H, T, hd)
+        return fam.out(self, y.transpose(1, 2).reshape(B, T, -1)), None
+
+    return forward
 
 
 # ---------------------------------------------------------------- public API
 
 
-def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The attention modules make_myopic can wrap, in layer order: ("gpt" | "llama" | "gpt2", module)."""
+def attention_modules(model: nn.Module) -> list[tuple[HFFamily | str, nn.Module]]:
+    """The attention modules make_myopic can wrap, in layer order: ("gpt" | an :class:`HFFamily`, module).
+    Raises ForethoughtError for an attention class with no myopic form here, or for an HF attention
+    implementation other than eager / sdpa (its kernels get no masks or arguments this code could honour)."""
     from forethought.models.gpt import Attention
 
-    found = []
-    for _, m in model.named_modules():
+    found: list[tuple[HFFamily | str, nn.Module]] = []
+    for name, m in model.named_modules():
         if isinstance(m, Attention):
             found.append(("gpt", m))
-        elif all(hasattr(m, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "layer_idx", "head_dim")):
-            found.append(("llama", m))
-        elif type(m).__name__ == "GPT2Attention":
-            found.append(("gpt2", m))
+            continue
+        fam = hf_family(m)
+        if fam is not None:
+            impl = getattr(getattr(m, "config", None), "_attn_implementation", None) or "eager"
+            if impl not in ("eager", "sdpa"):
+                raise ForethoughtError(f"make_myopic: attention implementation '{impl}' is not supported "
+                                       "(load the model with attn_implementation='sdpa' or 'eager')")
+            found.append((fam, m))
+        elif type(m).__name__.endswith("Attention"):  # an attention class with no entry: refuse, never guess
+            raise ForethoughtError(
+                f"make_myopic: no myopic form for {type(m).__name__} ({name}); supported: forethought GPT, "
+                + ", ".join(f.name for f in FAMILIES.values()))
     return found
 
 
@@ -206,12 +320,20 @@ def myopia_mode(model: nn.Module) -> str:
 
 
 def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0,
-                frozen: nn.Module | None = None, implementation: str = "fast") -> nn.Module:
+                frozen: nn.Module | None = None, implementation: str = "fast", horizon: int = 0) -> nn.Module:
     """Make every attention layer of ``model`` myopic in place and return the model.
 
     ``mode``: detach_hidden | detach_kv | zero_past | local | vanilla (undo). ``beta`` in [0, 1] lets that
     fraction of the gradient flow as in vanilla. ``frozen``: the frozen vanilla model for ``local`` (same
     architecture). ``implementation``: ``fast`` (one fused attention, exact) or ``reference`` (explicit O(T²)).
+
+    ``horizon`` k >= 0 (the myopia horizon, a dial between myopic, k = 0, and vanilla, k >= T − 1), defined per
+    layer: in every attention layer, query t reads the live keys/values of positions t − k .. t and the "past"
+    keys/values (as ``mode`` makes them) of positions before t − k. So in each layer the gradient of whatever
+    position t computes reaches the layer inputs of positions t − k .. t only; through L layers the gradient of
+    position t's loss can reach back L·k positions (position t − k's state in layer l is shaped by its own band
+    in layer l − 1), never further. Cost: k = 0 one fused attention plus O(T·D); k >= 1 one fused attention over
+    2T keys (about twice one attention, whatever k).
     """
     if mode not in MODES:
         raise ForethoughtError(f"unknown myopia mode '{mode}'; choose one of {', '.join(MODES)}")
@@ -221,11 +343,13 @@ def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0
         raise ForethoughtError("myopia beta applies to detach_hidden and detach_kv only")
     if implementation not in ("fast", "reference"):
         raise ForethoughtError(f"unknown myopia implementation '{implementation}' (fast | reference)")
+    if horizon < 0:
+        raise ForethoughtError(f"myopia horizon must be >= 0, got {horizon}")
     mods = attention_modules(model)
     if not mods:
         raise ForethoughtError(
             f"make_myopic: found no supported attention modules in {type(model).__name__} "
-            "(supported: forethought GPT, HF Llama-family and GPT-2 models)")
+            "(supported: forethought GPT, " + ", ".join(f.name for f in FAMILIES.values()) + ")")
     _remove_frozen_hook(model)
     if mode == "vanilla":
         for kind, m in mods:
@@ -237,15 +361,13 @@ def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0
         return model
     if mode == "local" and frozen is None:
         raise ForethoughtError("myopia mode 'local' needs a frozen vanilla model (frozen=...)")
-    spec = MyopiaSpec(mode=mode, beta=beta, implementation=implementation)
+    spec = MyopiaSpec(mode=mode, beta=beta, implementation=implementation, horizon=horizon)
     for i, (kind, m) in enumerate(mods):
         setattr(m, _ATTR, spec)
         if kind == "gpt":
             m.override = _gpt_override(spec, i)
-        elif kind == "llama":
-            m.forward = types.MethodType(_llama_forward, m)
         else:
-            m.forward = types.MethodType(_gpt2_forward, m)
+            m.forward = types.MethodType(_hf_forward(kind, inspect.signature(type(m).forward), i), m)
     if mode == "local":
         _install_frozen_hook(model, frozen, spec)
     return model

@@ -87,6 +87,16 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "local-myopic model reads the states of the already trained vanilla model, a head start that at this "
             "budget is worth more than what myopia costs, so its row measures that head start rather than the "
             "content of pre-cached states."),
+    Section("myopia_families.json", "make_myopic across model families", "python benchmarks/myopia_families.py",
+            myopia.families, (),
+            "Random-init tiny models of each family in float64: the one-pass myopic forward against the vanilla "
+            "forward, the gradient that reaches earlier positions' states, and the one-pass gradients against the "
+            "slow per-position form. Step costs on such small models overstate the steady-state ratio measured on "
+            "larger ones (the step-cost table above)."),
+    Section("myopia_horizon.json", "The myopia horizon", "python benchmarks/myopia_horizon.py", myopia.horizon,
+            ("myopia_horizon.png",),
+            "With horizon k, position t's loss may shape the attention inputs of positions t−k..t in every layer "
+            "and no earlier ones; k = 0 is the myopic model, k ≥ T − 1 the vanilla one."),
     Section("myopia_gradients.json", "The pre-caching gradient during training",
             "python benchmarks/myopia_gradients.py", myopia.gradients, ("myopia_gradients.png",),
             "g is the vanilla gradient and g_m the myopic gradient of the same weights on fixed batches; g − g_m is "

@@ -1,0 +1,202 @@
+"""Benchmark: the myopia horizon k, a dial between myopic (k = 0) and vanilla (k = T) training.
+
+``--myopia.horizon k`` (see forethought.myopia.wrap.make_myopic): in every attention layer query t reads the live
+keys/values of positions t − k .. t and detached ones before, so through L layers the gradient of position t's loss
+reaches back at most L·k positions. Two sweeps, each model one run of the project's CLI (single-threaded, two at a
+time on 2 cores), resumable (rerunning continues unfinished runs and skips finished ones):
+
+* **synthetic** (``myopia synthetic --config small``, p = 1, whose target sums sin(10·x) over the 10 previous
+  inputs): a myopic model at k ∈ {0, 2, 5, 9, 10, 12} and vanilla (k = T); the normalised loss vs k says how much
+  pre-caching a short horizon already buys (k = 0 is predict-zero-like, k = T the vanilla loss);
+* **lm** (``myopia lm --config small``, WikiText-2): a myopic model at k ∈ {0, 1, 2, 4, 8, 16} and vanilla; the gap
+  (myopic_k − vanilla) vs k. Needs FORETHOUGHT_DATA (a data root with wikitext-2/).
+
+Writes ``benchmarks/results/myopia_horizon.json`` and ``myopia_horizon.png``.
+
+    python benchmarks/myopia_horizon.py [--part synthetic lm] [--seeds 0] [--steps-synthetic 5000] [--steps-lm 800]
+    python benchmarks/myopia_horizon.py --quick --runs /tmp/h --out /tmp/o   # tiny smoke: seconds per run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _jobs import run_queue  # noqa: E402
+from _stats import invocations, run_started  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results"
+RUNS = ROOT / "runs" / "bench-myopia-horizon"
+SYNTH_K = [0, 2, 5, 9, 10, 12]
+LM_K = [0, 1, 2, 4, 8, 16]
+VANILLA = "T"  # the k = T point: vanilla training (a horizon >= T - 1 is vanilla exactly)
+
+
+def _jobs(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    cli = [sys.executable, "-m", "forethought.cli", "myopia"]
+    queue = []
+    for seed in args.seeds:
+        if "synthetic" in args.part:
+            for k in [*args.k_synthetic, VANILLA]:
+                name = f"synthetic-k={k}-s{seed}"
+                mode = "vanilla" if k == VANILLA else "detach_hidden"
+                horizon = [] if k == VANILLA else ["--myopia.horizon", str(k)]
+                queue.append((f"bench-myopia-horizon-{name}",
+                              [*cli, "synthetic", "--config", args.synthetic_config, "--run.out_dir", str(args.runs),
+                               "--run.name", name, "--run.seed", str(seed), "--p_values", "[1.0]",
+                               "--modes", f"[{mode}]", "--train.steps", str(args.steps_synthetic), *horizon,
+                               "--resume", "auto", *args.synthetic_set]))
+        if "lm" in args.part:
+            for k in [*args.k_lm, VANILLA]:
+                name = f"lm-k={k}-s{seed}"
+                variant = "vanilla" if k == VANILLA else "detach_hidden"
+                horizon = [] if k == VANILLA else ["--myopia.horizon", str(k)]
+                queue.append((f"bench-myopia-horizon-{name}",
+                              [*cli, "lm", "--config", args.lm_config, "--run.out_dir", str(args.runs),
+                               "--run.name", name, "--run.seed", str(seed), "--variants", f"[{variant}]",
+                               "--train.steps", str(args.steps_lm), *horizon, "--resume", "auto", *args.lm_set]))
+    return queue
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", nargs="+", choices=["synthetic", "lm"], default=["synthetic", "lm"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--k-synthetic", type=int, nargs="+", default=SYNTH_K)
+    ap.add_argument("--k-lm", type=int, nargs="+", default=LM_K)
+    ap.add_argument("--steps-synthetic", type=int, default=5000)
+    ap.add_argument("--steps-lm", type=int, default=800)
+    ap.add_argument("--jobs", type=int, default=2, help="parallel single-threaded processes")
+    ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished runs")
+    ap.add_argument("--quick", action="store_true", help="smoke: tiny presets, a few steps, k in {0, 2} and T")
+    ap.add_argument("--runs", type=Path, default=RUNS)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    args.synthetic_config, args.lm_config, args.synthetic_set, args.lm_set = "small", "small", [], []
+    if args.quick:
+        args.synthetic_config, args.lm_config = "tiny", "tiny"
+        args.k_synthetic, args.k_lm, args.seeds = [0, 2], [0, 2], args.seeds[:1]
+        args.steps_synthetic, args.steps_lm = 10, 6
+        args.synthetic_set = ["--eval_sequences", "128", "--probe.train_sequences", "64",
+                              "--probe.test_sequences", "32"]
+    elif "lm" in args.part and not os.environ.get("FORETHOUGHT_DATA"):
+        ap.error("the lm part needs FORETHOUGHT_DATA (a data root with wikitext-2/), or --part synthetic")
+    if not args.collect_only:
+        args.runs.mkdir(parents=True, exist_ok=True)
+        prefix = "bench-myopia-horizon-"  # finished runs (results.json written) are skipped, not re-evaluated
+        todo = [j for j in _jobs(args) if not (args.runs / j[0][len(prefix):] / "results.json").is_file()]
+        run_queue(todo, args.jobs, args.runs.parent, ROOT)
+    collect(args.runs, args.out, " ".join(["python", "benchmarks/myopia_horizon.py",
+                                           *(sys.argv[1:] if argv is None else argv)]))
+
+
+def _k(text: str) -> int | str:
+    return text if text == VANILLA else int(text)
+
+
+def collect(runs: Path, out: Path, command: str) -> dict:
+    """Every finished run under ``runs``: loss per k (mean over seeds), the synthetic fraction of the myopic −
+    vanilla difference that horizon k recovers, and the LM gap per k."""
+    seen = invocations(runs, command)
+    synth: dict = {}
+    lm: dict = {}
+    starts, walls = [], {}
+    for d in sorted(runs.glob("*-k=*-s*")):
+        rfile = d / "results.json"
+        if not rfile.is_file():
+            print(f"missing {rfile}; skipped (unfinished)")
+            continue
+        part, rest = d.name.split("-k=", 1)
+        k_text, seed_text = rest.rsplit("-s", 1)
+        k, seed = _k(k_text), int(seed_text)
+        r = json.loads(rfile.read_text())
+        starts.append(run_started(d))
+        if part == "synthetic":
+            row = r["p=1"]
+            m = row["vanilla" if k == VANILLA else "detach_hidden"]
+            synth.setdefault(str(k), {})[seed] = m["normalised_loss"]
+            synth.setdefault("predict_zero", {})[seed] = row["predict_zero"]
+            walls[d.name] = m["train_wall_s"]
+        else:
+            v = r["variants"]["vanilla" if k == VANILLA else "detach_hidden"]
+            lm.setdefault(str(k), {})[seed] = v["val_loss"]
+            walls[d.name] = v["train_wall_s"]
+    starts = [s for s in starts if s is not None]
+    res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
+                 "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1},
+                 "definition": "horizon k: in every attention layer query t reads live K/V of positions t-k..t and "
+                               "detached K/V (detach_hidden) before; through L layers the gradient of position t's "
+                               "loss reaches back at most L*k positions; k = T is vanilla",
+                 "train_wall_s": walls}
+    res["synthetic"] = _summary(synth, "normalised_loss", lower_ref="predict_zero")
+    res["lm"] = _summary(lm, "val_loss")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "myopia_horizon.json").write_text(json.dumps(res, indent=2) + "\n")
+    _plot(res, out / "myopia_horizon.png")
+    print(json.dumps({p: {k: v.get("mean") for k, v in res[p].get("per_k", {}).items()} for p in ("synthetic", "lm")},
+                     indent=2))
+    return res
+
+
+def _summary(loss: dict, metric: str, lower_ref: str | None = None) -> dict:
+    """Mean over seeds per k; vs vanilla (k = T): the difference and, against k = 0, the fraction recovered."""
+    ref = loss.pop(lower_ref, None) if lower_ref else None
+    out: dict = {"metric": metric, "per_k": {}}
+    if ref:
+        out[lower_ref] = statistics.fmean(ref.values())
+    ks = sorted((k for k in loss if k != VANILLA), key=int) + ([VANILLA] if VANILLA in loss else [])
+    for k in ks:
+        xs = list(loss[k].values())
+        out["per_k"][k] = {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None,
+                           "per_seed": {str(s): x for s, x in sorted(loss[k].items())}}
+    van, myo = loss.get(VANILLA), loss.get("0")
+    for k in ks:
+        seeds = sorted(set(loss[k]) & set(van or {}))
+        if seeds:  # paired by seed: same initialisation and data order
+            d = [loss[k][s] - van[s] for s in seeds]
+            out["per_k"][k]["minus_vanilla"] = statistics.fmean(d)
+        both = sorted(set(loss[k]) & set(van or {}) & set(myo or {}))
+        if both and all(myo[s] != van[s] for s in both):
+            out["per_k"][k]["fraction_recovered"] = statistics.fmean(
+                (myo[s] - loss[k][s]) / (myo[s] - van[s]) for s in both)
+    return out
+
+
+def _plot(res: dict, path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from forethought.core.plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, part, ylabel in ((axes[0], "synthetic", "normalised loss (p = 1)"), (axes[1], "lm", "gap (nats)")):
+        per = res[part]["per_k"]
+        ks = [k for k in per if k != VANILLA]
+        if not ks:
+            ax.set_title(f"{part}: no runs")
+            continue
+        if part == "synthetic":
+            ax.plot([int(k) for k in ks], [per[k]["mean"] for k in ks], "o-", label="myopic, horizon k")
+            if VANILLA in per:
+                ax.axhline(per[VANILLA]["mean"], color="C2", ls="--", label="vanilla (k = T)")
+            if "predict_zero" in res[part]:
+                ax.axhline(res[part]["predict_zero"], color="k", lw=0.8, label="predict zero")
+        else:
+            ks = [k for k in ks if "minus_vanilla" in per[k]]
+            ax.plot([int(k) for k in ks], [per[k]["minus_vanilla"] for k in ks], "o-", label="myopic_k − vanilla")
+            ax.axhline(0.0, color="k", lw=0.8)
+        ax.set(title=f"{part}: loss vs myopia horizon k", xlabel="horizon k", ylabel=ylabel)
+        ax.legend()
+        ax.grid(alpha=0.3)
+    save_figure(fig, path)
+
+
+if __name__ == "__main__":
+    main()
