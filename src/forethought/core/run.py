@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from forethought.core.config import field, save_yaml
-from forethought.core.io import atomic_write_json
+from forethought.core.io import atomic_write_json, read_jsonl
 from forethought.core.trackers import check_tracker
 
 _PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers", "safetensors", "numpy")
@@ -59,16 +59,7 @@ def environment() -> dict[str, Any]:
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of a run folder's metrics.jsonl ([] when it has none); a line torn by a kill is skipped."""
-    p = Path(run_dir) / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a line torn by a kill
-    return out
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
 
 
 @dataclass
