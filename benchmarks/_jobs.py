@@ -21,9 +21,6 @@ def subprocess_env(threads: int) -> dict[str, str]:
 
 def run_queue(jobs: list[tuple[str, list[str]]], parallel: int, log_dir: Path, cwd: Path, threads: int = 1,
               on_done: Callable[[str], object] | None = None) -> None:
-    """:func:`forethought.experiments.jobs.run_queue`; a failure (the other jobs already stopped) exits."""
-    try:
-        _jobs.run_queue(jobs, parallel, log_dir, cwd, threads=threads, on_done=on_done, poll_s=0.5,
-                        src=ROOT / "src")
-    except _jobs.JobFailed as e:
-        sys.exit(str(e))
+    """:func:`forethought.experiments.jobs.run_queue_or_exit`: a failure (the other jobs already stopped) exits."""
+    _jobs.run_queue_or_exit(jobs, parallel, log_dir, cwd, threads=threads, on_done=on_done, poll_s=0.5,
+                            src=ROOT / "src")

@@ -16,14 +16,16 @@ import pytest
 from forethought.experiments import (
     Job,
     JobFailed,
+    by_seed,
+    collect_runs,
     finished_run,
     invocations,
     over_seeds,
     run_queue,
+    run_queue_or_exit,
     seed_jobs,
     seed_paired,
 )
-from forethought.experiments.archive import collect_runs
 
 PY = sys.executable
 T_975_DF2 = 4.302652729911275  # Student t, 0.975 quantile, 2 degrees of freedom (tables)
@@ -230,3 +232,35 @@ def test_invocations_are_listed_once_each(tmp_path: Path) -> None:
     assert invocations(tmp_path / "r", "python b.py") == ["python b.py"]
     assert invocations(tmp_path / "r", "python b.py --collect") == ["python b.py", "python b.py --collect"]
     assert invocations(tmp_path / "r", "python b.py") == ["python b.py", "python b.py --collect"]
+
+
+def test_a_comparison_over_seeds_end_to_end(tmp_path: Path) -> None:
+    """Two 'methods' run over three seeds through the queue, archived as they finish, collected (from the
+    archive alone after the run folders are gone) and compared seed by seed."""
+    runs, archive = tmp_path / "runs", tmp_path / "archive"
+    writer = ("import json, os, sys; a = sys.argv; seed = int(a[a.index('--run.seed') + 1]); "
+              "name = a[a.index('--run.name') + 1]; bonus = float(a[1]); d = os.path.join(a[2], name); "
+              "os.makedirs(d); json.dump({'command': ' '.join(a), 'started': '2026-01-01T00:00:00+0000'}, "
+              "open(os.path.join(d, 'env.json'), 'w')); "
+              "json.dump({'score': seed + bonus}, open(os.path.join(d, 'results.json'), 'w'))")
+    jobs = [*seed_jobs("a", [PY, "-c", writer, "0.5", str(runs)], [0, 1, 2]),
+            *seed_jobs("b", [PY, "-c", writer, "0.0", str(runs)], [0, 1])]
+    done = run_queue(jobs, 2, tmp_path / "logs", tmp_path, poll_s=0.02,
+                     done=lambda n: finished_run(runs / n, archive) is not None,
+                     on_done=lambda n: finished_run(runs / n, archive))
+    assert sorted(r.name for r in done if r.status == "ok") == ["a-s0", "a-s1", "a-s2", "b-s0", "b-s1"]
+    shutil.rmtree(runs)
+    records = collect_runs(runs, [j.name for j in jobs], archive)
+    a = by_seed(records, "a", lambda r: r["results"]["score"])
+    assert a == {0: 0.5, 1: 1.5, 2: 2.5} and by_seed(records, "a-s", lambda r: 0.0) == {}
+    diff = seed_paired(a, by_seed(records, "b", lambda r: r["results"]["score"]))
+    assert diff["seeds"] == [0, 1] and diff["per_seed"] == [0.5, 0.5] and diff["std"] == 0.0
+    # a second queue skips what the archive holds: nothing runs again
+    again = run_queue(jobs, 2, tmp_path / "logs", tmp_path, poll_s=0.02,
+                      done=lambda n: finished_run(runs / n, archive) is not None)
+    assert {r.status for r in again} == {"skipped"} and not runs.exists()
+
+
+def test_scripts_get_one_line_instead_of_a_traceback(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"^bad failed \(exit 4\); see "):
+        run_queue_or_exit([("bad", [PY, "-c", "raise SystemExit(4)"])], 1, tmp_path, poll_s=0.02)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from forethought.eval.stats import seed_mean_difference, t_interval
@@ -13,6 +14,19 @@ from forethought.eval.stats import seed_mean_difference, t_interval
 def _interval(values: list[float]) -> list[float] | None:
     ci = t_interval(values) if len(values) > 1 else None
     return None if ci is None else [ci[0], ci[1]]
+
+
+def by_seed(records: Mapping[str, Any], name: str, value: Callable[[Any], float]) -> dict[int, float]:
+    """``{seed: value(record)}`` for the records named ``<name>-s<seed>`` (the names
+    :func:`forethought.experiments.jobs.seed_jobs` gives), e.g. ``by_seed(runs, "sst2-predgen", lambda r:
+    r["results"]["accuracy"])``; other names are ignored."""
+    pattern = re.compile(re.escape(name) + r"-s(\d+)")
+    out = {}
+    for key, record in records.items():
+        m = pattern.fullmatch(key)
+        if m:
+            out[int(m.group(1))] = float(value(record))
+    return out
 
 
 def over_seeds(values: Mapping[int, float]) -> dict[str, Any]:
