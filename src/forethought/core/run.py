@@ -148,8 +148,11 @@ class Run:
         models = resolved_models()
         if not self.is_main or not env_path.is_file():
             return
-        env = json.loads(env_path.read_text())
-        if env.get("models") != models:
+        try:
+            env = json.loads(env_path.read_text())
+        except ValueError:
+            return  # not ours to repair: the record stays as it is
+        if isinstance(env, dict) and env.get("models") != models:
             env["models"] = models
             atomic_write_json(env_path, env)
 
