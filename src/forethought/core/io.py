@@ -58,3 +58,18 @@ def read_json_object(path: str | Path, required: tuple[str, ...] = (), fix: str 
     if missing:
         raise ForethoughtError(f"{path} is corrupt or incomplete (missing {', '.join(missing)}){tail}")
     return data
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines log (metrics.jsonl, predictions.jsonl); [] when the file is missing. A line torn
+    by a kill (not valid JSON) is skipped: a log appended to line by line may end mid-line."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out

@@ -1,5 +1,6 @@
 """Run folders: ``runs/<name>/`` holds the resolved config, ``metrics.jsonl``, ``results.json``, checkpoints,
-plots and ``env.json`` (git hash, package versions, command), so every number can be traced to its run."""
+plots and ``env.json`` (git hash, package versions, command, the pretrained models loaded with their weights'
+SHA-256), so every number can be traced to its run."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from forethought.core.config import field, save_yaml
-from forethought.core.io import atomic_write_json
+from forethought.core.env import resolved_models
+from forethought.core.io import atomic_write_json, read_jsonl
 from forethought.core.trackers import check_tracker
 
 _PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers", "safetensors", "numpy")
@@ -54,21 +56,13 @@ def environment() -> dict[str, Any]:
         "packages": versions,
         "git": git_hash(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "models": resolved_models(),
     }
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of a run folder's metrics.jsonl ([] when it has none); a line torn by a kill is skipped."""
-    p = Path(run_dir) / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a line torn by a kill
-    return out
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
 
 
 @dataclass
@@ -143,8 +137,24 @@ class Run:
         p = self.dir / "results.json"
         if self.is_main:
             self.start()
+            self.note_models()
             atomic_write_json(p, results)
         return p
+
+    def note_models(self) -> None:
+        """Add to env.json the models loaded since it was written (a run may start writing before its model
+        loads): the record names every model its process loaded (:func:`forethought.core.env.record_model`)."""
+        env_path = self.dir / "env.json"
+        models = resolved_models()
+        if not self.is_main or not env_path.is_file():
+            return
+        try:
+            env = json.loads(env_path.read_text())
+        except ValueError:
+            return  # not ours to repair: the record stays as it is
+        if isinstance(env, dict) and env.get("models") != models:
+            env["models"] = models
+            atomic_write_json(env_path, env)
 
     def path(self, name: str) -> Path:
         """Where to write ``name`` in this run (starts the run: the caller is about to write there)."""

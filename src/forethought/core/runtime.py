@@ -3,6 +3,8 @@ or many processes under ``accelerate launch`` / ``torchrun``)."""
 
 from __future__ import annotations
 
+import hashlib
+import numbers
 import os
 import random
 from dataclasses import dataclass
@@ -27,11 +29,28 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def mix_seed(*parts: int | str) -> int:
+    """One 63-bit seed from several parts (a run's seed, a step, an epoch, a stream's name), for every stream that
+    is seeded from more than one number. SHA-256 of the parts' exact text, so different tuples give unrelated
+    seeds: linear mixes such as ``seed * 1_000_003 + step`` collide (seed 0 at step 1,000,003 is seed 1 at step 0)
+    and correlate streams that share the formula. Name each stream with a string part (``mix_seed("perm", seed,
+    epoch)``) so two streams never draw the same numbers."""
+    if not parts:
+        raise ValueError("mix_seed needs at least one part")
+    clean: list[int | str] = []
+    for p in parts:
+        if isinstance(p, bool) or not isinstance(p, (numbers.Integral, str)):
+            raise TypeError(f"mix_seed parts are integers or strings, got {p!r}")
+        clean.append(p if isinstance(p, str) else int(p))  # numpy integers hash as the same int
+    digest = hashlib.sha256(repr(tuple(clean)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
 def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     """A CPU generator that depends only on (seed, step, salt): data for step s is the same whether the run
     was interrupted or not, and on every rank, so a resumed or multi-process run sees the same data."""
     g = torch.Generator()
-    g.manual_seed((seed * 1_000_003 + step * 7_919 + salt * 104_729) % (2**63 - 1))
+    g.manual_seed(mix_seed(int(seed), int(step), int(salt)))
     return g
 
 

@@ -2,8 +2,9 @@
 
 - ``mcnemar_exact``: McNemar's exact test on per-example correctness (binomial, p = 1/2, on the discordant pairs).
 - ``paired_bootstrap``: percentile interval of metric(A) - metric(B), resampling example indices with replacement,
-  the same indices for both methods; metric helpers ``accuracy``, ``mse``, ``pearson`` work on the last axis, so
-  one call scores every resample of a chunk.
+  the same indices for both methods; metric helpers ``accuracy``, ``mse``, ``pearson``, ``spearman`` work on the
+  last axis, so one call scores every resample of a chunk (and are the package's one Pearson / Spearman: a
+  single pair of 1-D arrays gives a 0-d array, ``float(pearson(p, t))``).
 - ``resample_indices`` / ``percentile_interval``: the pieces of any other percentile bootstrap (a statistic of
   resampled sets, e.g. gen-PPL or MAUVE of sample sets, or the difference between two independent sets).
 - ``seed_mean_difference`` / ``t_interval``: mean ± std over seeds and the Student-t interval of the mean of the
@@ -133,7 +134,16 @@ def pearson(values: np.ndarray, targets: np.ndarray | None = None) -> np.ndarray
     return np.where(constant | ~(den > 0), np.nan, r)
 
 
-METRICS: dict[str, Metric] = {"accuracy": accuracy, "mse": mse, "pearson": pearson}
+def spearman(values: np.ndarray, targets: np.ndarray | None = None) -> np.ndarray:
+    """Spearman rank correlation along the last axis: :func:`pearson` of the ranks (ties get their average rank,
+    ``scipy.stats.rankdata``); nan where either side is constant."""
+    if targets is None:
+        raise ValueError("spearman needs targets")
+    x, y = np.broadcast_arrays(_as_finite_float(values, "predictions"), _as_finite_float(targets, "targets"))
+    return pearson(scipy.stats.rankdata(x, axis=-1), scipy.stats.rankdata(y, axis=-1))
+
+
+METRICS: dict[str, Metric] = {"accuracy": accuracy, "mse": mse, "pearson": pearson, "spearman": spearman}
 
 
 # ---------------------------------------------------------------------------------------------- bootstrap

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from forethought.core.env import SMOLLM2_ALIAS, hub_reachable, resolve_model_path
+from forethought.core.env import SMOLLM2_ALIAS, hub_reachable, record_model, resolve_model_path
 from forethought.core.errors import ForethoughtError, first_line
 
 
@@ -48,4 +48,5 @@ def load_causal_lm(
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
+    record_model(name_or_path, source)  # env.json names the weights the name resolved to (alias -> folder, hash)
     return model, tokenizer
