@@ -647,3 +647,63 @@ def test_curve_points_keep_predictions_and_compare_pairs_them(world: dict, tmp_p
     steps = [[json.loads(x) for x in (run / "curve_predictions" / f"step-00000{s}.jsonl").read_text().splitlines()]
              for s in (4, 2)]
     assert json.loads(out.read_text())["mcnemar"] == paired(*steps)["mcnemar"]
+
+
+def _step_grads(model: PredGenModel, loss_fn: Any, batch: dict, k: int) -> tuple[dict[str, torch.Tensor], float]:
+    """One optimizer step's gradients and loss, the batch split into k micro-batches as the trainer splits it."""
+    from forethought.core.accumulate import accumulate_gradients, split_batch
+    from forethought.core.runtime import compute_init
+
+    rt = compute_init("cpu", seed=0)
+    model.zero_grad(set_to_none=True)
+    out = accumulate_gradients(model, loss_fn, [split_batch(batch, i, k) for i in range(k)], rt.accelerator)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, float(out.loss)
+
+
+@pytest.mark.parametrize("method", ["generator", "predgen"])
+def test_text_answers_accumulate_exactly(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         method: str) -> None:
+    """Text answers carry one trie per row: split with the batch, a step of 2 micro-batches is the step of one
+    batch (it crashed: '4 tries for 2 rows'), and the CLI trains with grad_accum 2."""
+    from test_predgen_tasks import _make_root
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0, answer="text")
+    _, ex2 = load_task("arc-easy", "train", 0, answer="text")
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    batch = with_sampling(enc.collate(enc.encode((ex + ex2)[:4])), 0.5, 7)
+    s = PredGenSettings()
+    loss_fn = {"generator": lambda m, b: m(generator_loss, b, True),
+               "predgen": lambda m, b: m(predgen_loss, b, s, enc, "classification", -1, True)}[method]
+    model = _model(world, method, enc)
+    one, loss1 = _step_grads(model, loss_fn, batch, 1)
+    two, loss2 = _step_grads(model, loss_fn, batch, 2)
+    assert one.keys() == two.keys() and any(g.abs().max() > 0 for n, g in one.items() if "lora" in n)
+    for n, g in one.items():
+        assert torch.allclose(g, two[n], rtol=0, atol=1e-5), (n, (g - two[n]).abs().max())  # fp32 reorder
+    assert loss1 == pytest.approx(loss2, rel=1e-6, abs=1e-6)
+    code = main(["predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--method", method,
+                 "--task.name", "arc-easy", "--task.answer", "text", "--train.steps", "2", "--train.grad_accum", "2",
+                 "--train.batch_size", "4", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path),
+                 "--run.name", method])
+    assert code == 0
+
+
+def test_two_process_training_with_text_answers(world: dict, tmp_path: Path) -> None:
+    """torchrun, 2 CPU processes (gloo), text answers: each process gets its own rows' tries."""
+    import os
+    import subprocess
+    import sys
+
+    from test_predgen_tasks import _make_root
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "FORETHOUGHT_DATA": str(_make_root(tmp_path / "data"))}
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "29549", "-m", "forethought.cli",
+                           "predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--task.name",
+                           "arc-easy", "--task.answer", "text", "--train.steps", "2", "--train.batch_size", "4",
+                           "--train.grad_accum", "2", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path),
+                           "--run.name", "pg"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "pg" / "results.json").read_text())["eval_examples"] == 2

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.profiler import record_function
 from tqdm.auto import tqdm
 
-from forethought.core.accumulate import AveragedLoss
+from forethought.core.accumulate import AveragedLoss, Rows
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.predgen.decoding import (
@@ -203,7 +203,7 @@ class Encoder:
             batch["prompt_ids"][b, P - n:] = torch.tensor(it["prompt"])
             batch["prompt_mask"][b, P - n:] = 1
         if "trie" in items[0]:
-            batch["tries"] = [it["trie"] for it in items]
+            batch["tries"] = Rows(it["trie"] for it in items)  # per row: split with the batch (grad_accum, DDP)
         if "answer" in items[0]:
             M = max(len(i["answer"]) for i in items)
             batch["answer_ids"] = torch.full((B, M), self.pad_id, dtype=torch.long)
