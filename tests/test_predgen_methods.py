@@ -707,3 +707,75 @@ def test_two_process_training_with_text_answers(world: dict, tmp_path: Path) -> 
                            "--run.name", "pg"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((tmp_path / "pg" / "results.json").read_text())["eval_examples"] == 2
+
+
+def _bos_tokenizer(world: dict) -> Any:
+    """The world's tokenizer, made to add a BOS token (as Llama-3's does) and given a chat template that writes it."""
+    import copy
+
+    from tokenizers.processors import TemplateProcessing
+
+    tok = copy.deepcopy(world["tok"])
+    tok.add_special_tokens({"bos_token": "<s>"})
+    tok._tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}<u>{{ m['content'] }}</u>{% endfor %}"
+                         "{% if add_generation_prompt %}<a>{% endif %}")
+    return tok
+
+
+def test_chat_prompts_have_one_bos(world: dict) -> None:
+    tok = _bos_tokenizer(world)
+    spec, ex = load_task(str(world["data"]), "train", 0, target_field="label", text_fields=["text"], id_field="id")
+    assert tok("x")["input_ids"][0] == tok.bos_token_id  # the tokenizer adds BOS ...
+    for chat in (False, True):
+        ids = Encoder(spec, tok, PromptConfig(max_prompt_tokens=48, chat=chat)).prompt_tokens(ex[0])
+        assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1, (chat, ids[:4])  # ... once
+
+
+def test_absent_choices_get_zero_probability(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARC items with 3 or 4 choices: the Predictor's and PredGen's heads never give the absent letters any
+    probability, even when the head prefers them; the decoder picks only present letters."""
+    from test_predgen_tasks import _make_root
+
+    from forethought.predgen.methods import mask_absent, predict
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0)
+    _, ex2 = load_task("arc-easy", "train", 0)
+    examples = ex + ex2
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(examples)
+    present = torch.tensor([it["present"] for it in items])
+    assert present.tolist() == [[k in e.options for k in "ABCDE"] for e in examples] and not present.all()
+    probs = torch.softmax(mask_absent(torch.randn(len(items), 5), present), -1)
+    assert (probs[~present] == 0).all() and torch.allclose(probs.sum(-1), torch.ones(len(items)))
+    for kind in ("predictor", "predgen"):
+        m = _model(world, kind, enc)
+        last = m.head.out if kind == "predictor" else m.head.mlp[-1]
+        with torch.no_grad():
+            last.bias.copy_(torch.tensor([0.0, 0, 0, 50, 100]))  # prefers E, then D
+        preds = predict(m, kind, enc, items, 4, -1)
+        assert preds.prediction == [4 if "E" in e.options else 3 if "D" in e.options else preds.prediction[i]
+                                    for i, e in enumerate(examples)]
+        assert all(e.options and spec.labels[p] in e.options for p, e in zip(preds.prediction, examples))
+        if preds.decoded is not None:
+            assert all(spec.labels[d] in e.options for d, e in zip(preds.decoded, examples))
+        batch = with_sampling(enc.collate(items), 0.0, 0)
+        loss = predictor_loss(m, batch, "classification", -1)[0] if kind == "predictor" else \
+            predgen_loss(m, batch, PredGenSettings(), enc, "classification", -1, True)[0].value()
+        assert torch.isfinite(loss)
+
+
+def test_compare_pairs_the_expected_value(tmp_path: Path) -> None:
+    """A regression run's expected value vs its greedy answer, paired: the hand-computed MSE difference."""
+    rows = [{"id": f"e{i}", "prediction": p, "decoded": p, "expected_value": e, "target": t}
+            for i, (p, e, t) in enumerate([(1.0, 1.5, 2.0), (3.0, 2.5, 2.0), (0.0, 0.5, 1.0), (4.0, 3.0, 3.5)])]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "cmp.json"
+    assert main(["predgen", "compare", "--a", str(path), "--b", str(path), "--key_a", "expected_value",
+                 "--key_b", "decoded", "--n_boot", "200", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    mse_e = np.mean([(r["expected_value"] - r["target"]) ** 2 for r in rows])
+    mse_d = np.mean([(r["decoded"] - r["target"]) ** 2 for r in rows])
+    assert res["mse"]["difference"] == pytest.approx(mse_e - mse_d) and res["a"]["key"] == "expected_value"

@@ -32,6 +32,7 @@ from forethought.core.precision import base_dtype
 from forethought.core.run import Run
 from forethought.core.runtime import runtime_for, unwrap
 from forethought.core.trainer import train
+from forethought.predgen.checks import at_least
 from forethought.predgen.compare import curve_predictions_path
 from forethought.predgen.config import EvalSettings, PredGenConfig
 from forethought.predgen.data import eval_subset, load_split, split_record
@@ -313,6 +314,9 @@ class EvalConfig:
     device: str = field("auto", "auto | cpu | cuda")
     eval: EvalSettings = field(EvalSettings(), "batch size, decoder, latency")
     out: str = field("", "where to write the results JSON ('' = <run>/eval-<split>.json)")
+
+    def validate(self) -> None:
+        at_least(self, 0, "max_examples")
 
 
 def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from forethought.core.accumulate import AveragedLoss, Rows
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
+from forethought.predgen.checks import at_least, within
 from forethought.predgen.decoding import (
     AnswerTrie,
     PromptPass,
@@ -60,10 +61,14 @@ MAX_CANDIDATES = 20_000
 class PromptConfig:
     max_prompt_tokens: int = field(256, "prompt token budget; the task's long field (e.g. BoolQ's passage) is cut "
                                    "to fit, never dropped")
-    truncate_side: str = field("", "which end of the long field is cut: right (keep the start) | left | '' = task "
-                               "default")
+    truncate_side: Literal["", "left", "right"] = field(
+        "", "which end of the long field is cut: right (keep the start) | left | '' = task default")
     chat: bool = field(False, "wrap the prompt in the model's chat template (instruct models)")
     decimals: int = field(2, "regression answers are written with this many fixed decimals (3.14)")
+
+    def validate(self) -> None:
+        at_least(self, 1, "max_prompt_tokens")
+        within(self, 0, 6, "decimals")
 
 
 @dataclass
@@ -81,6 +86,10 @@ class PredGenSettings:
     wdal: Literal["paper", "reference", "sum"] = field(
         "paper", "paper = L_W·L_D (the printed formula's identity), reference = the reference code's form, "
         "sum = L_W + L_D")
+
+    def validate(self) -> None:
+        within(self, 0, 1, "p_start", "p_end")
+        at_least(self, 0, "ramp_steps")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -153,25 +162,46 @@ class Encoder:
             raise ForethoughtError(f"example {ex.id}: text answers need the example's choices, and it has none")
         return ex.options
 
-    def example_trie(self, ex: Example) -> AnswerTrie:
-        """The trie of one example's own choices (text answers): its values are the choices' class indices."""
-        options = self._options(ex)
-        unknown = [k for k in options if k not in self.spec.labels]
+    def choices(self, ex: Example) -> list[tuple[int, str]]:
+        """The example's own choices as (class index, answer text): a multiple-choice item's present options
+        (their text, or their label word), else every label of the task (label-word classification)."""
+        if self.spec.task_type != "classification":
+            raise ForethoughtError(f"task '{self.spec.name}' is a regression task: it has no choices")
+        if not ex.options:
+            if self.text_answers:
+                self._options(ex)
+            return list(enumerate(self.spec.labels))
+        unknown = [k for k in ex.options if k not in self.spec.labels]
         if unknown:
             raise ForethoughtError(f"example {ex.id}: choice(s) {unknown} are not labels of {self.spec.labels}")
-        seqs = [self.answer_tokens(t) + [self.eos_id] for t in options.values()]
+        return [(self.spec.labels.index(k), t if self.text_answers else k) for k, t in ex.options.items()]
+
+    def present(self, ex: Example) -> list[bool]:
+        """(C,) which classes are choices of this example (an ARC item with 4 choices has no E)."""
+        if not ex.options:
+            return [True] * len(self.spec.labels)
+        return [label in ex.options for label in self.spec.labels]
+
+    def example_trie(self, ex: Example) -> AnswerTrie:
+        """The trie of one example's own choices: its values are the choices' class indices."""
+        pairs = self.choices(ex)
+        seqs = [self.answer_tokens(t) + [self.eos_id] for _, t in pairs]
         try:
-            return AnswerTrie(seqs, [self.spec.labels.index(k) for k in options])
+            return AnswerTrie(seqs, [c for c, _ in pairs])
         except ValueError:
             raise ForethoughtError(f"example {ex.id}: two choices have the same text") from None
 
     def tries(self, batch: dict[str, Any]) -> AnswerTrie | list[AnswerTrie]:
-        """What a batch decodes under: the task's trie, or one trie per row (text answers)."""
-        return batch["tries"] if self.text_answers else self.trie
+        """What a batch decodes under: one trie per row (multiple choice: each example's own choices), or the
+        task's trie."""
+        return batch["tries"] if "tries" in batch else self.trie
 
     def prompt_tokens(self, ex: Example) -> list[int]:
         text = render_prompt(self.spec, ex, self.tok, self.cfg.max_prompt_tokens, self.cfg.chat)
-        ids = list(self.tok(text, add_special_tokens=True)["input_ids"])
+        # a rendered chat template already holds its special tokens (BOS): tokenising it with them would
+        # add a second BOS
+        chat = self.cfg.chat and bool(getattr(self.tok, "chat_template", None))
+        ids = list(self.tok(text, add_special_tokens=not chat)["input_ids"])
         return ids[-(self.cfg.max_prompt_tokens + 2):]  # a BOS the tokenizer adds is allowed on top
 
     def target(self, ex: Example) -> int | float:
@@ -185,8 +215,10 @@ class Encoder:
         out = []
         for ex in examples:
             item: dict[str, Any] = {"prompt": self.prompt_tokens(ex), "id": ex.id}
-            if self.text_answers and self.values is not None:
-                item["trie"] = self.example_trie(ex)
+            if self.spec.task_type == "classification":
+                item["present"] = self.present(ex)
+                if self.values is not None and (ex.options or self.text_answers):
+                    item["trie"] = self.example_trie(ex)
             if with_targets:
                 item["target"] = self.target(ex)
                 item["answer"] = self.answer_tokens(self.answer_text(ex)) + [self.eos_id]
@@ -204,6 +236,8 @@ class Encoder:
             batch["prompt_mask"][b, P - n:] = 1
         if "trie" in items[0]:
             batch["tries"] = Rows(it["trie"] for it in items)  # per row: split with the batch (grad_accum, DDP)
+        if "present" in items[0]:
+            batch["present"] = torch.tensor([it["present"] for it in items], dtype=torch.bool)  # (B, C)
         if "answer" in items[0]:
             M = max(len(i["answer"]) for i in items)
             batch["answer_ids"] = torch.full((B, M), self.pad_id, dtype=torch.long)
@@ -219,6 +253,14 @@ class Encoder:
 # ----------------------------------------------------------------------------------------------------------
 # Losses
 # ----------------------------------------------------------------------------------------------------------
+
+
+def mask_absent(logits: torch.Tensor, present: torch.Tensor | None) -> torch.Tensor:
+    """Class logits (B, C) with an example's absent choices at -inf (zero probability; never the argmax).
+    ``present`` (B, C) bool, or None (every class is a choice)."""
+    if present is None:
+        return logits
+    return logits.float().masked_fill(~present.to(logits.device), -torch.inf)
 
 
 def task_loss(out: torch.Tensor, target: torch.Tensor, task_type: str, reduction: str = "mean") -> torch.Tensor:
@@ -259,7 +301,8 @@ def _answer_logits(lm: Any, pp: PromptPass, kv: Any, batch: dict[str, Any]) -> t
 
 def predictor_loss(m: PredGenModel, batch: dict[str, Any], task_type: str, layer: int) -> tuple[torch.Tensor, dict]:
     pp = prompt_pass(m.lm, batch["prompt_ids"], batch["prompt_mask"], layer)
-    loss = task_loss(m.head(pp.states, batch["prompt_mask"]), batch["target"], task_type)
+    loss = task_loss(mask_absent(m.head(pp.states, batch["prompt_mask"]), batch.get("present")), batch["target"],
+                     task_type)
     return loss, {}
 
 
@@ -326,7 +369,8 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
         z = torch.cat([first_state, z_rows[:, :M - 1]], dim=1)
     with record_function("predgen.losses"):
         w_total, w_count = writer_sums(pp, w_logits, batch, mask_prompt)
-        d_total = task_loss(m.head(z, z_mask), batch["target"], task_type, reduction="sum")
+        d_total = task_loss(mask_absent(m.head(z, z_mask), batch.get("present")), batch["target"], task_type,
+                            reduction="sum")
     wdal = {"paper": wdal_paper, "reference": wdal_reference, "sum": lambda a, b: a + b}[s.wdal]
     return AveragedLoss({"l_w": w_total, "l_d": d_total}, {"l_w": w_count, "l_d": B},
                         combine=lambda mean: wdal(mean["l_w"], mean["l_d"])), {"p": float(batch["p"])}
@@ -371,11 +415,12 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
     n_batches = -(-len(items) // batch_size)
     for chunk in tqdm(batches(items, batch_size), total=n_batches, desc=f"predict ({method})", mininterval=5,
                       disable=n_batches < 2):
-        b = enc.collate([{k: i[k] for k in ("prompt", "trie") if k in i} for i in chunk])
+        b = enc.collate([{k: i[k] for k in ("prompt", "trie", "present") if k in i} for i in chunk])
+        present = b.get("present")
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
         pp = prompt_pass(m.lm, ids, mask, layer)  # one prompt pass serves the head, the decoder and E[y]
         if method == "predictor":
-            pred += _from_head(m.head(pp.states, mask), task_type)
+            pred += _from_head(mask_absent(m.head(pp.states, mask), present), task_type)
             continue
         tries = enc.tries(b)
         d = constrained_greedy(m.lm, tries, ids, mask, layer, enc.pad_id, prompt=pp)
@@ -385,7 +430,8 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
             texts.append(text)
             failures += not enc.text_answers and parse_target(enc.spec, text) is None  # a choice's text: none
         decoded += values
-        pred += _from_head(m.head(d.states, d.mask), task_type) if method == "predgen" else values
+        pred += _from_head(mask_absent(m.head(d.states, d.mask), present), task_type) if method == "predgen" \
+            else values
         if expected and task_type == "regression":
             dist = answer_distribution(m.lm, enc.number_trie, ids, mask, prompt=pp)  # (B, n_candidates)
             ev += (dist @ torch.tensor(enc.values, dtype=torch.float64, device=dist.device)).tolist()

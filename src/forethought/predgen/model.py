@@ -21,6 +21,7 @@ from safetensors import SafetensorError
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json, read_json_object
+from forethought.predgen.checks import at_least, positive, within
 
 METHODS = ("predictor", "generator", "predgen")
 PEFT_METHODS = ("lora", "adalora", "dora", "full")
@@ -43,6 +44,13 @@ class AdapterConfig:
     alpha: int = field(32, "LoRA alpha")
     dropout: float = field(0.0, "LoRA dropout")
     target_modules: str = field("all-linear", "peft target modules: 'all-linear' or comma-separated names")
+
+    def validate(self) -> None:
+        at_least(self, 1, "r")
+        positive(self, "alpha")
+        within(self, 0, 1, "dropout", high_open=True)
+        if not [t for t in str(self.target_modules).split(",") if t.strip()]:
+            raise ForethoughtError("target_modules must name at least one module (or be 'all-linear')")
 
 
 def apply_adapter(lm: nn.Module, cfg: AdapterConfig, total_steps: int) -> nn.Module:
