@@ -241,3 +241,10 @@ def test_bad_settings_fail_at_load(world: dict, tmp_path: Path, args: list[str],
 def test_bad_eval_settings_fail_at_load(world: dict, tmp_path: Path, args: list[str], names: list[str]) -> None:
     run = _copy(world, tmp_path)
     expect_clean_failure(["predgen", "eval", "--model", str(run), *args], tmp_path, run, names)
+
+
+@pytest.mark.parametrize("extra,names", [(["--eval.decoder", "rank"], ["eval.decoder rank", "regression task"]),
+                                         (["--head.reads", "logits"], ["head.reads logits", "regression task"])])
+def test_class_settings_on_a_regression_task(world: dict, tmp_path: Path, extra: list[str], names: list[str]) -> None:
+    _train(world, tmp_path, ["--task.name", str(world["data"]), "--task.target_field", "score", "--task.task_type",
+                             "regression", "--method", "predgen", *extra], names)

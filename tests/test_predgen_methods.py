@@ -779,3 +779,61 @@ def test_compare_pairs_the_expected_value(tmp_path: Path) -> None:
     mse_e = np.mean([(r["expected_value"] - r["target"]) ** 2 for r in rows])
     mse_d = np.mean([(r["decoded"] - r["target"]) ** 2 for r in rows])
     assert res["mse"]["difference"] == pytest.approx(mse_e - mse_d) and res["a"]["key"] == "expected_value"
+
+
+def test_rank_decoder_matches_brute_force(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARC with text answers, batched: each choice's summed log-probability equals a plain forward over the
+    unpadded prompt + " " + choice (no EOS), and the rank / per-character picks are its argmaxes."""
+    from test_predgen_tasks import _make_root
+
+    from forethought.predgen.decoding import choice_logprobs
+    from forethought.predgen.methods import predict
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0, answer="text")
+    _, ex2 = load_task("arc-easy", "train", 0, answer="text")
+    examples = ex + ex2
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(examples)
+    m = _model(world, "generator", enc)
+    m.eval()
+    b = enc.collate(items)
+    got = choice_logprobs(m.lm, [[t for _, t, _ in c] for c in b["rank"]], b["prompt_ids"], b["prompt_mask"])
+    for it, e, lps in zip(items, examples, got):
+        assert [c for c, _, _ in it["rank"]] == [spec.labels.index(k) for k in e.options]
+        for (_, toks, n_chars), text, lp in zip(it["rank"], e.options.values(), lps):
+            assert n_chars == len(" " + text) and toks == enc.answer_tokens(text)
+            ids = torch.tensor([it["prompt"] + toks])
+            with torch.no_grad():
+                logp = torch.log_softmax(m.lm(input_ids=ids).logits[0].double(), -1)
+            P = len(it["prompt"])
+            want = sum(float(logp[P - 1 + j, t]) for j, t in enumerate(toks))
+            assert lp == pytest.approx(want, abs=1e-4)
+    preds = predict(m, "generator", enc, items, 2, -1, rank=True)
+    for it, lps, r, rn in zip(items, got, preds.rank, preds.rank_norm):
+        cands = it["rank"]
+        assert r == cands[int(np.argmax(lps))][0]
+        assert rn == cands[int(np.argmax([lp / c[2] for lp, c in zip(lps, cands)]))][0]
+
+
+def test_cli_zero_shot_base_and_rank(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--method base`` evaluates the untrained model (nothing trained or saved); ``--eval.decoder rank`` adds
+    the rank scores to train, eval and the predictions, which compare can pair."""
+    from test_predgen_tasks import _make_root
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    common = ["--config", "tiny", "--base", str(world["model"]), "--task.name", "arc-easy", "--task.answer", "text",
+              "--eval.decoder", "rank", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path)]
+    assert main(["predgen", "train", *common, "--method", "base", "--run.name", "base"]) == 0
+    assert main(["predgen", "train", *common, "--method", "generator", "--train.steps", "1", "--run.name", "gen"]) == 0
+    base = json.loads((tmp_path / "base" / "results.json").read_text())
+    assert base["steps"] == 0 and not (tmp_path / "base" / "model").exists()
+    assert {"accuracy", "decoded", "rank", "rank_norm"} <= base.keys()
+    assert "rank (per character)" in (tmp_path / "base" / "report.md").read_text()
+    rows = [json.loads(line) for line in (tmp_path / "gen" / "predictions.jsonl").read_text().splitlines()]
+    assert rows and all({"rank", "rank_norm"} <= r.keys() for r in rows)
+    assert main(["predgen", "eval", "--model", str(tmp_path / "gen"), "--eval.decoder", "rank",
+                 "--eval.latency_examples", "0"]) == 0
+    assert "rank" in json.loads((tmp_path / "gen" / "eval-eval.json").read_text())
+    assert main(["predgen", "compare", "--a", str(tmp_path / "gen"), "--b", str(tmp_path / "base"), "--key_a", "rank",
+                 "--key_b", "rank", "--n_boot", "100"]) == 0

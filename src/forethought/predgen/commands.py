@@ -71,18 +71,19 @@ def _pooling(cfg_pooling: str, method: str) -> str:
 def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     from forethought.models.hf import load_causal_lm
 
-    if cfg.method not in METHODS:
-        raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}")
-    if not cfg.head.lr_scale > 0:
-        raise ForethoughtError(f"head.lr_scale must be positive, got {cfg.head.lr_scale}")
+    if cfg.method not in (*METHODS, "base"):
+        raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}, base")
     dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.adapter.method == "full")
     rt = runtime_for(cfg.run)
     spec, train_ex, eval_split = load_split(cfg.task, cfg.run.seed)
+    check_task_settings(cfg, spec)
     eval_ex = eval_subset(eval_split, cfg.task.max_eval_examples, cfg.run.seed)
     lm, tok = load_causal_lm(cfg.base, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     check_layer(cfg.layer, lm)
     enc = Encoder(spec, tok, cfg.prompt, decode=cfg.method != "predictor")
     eval_items = enc.encode(eval_ex)
+    if cfg.method == "base":
+        return zero_shot(cfg, enc, PredGenModel(lm, None), eval_items, len(train_ex), rt)
     encoded: dict[int, dict[str, Any]] = {}  # training examples are tokenised when first drawn (SST-2: 67k)
 
     def train_item(i: int) -> dict[str, Any]:
@@ -164,6 +165,37 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     return results
 
 
+def check_task_settings(cfg: PredGenConfig, spec: Any) -> None:
+    """The settings that depend on the task's kind, checked once it is loaded (before the model is)."""
+    if spec.task_type != "classification":
+        if cfg.eval.decoder == "rank":
+            raise ForethoughtError(f"eval.decoder rank ranks a classification task's choices; '{spec.name}' is a "
+                                   "regression task (use eval.decoder expected)")
+        if cfg.head.reads != "states":
+            raise ForethoughtError(f"head.reads {cfg.head.reads} gives class scores; '{spec.name}' is a regression "
+                                   "task (use head.reads states)")
+
+
+def zero_shot(cfg: PredGenConfig, enc: Encoder, model: PredGenModel, eval_items: list[dict[str, Any]],
+              n_train: int, rt: Any) -> dict[str, Any]:
+    """``--method base``: the untrained base model evaluated as a generator (its greedy answer under each
+    example's choices; with ``--eval.decoder rank`` the log-likelihood ranking), nothing trained or saved."""
+    run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
+    results: dict[str, Any] = {"method": "base", "task": enc.spec.name, "base": cfg.base,
+                               "adapter": dataclasses.asdict(cfg.adapter), "steps": 0, "batch_size": 0,
+                               "train_examples": n_train, "eval_examples": len(eval_items), "train_wall_s": 0.0,
+                               "final_loss": None, "trainable_params": 0, "seed": cfg.run.seed}
+    if rt.is_main:
+        model.to(rt.device)
+        metrics, preds = evaluate(model, "base", enc, eval_items, cfg.eval, cfg.layer, rt.device)
+        results.update(metrics)
+        write_predictions(run.dir / "predictions.jsonl", enc, eval_items, preds)
+        run.write_results(results)
+        atomic_write_text(run.path("report.md"), train_report(run.dir.name, results))
+        print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (dict, list))}, indent=1))
+    return results
+
+
 @functools.lru_cache(maxsize=4)
 def _perm(n: int, seed: int, epoch: int) -> list[int]:
     g = torch.Generator().manual_seed(seed * 7_919 + epoch)
@@ -229,14 +261,19 @@ def train_report(name: str, results: dict[str, Any]) -> str:
     """report.md of a ``predgen train`` run: what was trained, its metrics, the curve."""
     a = results["adapter"]
     metric_keys = ["accuracy", "macro_f1"] if "accuracy" in results else ["mse", "mae", "pearson", "spearman"]
-    setting = (f"Base `{results['base']}`, adapter {a['method']} (r={a['r']}), {results['steps']} steps × "
-               f"{results['batch_size']} examples ({results['train_examples']} train examples), seed "
-               f"{results['seed']}; evaluated on {results['eval_examples']} examples.")
+    if results["method"] == "base":
+        setting = (f"Base `{results['base']}`, untrained (zero-shot), seed {results['seed']}; evaluated on "
+                   f"{results['eval_examples']} examples.")
+    else:
+        setting = (f"Base `{results['base']}`, adapter {a['method']} (r={a['r']}), {results['steps']} steps × "
+                   f"{results['batch_size']} examples ({results['train_examples']} train examples), seed "
+                   f"{results['seed']}; evaluated on {results['eval_examples']} examples.")
+    columns = [("decoded", "decoded answer"), ("expected_value", "expected value")]
+    columns += [("rank", "rank (sum log-prob)"), ("rank_norm", "rank (per character)")] if "rank" in results else []
     lines = [f"# PredGen run `{name}`: {results['method']} on {results['task']}", "", setting, "",
-             "| metric | prediction | decoded answer | expected value |", "|---|---|---|---|"]
+             f"| metric | prediction | {' | '.join(c for _, c in columns)} |", "|---" * (len(columns) + 2) + "|"]
     for k in metric_keys:
-        cells = [_cell(results.get(k)), _cell(results.get("decoded", {}).get(k, "-")),
-                 _cell(results.get("expected_value", {}).get(k, "-"))]
+        cells = [_cell(results.get(k))] + [_cell(results.get(key, {}).get(k, "-")) for key, _ in columns]
         lines.append(f"| {k} | {' | '.join(cells)} |")
     if "parse_failure_rate" in results:
         lines += ["", f"Parse-failure rate of the decoded answers: {results['parse_failure_rate']:.4f}."]
@@ -267,13 +304,16 @@ def evaluate(model: PredGenModel, method: str, enc: Encoder, items: list[dict[st
     if not items:
         raise ForethoughtError("nothing to evaluate: the eval split is empty")
     expected = es.decoder == "expected"
-    preds = predict(model, method, enc, items, es.batch_size, layer, expected, device)
+    preds = predict(model, method, enc, items, es.batch_size, layer, expected, device, rank=es.decoder == "rank")
     out: dict[str, Any] = dict(score(enc, items, preds.prediction))
     if preds.decoded is not None:
         out["decoded"] = score(enc, items, preds.decoded)
         out["parse_failure_rate"] = preds.parse_failures / len(items)
     if preds.expected is not None:
         out["expected_value"] = score(enc, items, preds.expected)
+    if preds.rank is not None:
+        out["rank"] = score(enc, items, preds.rank)
+        out["rank_norm"] = score(enc, items, preds.rank_norm)
     out["examples_per_s"] = len(items) / preds.seconds
     out["eval_batch_size"] = es.batch_size
     if es.latency_examples > 0:
@@ -298,6 +338,8 @@ def write_predictions(path: Path, enc: Encoder, items: list[dict[str, Any]], pre
             row["decoded_text"] = preds.decoded_text[k]
         if preds.expected is not None:
             row["expected_value"] = preds.expected[k]
+        if preds.rank is not None:
+            row["rank"], row["rank_norm"] = show(preds.rank[k]), show(preds.rank_norm[k])
         if "target" in it:
             row["target"] = show(it["target"])
         lines.append(json.dumps(row))
@@ -322,6 +364,9 @@ class EvalConfig:
 def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     saved = load_saved(cfg.model, cfg.device)
     meta, enc = saved.meta, saved.enc
+    if cfg.eval.decoder == "rank" and (meta["method"] == "predictor" or enc.spec.task_type != "classification"):
+        raise ForethoughtError("eval.decoder rank ranks the choices of a generating method (generator, predgen) "
+                               "on a classification task")
     items = enc.encode(saved_examples(saved, cfg.split, cfg.max_examples, cfg.seed))
     metrics, preds = evaluate(saved.model, meta["method"], enc, items, cfg.eval, meta["layer"], saved.device)
     results = {"method": meta["method"], "task": meta["task_spec"]["name"], "split": cfg.split,
@@ -351,7 +396,7 @@ def run_predict(cfg: PredictConfig, resume: str | None = None) -> Path:
     examples = read_inputs(cfg.input, saved.enc.spec, cfg.id_field or None)
     items = saved.enc.encode(examples, with_targets=False)
     preds = predict(saved.model, saved.meta["method"], saved.enc, items, cfg.eval.batch_size, saved.meta["layer"],
-                    cfg.eval.decoder == "expected", saved.device)
+                    cfg.eval.decoder == "expected", saved.device, rank=cfg.eval.decoder == "rank")
     inp = Path(cfg.input)
     out = Path(cfg.output) if cfg.output else inp.with_name(inp.stem + ".predictions.jsonl")
     write_predictions(out, saved.enc, items, preds)

@@ -247,3 +247,35 @@ def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, pro
             node = node_of[tuple(seq[:j])]
             scores[:, c] += child_lp[tuple(seq[:j])][:, int((node.allowed == tok).nonzero())]
     return torch.softmax(scores, dim=-1)
+
+
+@torch.no_grad()
+def choice_logprobs(lm: Any, choices: list[list[list[int]]], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                    prompt: PromptPass | None = None) -> list[list[float]]:
+    """The summed log-probability of each row's choices (token ids, no EOS) after its prompt, as lm-eval-harness
+    scores a multiple-choice item: ``out[b][k]`` for row b's choice k. One cached prompt pass, then one
+    teacher-forced continuation per choice position (B rows of (B, L) tokens each, so memory is one choice's
+    logits (B, L, V) at a time)."""
+    pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask)
+    B, dev = prompt_ids.shape[0], prompt_ids.device
+    if len(choices) != B:
+        raise ValueError(f"{len(choices)} choice lists for {B} rows")
+    first = F.log_softmax(pp.last_logits.float(), -1)  # (B, V): every choice's first token
+    out: list[list[float]] = [[0.0] * len(c) for c in choices]
+    for k in range(max(len(c) for c in choices)):
+        seqs = [c[k] if k < len(c) else c[0] for c in choices]  # a row without choice k repeats its first
+        L = max(len(s) for s in seqs)
+        ids = torch.zeros(B, L, dtype=torch.long, device=dev)
+        mask = torch.zeros(B, L, dtype=torch.bool, device=dev)
+        for b, s in enumerate(seqs):
+            ids[b, :len(s)] = torch.tensor(s, device=dev)
+            mask[b, :len(s)] = True
+        lp = first.gather(1, ids[:, :1])  # (B, 1)
+        if L > 1:
+            logits, _ = continue_pass(lm, pp.kv, prompt_mask, ids[:, :-1])  # (B, L-1, V): predicts tokens 2..L
+            lp = torch.cat([lp, F.log_softmax(logits.float(), -1).gather(2, ids[:, 1:, None])[..., 0]], dim=1)
+        sums = (lp.double() * mask).sum(1).tolist()  # (B,)
+        for b, c in enumerate(choices):
+            if k < len(c):
+                out[b][k] = sums[b]
+    return out

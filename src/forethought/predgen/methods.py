@@ -34,6 +34,7 @@ from forethought.predgen.decoding import (
     AnswerTrie,
     PromptPass,
     answer_distribution,
+    choice_logprobs,
     constrained_greedy,
     continue_pass,
     detach_kv,
@@ -219,6 +220,8 @@ class Encoder:
                 item["present"] = self.present(ex)
                 if self.values is not None and (ex.options or self.text_answers):
                     item["trie"] = self.example_trie(ex)
+                if self.values is not None:  # the rank decoder's candidates: (class, tokens without EOS, chars)
+                    item["rank"] = [(c, self.answer_tokens(t), len(" " + t)) for c, t in self.choices(ex)]
             if with_targets:
                 item["target"] = self.target(ex)
                 item["answer"] = self.answer_tokens(self.answer_text(ex)) + [self.eos_id]
@@ -236,6 +239,8 @@ class Encoder:
             batch["prompt_mask"][b, P - n:] = 1
         if "trie" in items[0]:
             batch["tries"] = Rows(it["trie"] for it in items)  # per row: split with the batch (grad_accum, DDP)
+        if "rank" in items[0]:
+            batch["rank"] = Rows(it["rank"] for it in items)
         if "present" in items[0]:
             batch["present"] = torch.tensor([it["present"] for it in items], dtype=torch.bool)  # (B, C)
         if "answer" in items[0]:
@@ -391,6 +396,8 @@ class Predictions:
     decoded: list[Any] | None  # generator/predgen: the constrained-decoded answer (class index or number)
     decoded_text: list[str] | None
     expected: list[float] | None  # regression, decoder=expected: E[y] over every well-formed number
+    rank: list[int] | None  # classification, decoder=rank: the choice of highest summed log-probability
+    rank_norm: list[int] | None  # ... of highest log-probability per character (lm-eval-harness's acc_norm)
     parse_failures: int
     seconds: float
 
@@ -402,20 +409,25 @@ def batches(items: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, A
 
 @torch.no_grad()
 def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
-            expected: bool = False, device: torch.device | str = "cpu") -> Predictions:
-    """Predictions for encoded items, in order. No gold information is used (targets may be absent)."""
+            expected: bool = False, device: torch.device | str = "cpu", rank: bool = False) -> Predictions:
+    """Predictions for encoded items, in order. No gold information is used (targets may be absent).
+    ``method`` base: the untrained LM as a generator. ``rank`` (classification): also rank each item's choices
+    by their log-likelihood after the prompt."""
     m.eval()
     task_type = enc.spec.task_type
     pred: list[Any] = []
     decoded: list[Any] = []
     texts: list[str] = []
     ev: list[float] = []
+    ranked: list[int] = []
+    ranked_norm: list[int] = []
+    rank = rank and task_type == "classification" and method != "predictor"
     failures = 0
     t0 = time.perf_counter()
     n_batches = -(-len(items) // batch_size)
     for chunk in tqdm(batches(items, batch_size), total=n_batches, desc=f"predict ({method})", mininterval=5,
                       disable=n_batches < 2):
-        b = enc.collate([{k: i[k] for k in ("prompt", "trie", "present") if k in i} for i in chunk])
+        b = enc.collate([{k: i[k] for k in ("prompt", "trie", "present", "rank") if k in i} for i in chunk])
         present = b.get("present")
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
         pp = prompt_pass(m.lm, ids, mask, layer)  # one prompt pass serves the head, the decoder and E[y]
@@ -432,12 +444,19 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
         decoded += values
         pred += _from_head(mask_absent(m.head(d.states, d.mask), present), task_type) if method == "predgen" \
             else values
+        if rank:
+            cands = b["rank"]
+            lps = choice_logprobs(m.lm, [[toks for _, toks, _ in c] for c in cands], ids, mask, prompt=pp)
+            for c, lp in zip(cands, lps):
+                ranked.append(c[max(range(len(c)), key=lambda k: lp[k])][0])
+                ranked_norm.append(c[max(range(len(c)), key=lambda k: lp[k] / c[k][2])][0])
         if expected and task_type == "regression":
             dist = answer_distribution(m.lm, enc.number_trie, ids, mask, prompt=pp)  # (B, n_candidates)
             ev += (dist @ torch.tensor(enc.values, dtype=torch.float64, device=dist.device)).tolist()
     seconds = time.perf_counter() - t0
     gen = method != "predictor"
-    return Predictions(pred, decoded if gen else None, texts if gen else None, ev if ev else None, failures, seconds)
+    return Predictions(pred, decoded if gen else None, texts if gen else None, ev if ev else None,
+                       ranked if rank else None, ranked_norm if rank else None, failures, seconds)
 
 
 def _from_head(out: torch.Tensor, task_type: str) -> list[Any]:
