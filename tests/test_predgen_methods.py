@@ -660,7 +660,7 @@ def _step_grads(model: PredGenModel, loss_fn: Any, batch: dict, k: int) -> tuple
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, float(out.loss)
 
 
-@pytest.mark.parametrize("method", ["generator", "predgen"])
+@pytest.mark.parametrize("method", ["generator", "predgen", "predgen-choices", "predgen-logits"])
 def test_text_answers_accumulate_exactly(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          method: str) -> None:
     """Text answers carry one trie per row: split with the batch, a step of 2 micro-batches is the step of one
@@ -673,15 +673,21 @@ def test_text_answers_accumulate_exactly(world: dict, tmp_path: Path, monkeypatc
     enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
     batch = with_sampling(enc.collate(enc.encode((ex + ex2)[:4])), 0.5, 7)
     s = PredGenSettings()
-    loss_fn = {"generator": lambda m, b: m(generator_loss, b, True),
-               "predgen": lambda m, b: m(predgen_loss, b, s, enc, "classification", -1, True)}[method]
-    model = _model(world, method, enc)
+    loss_fn = (lambda m, b: m(generator_loss, b, True)) if method == "generator" else \
+        (lambda m, b: m(predgen_loss, b, s, enc, "classification", -1, True))
+    model = _model(world, method.split("-")[0], enc)
+    if "-" in method:  # the other adapters
+        torch.manual_seed(0)
+        model.head = build_head("predgen", 32, enc.n_out, "attention", 16, None, method.split("-")[1],
+                                len(world["tok"]))
     one, loss1 = _step_grads(model, loss_fn, batch, 1)
     two, loss2 = _step_grads(model, loss_fn, batch, 2)
     assert one.keys() == two.keys() and any(g.abs().max() > 0 for n, g in one.items() if "lora" in n)
     for n, g in one.items():
         assert torch.allclose(g, two[n], rtol=0, atol=1e-5), (n, (g - two[n]).abs().max())  # fp32 reorder
     assert loss1 == pytest.approx(loss2, rel=1e-6, abs=1e-6)
+    if "-" in method:
+        return
     code = main(["predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--method", method,
                  "--task.name", "arc-easy", "--task.answer", "text", "--train.steps", "2", "--train.grad_accum", "2",
                  "--train.batch_size", "4", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path),
@@ -798,10 +804,10 @@ def test_rank_decoder_matches_brute_force(world: dict, tmp_path: Path, monkeypat
     m = _model(world, "generator", enc)
     m.eval()
     b = enc.collate(items)
-    got = choice_logprobs(m.lm, [[t for _, t, _ in c] for c in b["rank"]], b["prompt_ids"], b["prompt_mask"])
+    got = choice_logprobs(m.lm, [[t for _, t, _ in c] for c in b["choices"]], b["prompt_ids"], b["prompt_mask"])
     for it, e, lps in zip(items, examples, got):
-        assert [c for c, _, _ in it["rank"]] == [spec.labels.index(k) for k in e.options]
-        for (_, toks, n_chars), text, lp in zip(it["rank"], e.options.values(), lps):
+        assert [c for c, _, _ in it["choices"]] == [spec.labels.index(k) for k in e.options]
+        for (_, toks, n_chars), text, lp in zip(it["choices"], e.options.values(), lps):
             assert n_chars == len(" " + text) and toks == enc.answer_tokens(text)
             ids = torch.tensor([it["prompt"] + toks])
             with torch.no_grad():
@@ -811,7 +817,7 @@ def test_rank_decoder_matches_brute_force(world: dict, tmp_path: Path, monkeypat
             assert lp == pytest.approx(want, abs=1e-4)
     preds = predict(m, "generator", enc, items, 2, -1, rank=True)
     for it, lps, r, rn in zip(items, got, preds.rank, preds.rank_norm):
-        cands = it["rank"]
+        cands = it["choices"]
         assert r == cands[int(np.argmax(lps))][0]
         assert rn == cands[int(np.argmax([lp / c[2] for lp, c in zip(lps, cands)]))][0]
 
@@ -837,3 +843,63 @@ def test_cli_zero_shot_base_and_rank(world: dict, tmp_path: Path, monkeypatch: p
     assert "rank" in json.loads((tmp_path / "gen" / "eval-eval.json").read_text())
     assert main(["predgen", "compare", "--a", str(tmp_path / "gen"), "--b", str(tmp_path / "base"), "--key_a", "rank",
                  "--key_b", "rank", "--n_boot", "100"]) == 0
+
+
+def test_choice_adapter_permutes_with_the_choices(world: dict) -> None:
+    """The choice-scoring adapter on a tiny random Llama: the same question with its choices' texts under other
+    letters (a prompt that does not list them, as lm-eval's ARC format) gives each text the same probability
+    under its new letter; the absent fifth class gets none."""
+    from forethought.predgen.methods import predict
+    from forethought.predgen.tasks import Example, TaskSpec
+
+    spec = TaskSpec("mc", "classification", list("ABCDE"), "Question: {question}\nAnswer:", answer="text")
+    texts = ["good movie", "bad plot", "great actor", "dull scene"]
+    perm = [2, 0, 3, 1]  # the text at letter i moves to letter perm[i]
+    moved = [texts[perm.index(j)] for j in range(4)]
+    examples = [Example({"question": "the movie was fine"}, "A", "x", dict(zip("ABCD", texts))),
+                Example({"question": "the movie was fine"}, "ABCD"[perm[0]], "y", dict(zip("ABCD", moved)))]
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(examples)
+    torch.manual_seed(0)
+    lm = tiny_llama(vocab_size=len(world["tok"]), hidden_size=32, layers=2, heads=4, kv_heads=2,
+                    eos_token_id=world["tok"].eos_token_id)
+    m = PredGenModel(lm, build_head("predgen", 32, enc.n_out, "attention", 16, None, "choices"))
+    preds = predict(m, "predgen", enc, items, 2, -1)
+    p0, p1 = torch.tensor(preds.probs[0]), torch.tensor(preds.probs[1])
+    assert p0[4] == 0 and p1[4] == 0 and p0[:4].min() > 0
+    assert torch.allclose(p1[perm], p0[:4], atol=1e-5), (p0, p1)
+    assert p0[:4].max() - p0[:4].min() > 1e-4  # the scores differ, so the check above can fail
+    assert preds.decoded[1] == perm[preds.decoded[0]]  # the decoder wrote the same text
+
+
+@pytest.mark.parametrize("extra", [["--head.reads", "choices", "--task.answer", "text"],
+                                   ["--head.reads", "logits", "--task.answer", "text"],
+                                   ["--task.answer", "name"], ["--task.answer", "name", "--head.reads", "choices"]],
+                         ids=["choices-text", "logits-text", "name", "choices-name"])
+def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      extra: list[str]) -> None:
+    """PredGen with each adapter and answer format trains, saves, reloads (same predictions) and predicts only
+    the examples' own choices."""
+    from test_predgen_tasks import _make_root
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    code = main(["predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--task.name", "arc-easy",
+                 "--train.steps", "2", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path),
+                 "--run.name", "pg", *extra])
+    assert code == 0
+    rows = [json.loads(line) for line in (tmp_path / "pg" / "predictions.jsonl").read_text().splitlines()]
+    _, ex = load_task("arc-easy", "eval", 0)
+    by_id = {e.id: e for e in ex}
+    names = "name" in extra
+    for r in rows:
+        letters = list(by_id[r["id"]].options)
+        own = [f"answer{'ABCDE'.index(k) + 1}" for k in letters] if names else letters
+        assert r["prediction"] in own and r["decoded"] in own
+        if names:
+            assert r["decoded_text"].strip() == r["decoded"]
+    assert main(["predgen", "eval", "--model", str(tmp_path / "pg"), "--eval.latency_examples", "0"]) == 0
+    again = [json.loads(line) for line in (tmp_path / "pg" / "eval-eval.predictions.jsonl").read_text().splitlines()]
+    assert [r["prediction"] for r in again] == [r["prediction"] for r in rows]
+    meta = json.loads((tmp_path / "pg" / "model" / "predgen.json").read_text())
+    assert meta["head"]["reads"] == (extra[1] if extra[0] == "--head.reads" else extra[-1] if "--head.reads" in
+                                     extra else "states")

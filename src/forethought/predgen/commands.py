@@ -55,6 +55,7 @@ from forethought.predgen.model import (
     check_layer,
     hidden_size,
     save_model,
+    vocab_size,
 )
 from forethought.predgen.saved import load_saved, saved_examples
 from forethought.predgen.tasks import read_inputs
@@ -97,7 +98,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     if spec.task_type == "regression":
         bias = statistics.fmean(float(enc.target(ex)) for ex in train_ex)
     pooling = _pooling(cfg.head.pooling, cfg.method)
-    head = build_head(cfg.method, hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias)
+    head = build_head(cfg.method, hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias, cfg.head.reads,
+                      vocab_size(lm))
     model = PredGenModel(lm, head)
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     n, bs = len(train_ex), cfg.train.batch_size
@@ -150,7 +152,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     if rt.is_main:
         meta = {"method": cfg.method, "base": cfg.base, "task_spec": dataclasses.asdict(spec),
                 "prompt": dataclasses.asdict(cfg.prompt), "layer": cfg.layer, "n_out": enc.n_out,
-                "head": {"pooling": pooling, "hidden": cfg.head.hidden},
+                "head": {"pooling": pooling, "hidden": cfg.head.hidden, "reads": cfg.head.reads},
                 "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split)}
         save_model(model, tok, run.dir / "model", meta, cfg.adapter)
         model.to(rt.device)

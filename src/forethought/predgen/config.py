@@ -41,6 +41,8 @@ class TaskConfig:
         if not str(self.name).strip():
             raise ForethoughtError("name must be a built-in task or a data file")
         at_least(self, 0, "max_train_examples", "max_eval_examples")
+        if self.answer == "name" and self.labels:
+            raise ForethoughtError("answer name writes answer1, answer2, ...; it excludes task.labels")
 
     def options(self, builtin: bool) -> dict[str, Any]:
         opts: dict[str, Any] = {"template": self.template or None, "labels": self.labels or None}

@@ -47,7 +47,7 @@ from forethought.predgen.losses import (
     wdal_paper,
     wdal_reference,
 )
-from forethought.predgen.model import PredGenModel
+from forethought.predgen.model import AdapterInput, ChoiceStates, PredGenModel
 from forethought.predgen.tasks import Example, TaskSpec, format_target, parse_target, render_prompt
 
 MAX_CANDIDATES = 20_000
@@ -221,7 +221,7 @@ class Encoder:
                 if self.values is not None and (ex.options or self.text_answers):
                     item["trie"] = self.example_trie(ex)
                 if self.values is not None:  # the rank decoder's candidates: (class, tokens without EOS, chars)
-                    item["rank"] = [(c, self.answer_tokens(t), len(" " + t)) for c, t in self.choices(ex)]
+                    item["choices"] = [(c, self.answer_tokens(t), len(" " + t)) for c, t in self.choices(ex)]
             if with_targets:
                 item["target"] = self.target(ex)
                 item["answer"] = self.answer_tokens(self.answer_text(ex)) + [self.eos_id]
@@ -239,8 +239,8 @@ class Encoder:
             batch["prompt_mask"][b, P - n:] = 1
         if "trie" in items[0]:
             batch["tries"] = Rows(it["trie"] for it in items)  # per row: split with the batch (grad_accum, DDP)
-        if "rank" in items[0]:
-            batch["rank"] = Rows(it["rank"] for it in items)
+        if "choices" in items[0]:
+            batch["choices"] = Rows(it["choices"] for it in items)
         if "present" in items[0]:
             batch["present"] = torch.tensor([it["present"] for it in items], dtype=torch.bool)  # (B, C)
         if "answer" in items[0]:
@@ -364,21 +364,55 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
             logits, states = continue_pass(lm, pp.kv, pmask, rows, layer)  # (2B, width, V), (2B, width, d)
         w_logits = torch.cat([pp.last_logits.unsqueeze(1), logits[:B, :M - 1]], dim=1)
         z_rows = states[:B] if s.adapter_states == "mixed" else states[B:]
+        z_logit_rows = logits[:B] if s.adapter_states == "mixed" else logits[B:]
     else:
         w_logits, z_rows = pp.last_logits.unsqueeze(1), first_state[:, :0]
-    if s.adapter_states == "rollout":
-        z_mask = roll.mask
-        z = torch.cat([first_state, z_rows[:, :roll.tokens.shape[1] - 1]], dim=1)
-    else:
-        z_mask = amask
-        z = torch.cat([first_state, z_rows[:, :M - 1]], dim=1)
+        z_logit_rows = w_logits[:, :0]
+    z_len = roll.tokens.shape[1] if s.adapter_states == "rollout" else M
+    z_mask = roll.mask if s.adapter_states == "rollout" else amask
+    z = torch.cat([first_state, z_rows[:, :z_len - 1]], dim=1)  # (B, m, d)
+    inp = AdapterInput(z, z_mask)
+    if m.head.reads == "logits":  # the logits at Z's positions: each predicted an answer token
+        inp.logits = torch.cat([pp.last_logits.unsqueeze(1), z_logit_rows[:, :z_len - 1]], dim=1)  # (B, m, V)
+    elif m.head.reads == "choices":
+        with record_function("predgen.choices"):
+            inp.choices = choice_states(lm, pp, pmask, batch["choices"], enc.eos_id, layer)
     with record_function("predgen.losses"):
         w_total, w_count = writer_sums(pp, w_logits, batch, mask_prompt)
-        d_total = task_loss(mask_absent(m.head(z, z_mask), batch.get("present")), batch["target"], task_type,
+        d_total = task_loss(mask_absent(m.head.read(inp), batch.get("present")), batch["target"], task_type,
                             reduction="sum")
     wdal = {"paper": wdal_paper, "reference": wdal_reference, "sum": lambda a, b: a + b}[s.wdal]
     return AveragedLoss({"l_w": w_total, "l_d": d_total}, {"l_w": w_count, "l_d": B},
                         combine=lambda mean: wdal(mean["l_w"], mean["l_d"])), {"p": float(batch["p"])}
+
+
+@torch.no_grad()
+def choice_states(lm: Any, pp: PromptPass, prompt_mask: torch.Tensor, choices: list[list[tuple[int, list[int], int]]],
+                  eos_id: int, layer: int) -> ChoiceStates:
+    """Each row's choices (class, answer tokens, chars) read by the model after the prompt: the states at
+    ``layer`` that predict the choice's tokens and EOS (the prompt's last state, then one after each token), as
+    Z holds them for the answer the model wrote. No gradient: the adapter learns to compare, not the LM."""
+    B, K = len(choices), max(len(c) for c in choices)
+    seqs = [[toks + [eos_id] for _, toks, _ in c] for c in choices]
+    L = max(len(s) for row in seqs for s in row)
+    d, dev = pp.states.shape[-1], pp.states.device
+    states = torch.zeros(B, K, L, d, dtype=pp.states.dtype, device=dev)
+    mask = torch.zeros(B, K, L, dtype=torch.bool, device=dev)
+    classes = torch.full((B, K), -1, dtype=torch.long, device=dev)
+    kv = detach_kv(pp.kv)
+    for k in range(K):
+        rows = [row[k] if k < len(row) else row[0] for row in seqs]  # a row without choice k repeats its first
+        ids = torch.stack([F.pad(torch.tensor(r, device=dev), (0, L - len(r)), value=eos_id) for r in rows])
+        st = pp.states[:, -1:].detach()
+        if L > 1:
+            _, rest = continue_pass(lm, kv, prompt_mask, ids[:, :-1], layer)  # (B, L-1, d)
+            st = torch.cat([st, rest], dim=1)
+        states[:, k] = st
+        for b, row in enumerate(seqs):
+            if k < len(row):
+                mask[b, k, :len(row[k])] = True
+                classes[b, k] = choices[b][k][0]
+    return ChoiceStates(states, mask, classes)
 
 
 def sampling_p(s: PredGenSettings, step: int, total_steps: int) -> float:
@@ -398,6 +432,7 @@ class Predictions:
     expected: list[float] | None  # regression, decoder=expected: E[y] over every well-formed number
     rank: list[int] | None  # classification, decoder=rank: the choice of highest summed log-probability
     rank_norm: list[int] | None  # ... of highest log-probability per character (lm-eval-harness's acc_norm)
+    probs: list[list[float]] | None  # classification heads (predictor, predgen): each class's probability
     parse_failures: int
     seconds: float
 
@@ -421,31 +456,42 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
     ev: list[float] = []
     ranked: list[int] = []
     ranked_norm: list[int] = []
+    probs: list[list[float]] = []
     rank = rank and task_type == "classification" and method != "predictor"
     failures = 0
     t0 = time.perf_counter()
     n_batches = -(-len(items) // batch_size)
     for chunk in tqdm(batches(items, batch_size), total=n_batches, desc=f"predict ({method})", mininterval=5,
                       disable=n_batches < 2):
-        b = enc.collate([{k: i[k] for k in ("prompt", "trie", "present", "rank") if k in i} for i in chunk])
+        b = enc.collate([{k: i[k] for k in ("prompt", "trie", "present", "choices") if k in i} for i in chunk])
         present = b.get("present")
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
         pp = prompt_pass(m.lm, ids, mask, layer)  # one prompt pass serves the head, the decoder and E[y]
         if method == "predictor":
-            pred += _from_head(mask_absent(m.head(pp.states, mask), present), task_type)
+            out = mask_absent(m.head(pp.states, mask), present)
+            pred += _from_head(out, task_type)
+            probs += torch.softmax(out.float(), -1).tolist() if task_type == "classification" else []
             continue
         tries = enc.tries(b)
-        d = constrained_greedy(m.lm, tries, ids, mask, layer, enc.pad_id, prompt=pp)
+        reads = getattr(m.head, "reads", None) if method == "predgen" else None
+        d = constrained_greedy(m.lm, tries, ids, mask, layer, enc.pad_id, prompt=pp, keep_logits=reads == "logits")
         values = [t.values[c] for t, c in zip(tries if isinstance(tries, list) else [tries] * len(chunk), d.choice)]
         for row, tok in zip(d.mask.cpu(), d.tokens.cpu()):
             text = enc.tok.decode(tok[row].tolist(), skip_special_tokens=True)
             texts.append(text)
             failures += not enc.text_answers and parse_target(enc.spec, text) is None  # a choice's text: none
         decoded += values
-        pred += _from_head(mask_absent(m.head(d.states, d.mask), present), task_type) if method == "predgen" \
-            else values
+        if method == "predgen":
+            inp = AdapterInput(d.states, d.mask, d.logits)
+            if reads == "choices":
+                inp.choices = choice_states(m.lm, pp, mask, b["choices"], enc.eos_id, layer)
+            out = mask_absent(m.head.read(inp), present)
+            pred += _from_head(out, task_type)
+            probs += torch.softmax(out.float(), -1).tolist() if task_type == "classification" else []
+        else:
+            pred += values
         if rank:
-            cands = b["rank"]
+            cands = b["choices"]
             lps = choice_logprobs(m.lm, [[toks for _, toks, _ in c] for c in cands], ids, mask, prompt=pp)
             for c, lp in zip(cands, lps):
                 ranked.append(c[max(range(len(c)), key=lambda k: lp[k])][0])
@@ -456,7 +502,7 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
     seconds = time.perf_counter() - t0
     gen = method != "predictor"
     return Predictions(pred, decoded if gen else None, texts if gen else None, ev if ev else None,
-                       ranked if rank else None, ranked_norm if rank else None, failures, seconds)
+                       ranked if rank else None, ranked_norm if rank else None, probs or None, failures, seconds)
 
 
 def _from_head(out: torch.Tensor, task_type: str) -> list[Any]:
