@@ -248,3 +248,8 @@ def test_bad_eval_settings_fail_at_load(world: dict, tmp_path: Path, args: list[
 def test_class_settings_on_a_regression_task(world: dict, tmp_path: Path, extra: list[str], names: list[str]) -> None:
     _train(world, tmp_path, ["--task.name", str(world["data"]), "--task.target_field", "score", "--task.task_type",
                              "regression", "--method", "predgen", *extra], names)
+
+
+def test_validation_split_larger_than_the_training_data(world: dict, tmp_path: Path) -> None:
+    _train(world, tmp_path, [*_file_task(world["data"]), "--task.val_examples", "500"],
+           ["task.val_examples 500 leaves no training examples", "has 19"])

@@ -3,6 +3,7 @@ losses, the adapter's input (no gold leak), training through the CLI, save / rel
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -903,3 +904,36 @@ def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: 
     meta = json.loads((tmp_path / "pg" / "model" / "predgen.json").read_text())
     assert meta["head"]["reads"] == (extra[1] if extra[0] == "--head.reads" else extra[-1] if "--head.reads" in
                                      extra else "states")
+
+
+def test_validation_split_is_carved_from_training(world: dict, tmp_path: Path) -> None:
+    """--task.val_examples: a seeded draw from the train split, never trained on, recorded in the run; the
+    learning curve and results['validation'] score it, and eval --split validation scores it again."""
+    from forethought.predgen.config import TaskConfig
+    from forethought.predgen.data import load_splits
+
+    task = TaskConfig(name=str(world["data"]), target_field="label", text_fields=["text"], id_field="id",
+                      val_examples=10)
+    _, train, val, evals = load_splits(task, 3)
+    _, train0, _, _ = load_splits(dataclasses.replace(task, val_examples=0), 3)
+    assert len(val) == 10 and not {e.id for e in val} & {e.id for e in train + evals}
+    assert sorted(e.id for e in train + val) == sorted(e.id for e in train0)
+    assert [e.id for e in load_splits(task, 3)[2]] == [e.id for e in val]  # seeded
+    assert [e.id for e in load_splits(task, 4)[2]] != [e.id for e in val]
+    code = main(["predgen", "train", "--base", str(world["model"]), "--method", "predictor", "--task.name",
+                 str(world["data"]), "--task.target_field", "label", "--task.text_fields", "[text]", "--task.id_field",
+                 "id", "--task.val_examples", "10", "--adapter.r", "2", "--train.steps", "2", "--train.batch_size", "4",
+                 "--train.eval_every", "2", "--eval.latency_examples", "0", "--run.seed", "3",
+                 "--run.out_dir", str(tmp_path), "--run.name", "v"])
+    assert code == 0
+    res = json.loads((tmp_path / "v" / "results.json").read_text())
+    assert res["val_examples"] == 10 and res["learning_curve_split"] == "validation"
+    assert res["learning_curve"][-1]["accuracy"] == pytest.approx(res["validation"]["accuracy"])
+    rows = (tmp_path / "v" / "validation_predictions.jsonl").read_text().splitlines()
+    assert [json.loads(r)["id"] for r in rows] == [e.id for e in val]
+    meta = json.loads((tmp_path / "v" / "model" / "predgen.json").read_text())
+    assert meta["data"]["val_ids"] == [e.id for e in val] and meta["data"]["train_examples"] == len(train)
+    assert main(["predgen", "eval", "--model", str(tmp_path / "v"), "--split", "validation",
+                 "--eval.latency_examples", "0"]) == 0
+    again = json.loads((tmp_path / "v" / "eval-validation.json").read_text())
+    assert again["accuracy"] == pytest.approx(res["validation"]["accuracy"]) and again["examples"] == 10

@@ -35,7 +35,7 @@ from forethought.core.trainer import train
 from forethought.predgen.checks import at_least
 from forethought.predgen.compare import curve_predictions_path
 from forethought.predgen.config import EvalSettings, PredGenConfig
-from forethought.predgen.data import eval_subset, load_split, split_record
+from forethought.predgen.data import eval_subset, load_splits, split_record
 from forethought.predgen.methods import (
     Encoder,
     Predictions,
@@ -76,15 +76,16 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
         raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}, base")
     dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.adapter.method == "full")
     rt = runtime_for(cfg.run)
-    spec, train_ex, eval_split = load_split(cfg.task, cfg.run.seed)
+    spec, train_ex, val_ex, eval_split = load_splits(cfg.task, cfg.run.seed)
     check_task_settings(cfg, spec)
     eval_ex = eval_subset(eval_split, cfg.task.max_eval_examples, cfg.run.seed)
     lm, tok = load_causal_lm(cfg.base, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     check_layer(cfg.layer, lm)
     enc = Encoder(spec, tok, cfg.prompt, decode=cfg.method != "predictor")
     eval_items = enc.encode(eval_ex)
+    val_items = enc.encode(val_ex)  # selection happens here, never on the eval split
     if cfg.method == "base":
-        return zero_shot(cfg, enc, PredGenModel(lm, None), eval_items, len(train_ex), rt)
+        return zero_shot(cfg, enc, PredGenModel(lm, None), eval_items, val_items, len(train_ex), rt)
     encoded: dict[int, dict[str, Any]] = {}  # training examples are tokenised when first drawn (SST-2: 67k)
 
     def train_item(i: int) -> dict[str, Any]:
@@ -132,7 +133,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
 
     eval_fn = None
     if cfg.train.eval_every > 0:
-        eval_fn = curve_eval_fn(cfg.method, enc, eval_items, cfg.eval.batch_size, cfg.layer, rt.device,
+        eval_fn = curve_eval_fn(cfg.method, enc, val_items or eval_items, cfg.eval.batch_size, cfg.layer, rt.device,
                                 run.dir if rt.is_main else None)
     # the writer (the LM's adapter) and the head's gradient norms: WDAL's forms scale them differently
     groups = {"writer": [p for p in model.lm.parameters() if p.requires_grad]}
@@ -146,21 +147,24 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
                                "batch_size": bs, "train_examples": n, "eval_examples": len(eval_items),
                                "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"),
                                "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                               "seed": cfg.run.seed}
+                               "seed": cfg.run.seed, "val_examples": len(val_items)}
     if out.get("eval_curve"):
         results["learning_curve"] = learning_curve(out["eval_curve"], bs)
+        results["learning_curve_split"] = "validation" if val_items else "eval"
     if rt.is_main:
         meta = {"method": cfg.method, "base": cfg.base, "task_spec": dataclasses.asdict(spec),
                 "prompt": dataclasses.asdict(cfg.prompt), "layer": cfg.layer, "n_out": enc.n_out,
                 "head": {"pooling": pooling, "hidden": cfg.head.hidden, "reads": cfg.head.reads},
-                "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split)}
+                "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split, val_ex)}
         save_model(model, tok, run.dir / "model", meta, cfg.adapter)
         model.to(rt.device)
+        evaluate_validation(model, cfg.method, enc, val_items, cfg, rt.device, run.dir, results)
         metrics, preds = evaluate(model, cfg.method, enc, eval_items, cfg.eval, cfg.layer, rt.device)
         results.update(metrics)
         write_predictions(run.dir / "predictions.jsonl", enc, eval_items, preds)
         if "learning_curve" in results:
-            plot_learning_curve(results["learning_curve"], task_type, bs, run.path("learning_curve.png"))
+            plot_learning_curve(results["learning_curve"], task_type, bs, run.path("learning_curve.png"),
+                                results["learning_curve_split"])
         run.write_results(results)
         atomic_write_text(run.path("report.md"), train_report(run.dir.name, results))
         print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (dict, list))}, indent=1))
@@ -178,17 +182,31 @@ def check_task_settings(cfg: PredGenConfig, spec: Any) -> None:
                                    "task (use head.reads states)")
 
 
+def evaluate_validation(model: PredGenModel, method: str, enc: Encoder, items: list[dict[str, Any]],
+                        cfg: PredGenConfig, device: Any, run_dir: Path, results: dict[str, Any]) -> None:
+    """The validation split's metrics (``results["validation"]``, the numbers to select on) and predictions
+    (``validation_predictions.jsonl``, for paired selection with ``predgen compare``); nothing without one."""
+    if not items:
+        return
+    es = dataclasses.replace(cfg.eval, latency_examples=0)
+    metrics, preds = evaluate(model, method, enc, items, es, cfg.layer, device)
+    results["validation"] = {k: v for k, v in metrics.items() if k not in ("examples_per_s", "eval_batch_size")}
+    write_predictions(run_dir / "validation_predictions.jsonl", enc, items, preds)
+
+
 def zero_shot(cfg: PredGenConfig, enc: Encoder, model: PredGenModel, eval_items: list[dict[str, Any]],
-              n_train: int, rt: Any) -> dict[str, Any]:
+              val_items: list[dict[str, Any]], n_train: int, rt: Any) -> dict[str, Any]:
     """``--method base``: the untrained base model evaluated as a generator (its greedy answer under each
     example's choices; with ``--eval.decoder rank`` the log-likelihood ranking), nothing trained or saved."""
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     results: dict[str, Any] = {"method": "base", "task": enc.spec.name, "base": cfg.base,
                                "adapter": dataclasses.asdict(cfg.adapter), "steps": 0, "batch_size": 0,
                                "train_examples": n_train, "eval_examples": len(eval_items), "train_wall_s": 0.0,
-                               "final_loss": None, "trainable_params": 0, "seed": cfg.run.seed}
+                               "final_loss": None, "trainable_params": 0, "seed": cfg.run.seed,
+                               "val_examples": len(val_items)}
     if rt.is_main:
         model.to(rt.device)
+        evaluate_validation(model, "base", enc, val_items, cfg, rt.device, run.dir, results)
         metrics, preds = evaluate(model, "base", enc, eval_items, cfg.eval, cfg.layer, rt.device)
         results.update(metrics)
         write_predictions(run.dir / "predictions.jsonl", enc, eval_items, preds)
@@ -234,7 +252,8 @@ def learning_curve(evals: list[dict[str, float]], batch_size: int) -> list[dict[
              **{k: v for k, v in r.items() if k != "step"}} for r in evals]
 
 
-def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_size: int, path: Path) -> Path:
+def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_size: int, path: Path,
+                        split: str = "eval") -> Path:
     """Accuracy (classes) or MSE and Pearson (numbers) against the examples seen (PredGen: its decoded answer
     dashed beside its adapter); the top axis counts steps."""
     names = ["accuracy"] if task_type == "classification" else ["mse", "pearson"]
@@ -251,7 +270,7 @@ def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_siz
         ax.grid(alpha=0.3)
         top = ax.secondary_xaxis("top", functions=(lambda x: x / batch_size, lambda s: s * batch_size))
         top.set_xlabel("step")
-    fig.suptitle("learning curve on the evaluation examples")
+    fig.suptitle(f"learning curve on the {'validation' if split == 'validation' else 'evaluation'} examples")
     return save_figure(fig, path)
 
 
@@ -277,6 +296,11 @@ def train_report(name: str, results: dict[str, Any]) -> str:
     for k in metric_keys:
         cells = [_cell(results.get(k))] + [_cell(results.get(key, {}).get(k, "-")) for key, _ in columns]
         lines.append(f"| {k} | {' | '.join(cells)} |")
+    if "validation" in results:
+        v = results["validation"]
+        shown = ", ".join(f"{k} {_cell(v[k])}" for k in metric_keys if k in v)
+        lines += ["", f"Validation split ({results['val_examples']} examples carved from the training data, the "
+                  f"split to select on): {shown}."]
     if "parse_failure_rate" in results:
         lines += ["", f"Parse-failure rate of the decoded answers: {results['parse_failure_rate']:.4f}."]
     if "learning_curve" in results:
@@ -351,7 +375,9 @@ def write_predictions(path: Path, enc: Encoder, items: list[dict[str, Any]], pre
 @dataclass
 class EvalConfig:
     model: str = field("", "a trained run folder (or its model/ folder)")
-    split: Literal["train", "eval"] = field("eval", "which split of the model's task (exactly as its run drew it)")
+    split: Literal["train", "validation", "eval"] = field(
+        "eval", "which split of the model's task (exactly as its run drew it; validation: carved by "
+        "task.val_examples)")
     max_examples: int = field(0, "at most this many examples (a seeded subset; 0 = all)")
     seed: int | None = field(None, "seed of the max_examples subset (default: the run's seed, so the run's "
                              "max_eval_examples gives the examples it was evaluated on)")

@@ -35,12 +35,15 @@ class TaskConfig:
     long_field: str = field("", "data files: the field cut when a prompt is over its token budget")
     max_train_examples: int = field(0, "use at most this many training examples (a seeded subset; 0 = all)")
     max_eval_examples: int = field(0, "evaluate on at most this many examples (a seeded subset; 0 = all); also "
-                                   "the examples of the learning curve (train.eval_every)")
+                                   "the examples of the learning curve (train.eval_every) without val_examples")
+    val_examples: int = field(0, "carve this many training examples (seeded, never trained on) as a validation "
+                              "split: the learning curve and results['validation'] score it; select learning "
+                              "rates, adapters and steps there and only report the eval split (0 = none)")
 
     def validate(self) -> None:
         if not str(self.name).strip():
             raise ForethoughtError("name must be a built-in task or a data file")
-        at_least(self, 0, "max_train_examples", "max_eval_examples")
+        at_least(self, 0, "max_train_examples", "max_eval_examples", "val_examples")
         if self.answer == "name" and self.labels:
             raise ForethoughtError("answer name writes answer1, answer2, ...; it excludes task.labels")
 
