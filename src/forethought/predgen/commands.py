@@ -307,7 +307,9 @@ def train_report(name: str, results: dict[str, Any]) -> str:
         n = len(results["learning_curve"])
         lines += ["", f"Learning curve ({n} points, `results.json` `learning_curve`):", "",
                   "![learning curve](learning_curve.png)"]
-    lines += ["", "Files: `results.json`, `predictions.jsonl`, `metrics.jsonl`, `model/`."]
+    files = "`results.json`, `predictions.jsonl`" + ("" if results["method"] == "base" else
+                                                    ", `metrics.jsonl`, `model/`")
+    lines += ["", f"Files: {files}{', `validation_predictions.jsonl`' if 'validation' in results else ''}."]
     return "\n".join(lines) + "\n"
 
 
