@@ -5,8 +5,8 @@ choice's text, SmolLM2-135M + LoRA, the ``predgen_tasks`` budget (``--config sma
   with lm-eval-harness's ARC prompt ("Question: ...\\nAnswer:", no choices listed);
 * the Predictor, the Generator (greedy, and rank), PredGen with each adapter, one change at a time from the
   states adapter: ``--head.reads choices`` (a score per choice from Z and the choice's own states),
-  ``--head.reads logits`` (the reference code's adapter), ``--task.answer name`` (answer1..answer5); and the
-  Generator with name answers;
+  ``--head.reads logits`` (the reference code's adapter), ``--task.answer name`` (answer1..answer5); the
+  Generator with name answers; the Generator and the choice-scoring PredGen with lm-eval's prompt;
 * STS-B: PredGen's adapter vs the expected-value decoder of the same model (lr 5e-4, as ``predgen_tasks``).
 
 Every run carves a validation split from the training data (``--task.val_examples``); the MC adapter default is
@@ -54,9 +54,15 @@ VARIANTS = {
     "predgen-logits": ["--method", "predgen", "--head.reads", "logits", *RANK],
     "predgen-name": ["--method", "predgen", "--task.answer", "name", *RANK],
     "predgen-expected": ["--method", "predgen", "--eval.decoder", "expected"],
+    # the prompt without the listed choices (lm-eval's): the untrained model ranks 0.515 with it, 0.325 with the
+    # task's prompt (ARC-Easy, 200 seeded test items), so the prompt is an ablation of its own
+    "generator-lmeval": ["--method", "generator", "--task.template", LMEVAL_ARC, *RANK],
+    "predgen-choices-lmeval": ["--method", "predgen", "--head.reads", "choices", "--task.template", LMEVAL_ARC,
+                               *RANK],
 }
 ADAPTERS = ["predgen", "predgen-choices", "predgen-logits", "predgen-name"]  # the MC default is chosen among these
-MC = ["base", "base-lmeval", "predictor", "generator", "generator-name", *ADAPTERS]
+MC = ["base", "base-lmeval", "predictor", "generator", "generator-name", *ADAPTERS, "generator-lmeval",
+      "predgen-choices-lmeval"]
 TASKS: dict[str, dict] = {
     "arc-easy": {"args": ["--task.name", "arc-easy", "--task.answer", "text", "--task.max_eval_examples", "1000",
                           "--task.val_examples", "100"], "steps": 75, "metric": "accuracy", "variants": MC},
@@ -72,6 +78,9 @@ COMPARE = [*[(a, f"{a}:decoded") for a in ADAPTERS], *[(a, "generator") for a in
            ("predgen-choices", "predgen"), ("predgen-logits", "predgen"), ("predgen-name", "predgen"),
            ("generator:rank", "generator"), ("generator", "base-lmeval:rank"), ("generator:rank", "base-lmeval:rank"),
            ("predictor", "base-lmeval:rank"), ("generator-name", "generator"),
+           ("predgen-choices-lmeval", "predgen-choices"), ("generator-lmeval", "generator"),
+           ("predgen-choices-lmeval", "generator-lmeval:rank"), ("predgen-choices-lmeval", "base-lmeval:rank"),
+           ("predgen-choices-lmeval", "predgen-choices-lmeval:decoded"),
            ("predgen-expected", "predgen-expected:expected_value")]
 ANSWERS = ("decoded", "rank", "rank_norm", "expected_value", "validation")
 
