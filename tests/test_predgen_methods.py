@@ -937,3 +937,17 @@ def test_validation_split_is_carved_from_training(world: dict, tmp_path: Path) -
                  "--eval.latency_examples", "0"]) == 0
     again = json.loads((tmp_path / "v" / "eval-validation.json").read_text())
     assert again["accuracy"] == pytest.approx(res["validation"]["accuracy"]) and again["examples"] == 10
+
+
+def test_adapters_saved_before_the_pooling_module_still_load() -> None:
+    """A TaskAdapter's head.safetensors from before its pooling became a submodule (norm.*, query at the top)."""
+    from forethought.predgen.model import TaskAdapter, _renamed_keys
+
+    torch.manual_seed(0)
+    new = TaskAdapter(8, 3, "attention", 4)
+    old = {k.removeprefix("pool."): v for k, v in new.state_dict().items()}
+    assert "query" in old and "norm.weight" in old
+    loaded = TaskAdapter(8, 3, "attention", 4)
+    loaded.load_state_dict(_renamed_keys(old, loaded))
+    z, mask = torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.bool)
+    assert torch.equal(loaded(z, mask), new(z, mask))
