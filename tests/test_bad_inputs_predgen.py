@@ -253,3 +253,18 @@ def test_class_settings_on_a_regression_task(world: dict, tmp_path: Path, extra:
 def test_validation_split_larger_than_the_training_data(world: dict, tmp_path: Path) -> None:
     _train(world, tmp_path, [*_file_task(world["data"]), "--task.val_examples", "500"],
            ["task.val_examples 500 leaves no training examples", "has 19"])
+
+
+@pytest.mark.parametrize("args,names", [
+    (["--task.name", "sst2", "--task.answer", "name"], ["answer 'name' applies to the multiple-choice tasks"]),
+    (["--task.name", "arc-easy", "--task.answer", "name", "--task.labels", "[w,x,y,z,v]"],
+     ["answer name", "excludes task.labels"]),
+])
+def test_name_answers_need_choices(world: dict, tmp_path: Path, args: list[str], names: list[str]) -> None:
+    from test_predgen_tasks import _make_root
+
+    runs = tmp_path / "runs"
+    expect_clean_failure(["predgen", "train", "--base", str(world["base"]), "--run.out_dir", str(runs),
+                          "--run.name", "fresh", *args], tmp_path, runs, names,
+                         env={"FORETHOUGHT_DATA": str(_make_root(tmp_path / "data"))})
+    assert not runs.exists()
