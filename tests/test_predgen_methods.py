@@ -951,3 +951,23 @@ def test_adapters_saved_before_the_pooling_module_still_load() -> None:
     loaded.load_state_dict(_renamed_keys(old, loaded))
     z, mask = torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.bool)
     assert torch.equal(loaded(z, mask), new(z, mask))
+
+
+def test_untrained_choice_adapter_starts_from_the_decoded_answer(world: dict, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Z of the written choice equals that choice's own states, so the untrained choice-scoring adapter (cosine
+    term at its initial weight) already predicts what the model decoded."""
+    from test_predgen_tasks import _make_root
+
+    from forethought.predgen.methods import predict
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0, answer="text")
+    _, ex2 = load_task("arc-easy", "train", 0, answer="text")
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(ex + ex2)
+    m = _model(world, "predgen", enc)
+    torch.manual_seed(0)
+    m.head = build_head("predgen", 32, enc.n_out, "attention", 16, None, "choices")
+    preds = predict(m, "predgen", enc, items, 3, -1)
+    assert preds.prediction == preds.decoded
