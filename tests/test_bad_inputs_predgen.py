@@ -191,3 +191,80 @@ def test_compare_bad_inputs(world: dict, tmp_path: Path, case: str, names: list[
     out = tmp_path / "cmp" / "out.json"
     expect_clean_failure(["predgen", "compare", "--a", a, "--b", b, "--out", str(out), *extra], tmp_path, run, names)
     assert not out.exists() and not out.parent.exists()
+
+
+# ---------------------------------------------------------------------------------------------- settings at load
+
+BAD_SETTINGS = [
+    (["--eval.batch_size", "0"], ["eval: batch_size must be at least 1", "0"]),
+    (["--eval.latency_examples", "-1"], ["latency_examples must be at least 0"]),
+    (["--eval.decoder", "beam"], ["eval.decoder", "'greedy', 'expected', 'rank'"]),
+    (["--head.pooling", "maxx"], ["head.pooling", "'maxx'"]),
+    (["--head.hidden", "0"], ["head: hidden must be at least 1"]),
+    (["--head.lr_scale", "0"], ["head: lr_scale must be a positive number"]),
+    (["--head.reads", "tokens"], ["head.reads", "'states', 'logits', 'choices'"]),
+    (["--adapter.r", "0"], ["adapter: r must be at least 1"]),
+    (["--adapter.alpha", "-2"], ["adapter: alpha must be a positive number"]),
+    (["--adapter.dropout", "1"], ["adapter: dropout must be in [0, 1)"]),
+    (["--adapter.method", "qlora"], ["adapter.method", "'lora'"]),
+    (["--adapter.target_modules", " , "], ["target_modules must name at least one module"]),
+    (["--prompt.max_prompt_tokens", "0"], ["prompt: max_prompt_tokens must be at least 1"]),
+    (["--prompt.decimals", "-1"], ["prompt: decimals must be in [0, 6]"]),
+    (["--prompt.truncate_side", "middle"], ["prompt.truncate_side", "'left'"]),
+    (["--predgen.p_end", "1.5"], ["predgen: p_end must be in [0, 1]"]),
+    (["--predgen.ramp_steps", "-3"], ["predgen: ramp_steps must be at least 0"]),
+    (["--predgen.schedule", "cubic"], ["predgen.schedule", "'linear'"]),
+    (["--task.max_train_examples", "-1"], ["task: max_train_examples must be at least 0"]),
+    (["--task.answer", "index"], ["task.answer", "'letter', 'text', 'name'"]),
+    (["--task.task_type", "ranking"], ["task.task_type", "'classification'"]),
+    (["--method", "oracle"], ["method", "'predictor'"]),
+    (["--method", "predictor", "--head.pooling", "attention"], ["head.pooling attention", "last or mean"]),
+    (["--method", "predgen", "--head.pooling", "last"], ["head.pooling last", "attention or mean"]),
+    (["--method", "generator", "--head.reads", "logits"], ["head.reads logits", "--method predgen"]),
+    (["--method", "predictor", "--eval.decoder", "rank"], ["eval.decoder rank", "predictor"]),
+]
+
+
+@pytest.mark.parametrize("args,names", BAD_SETTINGS, ids=[" ".join(a) for a, _ in BAD_SETTINGS])
+def test_bad_settings_fail_at_load(world: dict, tmp_path: Path, args: list[str], names: list[str]) -> None:
+    """Every PredGen setting is checked when the config loads: the base named here does not exist, so reaching
+    the model (or the data) would be another error."""
+    runs = tmp_path / "runs"
+    expect_clean_failure(["predgen", "train", "--base", str(tmp_path / "no-such-model"), "--task.name",
+                          str(tmp_path / "no-such.csv"), "--run.out_dir", str(runs), "--run.name", "fresh", *args],
+                         tmp_path, runs, names)
+    assert not runs.exists(), "the run folder was created"
+
+
+@pytest.mark.parametrize("args,names", [(["--max_examples", "-2"], ["max_examples must be at least 0"]),
+                                        (["--eval.batch_size", "0"], ["eval: batch_size must be at least 1"])])
+def test_bad_eval_settings_fail_at_load(world: dict, tmp_path: Path, args: list[str], names: list[str]) -> None:
+    run = _copy(world, tmp_path)
+    expect_clean_failure(["predgen", "eval", "--model", str(run), *args], tmp_path, run, names)
+
+
+@pytest.mark.parametrize("extra,names", [(["--eval.decoder", "rank"], ["eval.decoder rank", "regression task"]),
+                                         (["--head.reads", "logits"], ["head.reads logits", "regression task"])])
+def test_class_settings_on_a_regression_task(world: dict, tmp_path: Path, extra: list[str], names: list[str]) -> None:
+    _train(world, tmp_path, ["--task.name", str(world["data"]), "--task.target_field", "score", "--task.task_type",
+                             "regression", "--method", "predgen", *extra], names)
+
+
+def test_validation_split_larger_than_the_training_data(world: dict, tmp_path: Path) -> None:
+    _train(world, tmp_path, [*_file_task(world["data"]), "--task.val_examples", "500"],
+           ["task.val_examples 500 leaves no training examples", "has 19"])
+
+
+@pytest.mark.parametrize("args,names", [
+    (["--task.name", "sst2", "--task.answer", "name"], ["answer 'name' applies to the multiple-choice tasks"]),
+    (["--task.name", "arc-easy", "--task.answer", "name", "--task.labels", "[w,x,y,z,v]"],
+     ["answer name", "excludes task.labels"]),
+])
+def test_name_answers_need_choices(world: dict, tmp_path: Path, args: list[str], names: list[str]) -> None:
+    from test_predgen_tasks import _make_root
+
+    runs = tmp_path / "runs"
+    expect_clean_failure(["predgen", "train", "--base", str(world["base"]), "--run.out_dir", str(runs),
+                          "--run.name", "fresh", *args], tmp_path, runs, names,
+                         env={"FORETHOUGHT_DATA": str(_make_root(tmp_path / "data"))})
+    assert not runs.exists()

@@ -3,6 +3,7 @@ losses, the adapter's input (no gold leak), training through the CLI, save / rel
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -647,3 +648,326 @@ def test_curve_points_keep_predictions_and_compare_pairs_them(world: dict, tmp_p
     steps = [[json.loads(x) for x in (run / "curve_predictions" / f"step-00000{s}.jsonl").read_text().splitlines()]
              for s in (4, 2)]
     assert json.loads(out.read_text())["mcnemar"] == paired(*steps)["mcnemar"]
+
+
+def _step_grads(model: PredGenModel, loss_fn: Any, batch: dict, k: int) -> tuple[dict[str, torch.Tensor], float]:
+    """One optimizer step's gradients and loss, the batch split into k micro-batches as the trainer splits it."""
+    from forethought.core.accumulate import accumulate_gradients, split_batch
+    from forethought.core.runtime import compute_init
+
+    rt = compute_init("cpu", seed=0)
+    model.zero_grad(set_to_none=True)
+    out = accumulate_gradients(model, loss_fn, [split_batch(batch, i, k) for i in range(k)], rt.accelerator)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, float(out.loss)
+
+
+@pytest.mark.parametrize("method", ["generator", "predgen", "predgen-choices", "predgen-logits"])
+def test_text_answers_accumulate_exactly(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         method: str) -> None:
+    """Text answers carry one trie per row: split with the batch, a step of 2 micro-batches is the step of one
+    batch (it crashed: '4 tries for 2 rows'), and the CLI trains with grad_accum 2."""
+    from test_predgen_tasks import _make_root
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0, answer="text")
+    _, ex2 = load_task("arc-easy", "train", 0, answer="text")
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    batch = with_sampling(enc.collate(enc.encode((ex + ex2)[:4])), 0.5, 7)
+    s = PredGenSettings()
+    loss_fn = (lambda m, b: m(generator_loss, b, True)) if method == "generator" else \
+        (lambda m, b: m(predgen_loss, b, s, enc, "classification", -1, True))
+    model = _model(world, method.split("-")[0], enc)
+    if "-" in method:  # the other adapters
+        torch.manual_seed(0)
+        model.head = build_head("predgen", 32, enc.n_out, "attention", 16, None, method.split("-")[1],
+                                len(world["tok"]))
+    one, loss1 = _step_grads(model, loss_fn, batch, 1)
+    two, loss2 = _step_grads(model, loss_fn, batch, 2)
+    assert one.keys() == two.keys() and any(g.abs().max() > 0 for n, g in one.items() if "lora" in n)
+    for n, g in one.items():
+        assert torch.allclose(g, two[n], rtol=0, atol=1e-5), (n, (g - two[n]).abs().max())  # fp32 reorder
+    assert loss1 == pytest.approx(loss2, rel=1e-6, abs=1e-6)
+    if "-" in method:
+        return
+    code = main(["predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--method", method,
+                 "--task.name", "arc-easy", "--task.answer", "text", "--train.steps", "2", "--train.grad_accum", "2",
+                 "--train.batch_size", "4", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path),
+                 "--run.name", method])
+    assert code == 0
+
+
+def test_two_process_training_with_text_answers(world: dict, tmp_path: Path) -> None:
+    """torchrun, 2 CPU processes (gloo), text answers: each process gets its own rows' tries."""
+    import os
+    import subprocess
+    import sys
+
+    from test_predgen_tasks import _make_root
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "FORETHOUGHT_DATA": str(_make_root(tmp_path / "data"))}
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "29549", "-m", "forethought.cli",
+                           "predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--task.name",
+                           "arc-easy", "--task.answer", "text", "--train.steps", "2", "--train.batch_size", "4",
+                           "--train.grad_accum", "2", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path),
+                           "--run.name", "pg"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "pg" / "results.json").read_text())["eval_examples"] == 2
+
+
+def _bos_tokenizer(world: dict) -> Any:
+    """The world's tokenizer, made to add a BOS token (as Llama-3's does) and given a chat template that writes it."""
+    import copy
+
+    from tokenizers.processors import TemplateProcessing
+
+    tok = copy.deepcopy(world["tok"])
+    tok.add_special_tokens({"bos_token": "<s>"})
+    tok._tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}<u>{{ m['content'] }}</u>{% endfor %}"
+                         "{% if add_generation_prompt %}<a>{% endif %}")
+    return tok
+
+
+def test_chat_prompts_have_one_bos(world: dict) -> None:
+    tok = _bos_tokenizer(world)
+    spec, ex = load_task(str(world["data"]), "train", 0, target_field="label", text_fields=["text"], id_field="id")
+    assert tok("x")["input_ids"][0] == tok.bos_token_id  # the tokenizer adds BOS ...
+    for chat in (False, True):
+        ids = Encoder(spec, tok, PromptConfig(max_prompt_tokens=48, chat=chat)).prompt_tokens(ex[0])
+        assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1, (chat, ids[:4])  # ... once
+
+
+def test_absent_choices_get_zero_probability(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARC items with 3 or 4 choices: the Predictor's and PredGen's heads never give the absent letters any
+    probability, even when the head prefers them; the decoder picks only present letters."""
+    from test_predgen_tasks import _make_root
+
+    from forethought.predgen.methods import mask_absent, predict
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0)
+    _, ex2 = load_task("arc-easy", "train", 0)
+    examples = ex + ex2
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(examples)
+    present = torch.tensor([it["present"] for it in items])
+    assert present.tolist() == [[k in e.options for k in "ABCDE"] for e in examples] and not present.all()
+    probs = torch.softmax(mask_absent(torch.randn(len(items), 5), present), -1)
+    assert (probs[~present] == 0).all() and torch.allclose(probs.sum(-1), torch.ones(len(items)))
+    for kind in ("predictor", "predgen"):
+        m = _model(world, kind, enc)
+        last = m.head.out if kind == "predictor" else m.head.mlp[-1]
+        with torch.no_grad():
+            last.bias.copy_(torch.tensor([0.0, 0, 0, 50, 100]))  # prefers E, then D
+        preds = predict(m, kind, enc, items, 4, -1)
+        assert preds.prediction == [4 if "E" in e.options else 3 if "D" in e.options else preds.prediction[i]
+                                    for i, e in enumerate(examples)]
+        assert all(e.options and spec.labels[p] in e.options for p, e in zip(preds.prediction, examples))
+        if preds.decoded is not None:
+            assert all(spec.labels[d] in e.options for d, e in zip(preds.decoded, examples))
+        batch = with_sampling(enc.collate(items), 0.0, 0)
+        loss = predictor_loss(m, batch, "classification", -1)[0] if kind == "predictor" else \
+            predgen_loss(m, batch, PredGenSettings(), enc, "classification", -1, True)[0].value()
+        assert torch.isfinite(loss)
+
+
+def test_compare_pairs_the_expected_value(tmp_path: Path) -> None:
+    """A regression run's expected value vs its greedy answer, paired: the hand-computed MSE difference."""
+    rows = [{"id": f"e{i}", "prediction": p, "decoded": p, "expected_value": e, "target": t}
+            for i, (p, e, t) in enumerate([(1.0, 1.5, 2.0), (3.0, 2.5, 2.0), (0.0, 0.5, 1.0), (4.0, 3.0, 3.5)])]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "cmp.json"
+    assert main(["predgen", "compare", "--a", str(path), "--b", str(path), "--key_a", "expected_value",
+                 "--key_b", "decoded", "--n_boot", "200", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    mse_e = np.mean([(r["expected_value"] - r["target"]) ** 2 for r in rows])
+    mse_d = np.mean([(r["decoded"] - r["target"]) ** 2 for r in rows])
+    assert res["mse"]["difference"] == pytest.approx(mse_e - mse_d) and res["a"]["key"] == "expected_value"
+
+
+def test_rank_decoder_matches_brute_force(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARC with text answers, batched: each choice's summed log-probability equals a plain forward over the
+    unpadded prompt + " " + choice (no EOS), and the rank / per-character picks are its argmaxes."""
+    from test_predgen_tasks import _make_root
+
+    from forethought.predgen.decoding import choice_logprobs
+    from forethought.predgen.methods import predict
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0, answer="text")
+    _, ex2 = load_task("arc-easy", "train", 0, answer="text")
+    examples = ex + ex2
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(examples)
+    m = _model(world, "generator", enc)
+    m.eval()
+    b = enc.collate(items)
+    got = choice_logprobs(m.lm, [[t for _, t, _ in c] for c in b["choices"]], b["prompt_ids"], b["prompt_mask"])
+    for it, e, lps in zip(items, examples, got):
+        assert [c for c, _, _ in it["choices"]] == [spec.labels.index(k) for k in e.options]
+        for (_, toks, n_chars), text, lp in zip(it["choices"], e.options.values(), lps):
+            assert n_chars == len(" " + text) and toks == enc.answer_tokens(text)
+            ids = torch.tensor([it["prompt"] + toks])
+            with torch.no_grad():
+                logp = torch.log_softmax(m.lm(input_ids=ids).logits[0].double(), -1)
+            P = len(it["prompt"])
+            want = sum(float(logp[P - 1 + j, t]) for j, t in enumerate(toks))
+            assert lp == pytest.approx(want, abs=1e-4)
+    preds = predict(m, "generator", enc, items, 2, -1, rank=True)
+    for it, lps, r, rn in zip(items, got, preds.rank, preds.rank_norm):
+        cands = it["choices"]
+        assert r == cands[int(np.argmax(lps))][0]
+        assert rn == cands[int(np.argmax([lp / c[2] for lp, c in zip(lps, cands)]))][0]
+
+
+def test_cli_zero_shot_base_and_rank(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--method base`` evaluates the untrained model (nothing trained or saved); ``--eval.decoder rank`` adds
+    the rank scores to train, eval and the predictions, which compare can pair."""
+    from test_predgen_tasks import _make_root
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    common = ["--config", "tiny", "--base", str(world["model"]), "--task.name", "arc-easy", "--task.answer", "text",
+              "--eval.decoder", "rank", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path)]
+    assert main(["predgen", "train", *common, "--method", "base", "--run.name", "base"]) == 0
+    assert main(["predgen", "train", *common, "--method", "generator", "--train.steps", "1", "--run.name", "gen"]) == 0
+    base = json.loads((tmp_path / "base" / "results.json").read_text())
+    assert base["steps"] == 0 and not (tmp_path / "base" / "model").exists()
+    assert {"accuracy", "decoded", "rank", "rank_norm"} <= base.keys()
+    assert "rank (per character)" in (tmp_path / "base" / "report.md").read_text()
+    rows = [json.loads(line) for line in (tmp_path / "gen" / "predictions.jsonl").read_text().splitlines()]
+    assert rows and all({"rank", "rank_norm"} <= r.keys() for r in rows)
+    assert main(["predgen", "eval", "--model", str(tmp_path / "gen"), "--eval.decoder", "rank",
+                 "--eval.latency_examples", "0"]) == 0
+    assert "rank" in json.loads((tmp_path / "gen" / "eval-eval.json").read_text())
+    assert main(["predgen", "compare", "--a", str(tmp_path / "gen"), "--b", str(tmp_path / "base"), "--key_a", "rank",
+                 "--key_b", "rank", "--n_boot", "100"]) == 0
+
+
+def test_choice_adapter_permutes_with_the_choices(world: dict) -> None:
+    """The choice-scoring adapter on a tiny random Llama: the same question with its choices' texts under other
+    letters (a prompt that does not list them, as lm-eval's ARC format) gives each text the same probability
+    under its new letter; the absent fifth class gets none."""
+    from forethought.predgen.methods import predict
+    from forethought.predgen.tasks import Example, TaskSpec
+
+    spec = TaskSpec("mc", "classification", list("ABCDE"), "Question: {question}\nAnswer:", answer="text")
+    texts = ["good movie", "bad plot", "great actor", "dull scene"]
+    perm = [2, 0, 3, 1]  # the text at letter i moves to letter perm[i]
+    moved = [texts[perm.index(j)] for j in range(4)]
+    examples = [Example({"question": "the movie was fine"}, "A", "x", dict(zip("ABCD", texts))),
+                Example({"question": "the movie was fine"}, "ABCD"[perm[0]], "y", dict(zip("ABCD", moved)))]
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(examples)
+    torch.manual_seed(0)
+    lm = tiny_llama(vocab_size=len(world["tok"]), hidden_size=32, layers=2, heads=4, kv_heads=2,
+                    eos_token_id=world["tok"].eos_token_id)
+    m = PredGenModel(lm, build_head("predgen", 32, enc.n_out, "attention", 16, None, "choices"))
+    preds = predict(m, "predgen", enc, items, 2, -1)
+    p0, p1 = torch.tensor(preds.probs[0]), torch.tensor(preds.probs[1])
+    assert p0[4] == 0 and p1[4] == 0 and p0[:4].min() > 0
+    assert torch.allclose(p1[perm], p0[:4], atol=1e-5), (p0, p1)
+    assert p0[:4].max() - p0[:4].min() > 1e-4  # the scores differ, so the check above can fail
+    assert preds.decoded[1] == perm[preds.decoded[0]]  # the decoder wrote the same text
+
+
+@pytest.mark.parametrize("extra", [["--head.reads", "choices", "--task.answer", "text"],
+                                   ["--head.reads", "logits", "--task.answer", "text"],
+                                   ["--task.answer", "name"], ["--task.answer", "name", "--head.reads", "choices"]],
+                         ids=["choices-text", "logits-text", "name", "choices-name"])
+def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      extra: list[str]) -> None:
+    """PredGen with each adapter and answer format trains, saves, reloads (same predictions) and predicts only
+    the examples' own choices."""
+    from test_predgen_tasks import _make_root
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    code = main(["predgen", "train", "--config", "tiny", "--base", str(world["model"]), "--task.name", "arc-easy",
+                 "--train.steps", "2", "--eval.latency_examples", "0", "--run.out_dir", str(tmp_path),
+                 "--run.name", "pg", *extra])
+    assert code == 0
+    rows = [json.loads(line) for line in (tmp_path / "pg" / "predictions.jsonl").read_text().splitlines()]
+    _, ex = load_task("arc-easy", "eval", 0)
+    by_id = {e.id: e for e in ex}
+    names = "name" in extra
+    for r in rows:
+        letters = list(by_id[r["id"]].options)
+        own = [f"answer{'ABCDE'.index(k) + 1}" for k in letters] if names else letters
+        assert r["prediction"] in own and r["decoded"] in own
+        if names:
+            assert r["decoded_text"].strip() == r["decoded"]
+    assert main(["predgen", "eval", "--model", str(tmp_path / "pg"), "--eval.latency_examples", "0"]) == 0
+    again = [json.loads(line) for line in (tmp_path / "pg" / "eval-eval.predictions.jsonl").read_text().splitlines()]
+    assert [r["prediction"] for r in again] == [r["prediction"] for r in rows]
+    meta = json.loads((tmp_path / "pg" / "model" / "predgen.json").read_text())
+    assert meta["head"]["reads"] == (extra[1] if extra[0] == "--head.reads" else extra[-1] if "--head.reads" in
+                                     extra else "states")
+
+
+def test_validation_split_is_carved_from_training(world: dict, tmp_path: Path) -> None:
+    """--task.val_examples: a seeded draw from the train split, never trained on, recorded in the run; the
+    learning curve and results['validation'] score it, and eval --split validation scores it again."""
+    from forethought.predgen.config import TaskConfig
+    from forethought.predgen.data import load_splits
+
+    task = TaskConfig(name=str(world["data"]), target_field="label", text_fields=["text"], id_field="id",
+                      val_examples=10)
+    _, train, val, evals = load_splits(task, 3)
+    _, train0, _, _ = load_splits(dataclasses.replace(task, val_examples=0), 3)
+    assert len(val) == 10 and not {e.id for e in val} & {e.id for e in train + evals}
+    assert sorted(e.id for e in train + val) == sorted(e.id for e in train0)
+    assert [e.id for e in load_splits(task, 3)[2]] == [e.id for e in val]  # seeded
+    assert [e.id for e in load_splits(task, 4)[2]] != [e.id for e in val]
+    code = main(["predgen", "train", "--base", str(world["model"]), "--method", "predictor", "--task.name",
+                 str(world["data"]), "--task.target_field", "label", "--task.text_fields", "[text]", "--task.id_field",
+                 "id", "--task.val_examples", "10", "--adapter.r", "2", "--train.steps", "2", "--train.batch_size", "4",
+                 "--train.eval_every", "2", "--eval.latency_examples", "0", "--run.seed", "3",
+                 "--run.out_dir", str(tmp_path), "--run.name", "v"])
+    assert code == 0
+    res = json.loads((tmp_path / "v" / "results.json").read_text())
+    assert res["val_examples"] == 10 and res["learning_curve_split"] == "validation"
+    assert res["learning_curve"][-1]["accuracy"] == pytest.approx(res["validation"]["accuracy"])
+    rows = (tmp_path / "v" / "validation_predictions.jsonl").read_text().splitlines()
+    assert [json.loads(r)["id"] for r in rows] == [e.id for e in val]
+    meta = json.loads((tmp_path / "v" / "model" / "predgen.json").read_text())
+    assert meta["data"]["val_ids"] == [e.id for e in val] and meta["data"]["train_examples"] == len(train)
+    assert main(["predgen", "eval", "--model", str(tmp_path / "v"), "--split", "validation",
+                 "--eval.latency_examples", "0"]) == 0
+    again = json.loads((tmp_path / "v" / "eval-validation.json").read_text())
+    assert again["accuracy"] == pytest.approx(res["validation"]["accuracy"]) and again["examples"] == 10
+
+
+def test_adapters_saved_before_the_pooling_module_still_load() -> None:
+    """A TaskAdapter's head.safetensors from before its pooling became a submodule (norm.*, query at the top)."""
+    from forethought.predgen.model import TaskAdapter, _renamed_keys
+
+    torch.manual_seed(0)
+    new = TaskAdapter(8, 3, "attention", 4)
+    old = {k.removeprefix("pool."): v for k, v in new.state_dict().items()}
+    assert "query" in old and "norm.weight" in old
+    loaded = TaskAdapter(8, 3, "attention", 4)
+    loaded.load_state_dict(_renamed_keys(old, loaded))
+    z, mask = torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.bool)
+    assert torch.equal(loaded(z, mask), new(z, mask))
+
+
+def test_untrained_choice_adapter_starts_from_the_decoded_answer(world: dict, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Z of the written choice equals that choice's own states, so the untrained choice-scoring adapter (cosine
+    term at its initial weight) already predicts what the model decoded."""
+    from test_predgen_tasks import _make_root
+
+    from forethought.predgen.methods import predict
+
+    monkeypatch.setenv("FORETHOUGHT_DATA", str(_make_root(tmp_path / "data")))
+    spec, ex = load_task("arc-easy", "eval", 0, answer="text")
+    _, ex2 = load_task("arc-easy", "train", 0, answer="text")
+    enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
+    items = enc.encode(ex + ex2)
+    m = _model(world, "predgen", enc)
+    torch.manual_seed(0)
+    m.head = build_head("predgen", 32, enc.n_out, "attention", 16, None, "choices")
+    preds = predict(m, "predgen", enc, items, 3, -1)
+    assert preds.prediction == preds.decoded

@@ -66,17 +66,24 @@ def combined(loss: AveragedLoss, means: dict[str, torch.Tensor]) -> torch.Tensor
     return next(iter(means.values()))
 
 
+class Rows(list):
+    """A batch field that is a list with one item per row (objects a tensor cannot hold, e.g. each example's
+    own answer trie): :func:`split_batch` slices it with the rows, where a plain list is a structure of fields
+    and is split item by item."""
+
+
 def split_batch(batch: Any, part: int, parts: int, what: str = "processes") -> Any:
-    """Part ``part`` of ``parts`` equal slices of a batch: tensors split on dim 0, dicts / tuples / lists
-    recursively, anything else (a step number, a probability) kept whole."""
+    """Part ``part`` of ``parts`` equal slices of a batch: tensors split on dim 0, :class:`Rows` sliced as
+    rows, dicts / tuples / lists recursively, anything else (a step number, a probability) kept whole."""
     if parts == 1:
         return batch
-    if isinstance(batch, torch.Tensor):
-        n = batch.shape[0]
+    if isinstance(batch, (torch.Tensor, Rows)):
+        n = len(batch)
         if n % parts:
             raise ForethoughtError(f"a batch of {n} rows is not divisible by the {parts} {what}")
         per = n // parts
-        return batch[part * per:(part + 1) * per]
+        return batch[part * per:(part + 1) * per] if isinstance(batch, torch.Tensor) else \
+            Rows(batch[part * per:(part + 1) * per])
     if isinstance(batch, dict):
         return {k: split_batch(v, part, parts, what) for k, v in batch.items()}
     if isinstance(batch, (tuple, list)):

@@ -32,9 +32,10 @@ from forethought.core.precision import base_dtype
 from forethought.core.run import Run
 from forethought.core.runtime import runtime_for, unwrap
 from forethought.core.trainer import train
+from forethought.predgen.checks import at_least
 from forethought.predgen.compare import curve_predictions_path
 from forethought.predgen.config import EvalSettings, PredGenConfig
-from forethought.predgen.data import eval_subset, load_split, split_record
+from forethought.predgen.data import eval_subset, load_splits, split_record
 from forethought.predgen.methods import (
     Encoder,
     Predictions,
@@ -54,6 +55,7 @@ from forethought.predgen.model import (
     check_layer,
     hidden_size,
     save_model,
+    vocab_size,
 )
 from forethought.predgen.saved import load_saved, saved_examples
 from forethought.predgen.tasks import read_inputs
@@ -70,18 +72,20 @@ def _pooling(cfg_pooling: str, method: str) -> str:
 def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     from forethought.models.hf import load_causal_lm
 
-    if cfg.method not in METHODS:
-        raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}")
-    if not cfg.head.lr_scale > 0:
-        raise ForethoughtError(f"head.lr_scale must be positive, got {cfg.head.lr_scale}")
+    if cfg.method not in (*METHODS, "base"):
+        raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}, base")
     dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.adapter.method == "full")
     rt = runtime_for(cfg.run)
-    spec, train_ex, eval_split = load_split(cfg.task, cfg.run.seed)
+    spec, train_ex, val_ex, eval_split = load_splits(cfg.task, cfg.run.seed)
+    check_task_settings(cfg, spec)
     eval_ex = eval_subset(eval_split, cfg.task.max_eval_examples, cfg.run.seed)
     lm, tok = load_causal_lm(cfg.base, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     check_layer(cfg.layer, lm)
     enc = Encoder(spec, tok, cfg.prompt, decode=cfg.method != "predictor")
     eval_items = enc.encode(eval_ex)
+    val_items = enc.encode(val_ex)  # selection happens here, never on the eval split
+    if cfg.method == "base":
+        return zero_shot(cfg, enc, PredGenModel(lm, None), eval_items, val_items, len(train_ex), rt)
     encoded: dict[int, dict[str, Any]] = {}  # training examples are tokenised when first drawn (SST-2: 67k)
 
     def train_item(i: int) -> dict[str, Any]:
@@ -95,7 +99,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     if spec.task_type == "regression":
         bias = statistics.fmean(float(enc.target(ex)) for ex in train_ex)
     pooling = _pooling(cfg.head.pooling, cfg.method)
-    head = build_head(cfg.method, hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias)
+    head = build_head(cfg.method, hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias, cfg.head.reads,
+                      vocab_size(lm))
     model = PredGenModel(lm, head)
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     n, bs = len(train_ex), cfg.train.batch_size
@@ -128,7 +133,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
 
     eval_fn = None
     if cfg.train.eval_every > 0:
-        eval_fn = curve_eval_fn(cfg.method, enc, eval_items, cfg.eval.batch_size, cfg.layer, rt.device,
+        eval_fn = curve_eval_fn(cfg.method, enc, val_items or eval_items, cfg.eval.batch_size, cfg.layer, rt.device,
                                 run.dir if rt.is_main else None)
     # the writer (the LM's adapter) and the head's gradient norms: WDAL's forms scale them differently
     groups = {"writer": [p for p in model.lm.parameters() if p.requires_grad]}
@@ -142,21 +147,69 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
                                "batch_size": bs, "train_examples": n, "eval_examples": len(eval_items),
                                "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"),
                                "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                               "seed": cfg.run.seed}
+                               "seed": cfg.run.seed, "val_examples": len(val_items)}
     if out.get("eval_curve"):
         results["learning_curve"] = learning_curve(out["eval_curve"], bs)
+        results["learning_curve_split"] = "validation" if val_items else "eval"
     if rt.is_main:
         meta = {"method": cfg.method, "base": cfg.base, "task_spec": dataclasses.asdict(spec),
                 "prompt": dataclasses.asdict(cfg.prompt), "layer": cfg.layer, "n_out": enc.n_out,
-                "head": {"pooling": pooling, "hidden": cfg.head.hidden},
-                "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split)}
+                "head": {"pooling": pooling, "hidden": cfg.head.hidden, "reads": cfg.head.reads},
+                "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split, val_ex)}
         save_model(model, tok, run.dir / "model", meta, cfg.adapter)
         model.to(rt.device)
+        evaluate_validation(model, cfg.method, enc, val_items, cfg, rt.device, run.dir, results)
         metrics, preds = evaluate(model, cfg.method, enc, eval_items, cfg.eval, cfg.layer, rt.device)
         results.update(metrics)
         write_predictions(run.dir / "predictions.jsonl", enc, eval_items, preds)
         if "learning_curve" in results:
-            plot_learning_curve(results["learning_curve"], task_type, bs, run.path("learning_curve.png"))
+            plot_learning_curve(results["learning_curve"], task_type, bs, run.path("learning_curve.png"),
+                                results["learning_curve_split"])
+        run.write_results(results)
+        atomic_write_text(run.path("report.md"), train_report(run.dir.name, results))
+        print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (dict, list))}, indent=1))
+    return results
+
+
+def check_task_settings(cfg: PredGenConfig, spec: Any) -> None:
+    """The settings that depend on the task's kind, checked once it is loaded (before the model is)."""
+    if spec.task_type != "classification":
+        if cfg.eval.decoder == "rank":
+            raise ForethoughtError(f"eval.decoder rank ranks a classification task's choices; '{spec.name}' is a "
+                                   "regression task (use eval.decoder expected)")
+        if cfg.head.reads != "states":
+            raise ForethoughtError(f"head.reads {cfg.head.reads} gives class scores; '{spec.name}' is a regression "
+                                   "task (use head.reads states)")
+
+
+def evaluate_validation(model: PredGenModel, method: str, enc: Encoder, items: list[dict[str, Any]],
+                        cfg: PredGenConfig, device: Any, run_dir: Path, results: dict[str, Any]) -> None:
+    """The validation split's metrics (``results["validation"]``, the numbers to select on) and predictions
+    (``validation_predictions.jsonl``, for paired selection with ``predgen compare``); nothing without one."""
+    if not items:
+        return
+    es = dataclasses.replace(cfg.eval, latency_examples=0)
+    metrics, preds = evaluate(model, method, enc, items, es, cfg.layer, device)
+    results["validation"] = {k: v for k, v in metrics.items() if k not in ("examples_per_s", "eval_batch_size")}
+    write_predictions(run_dir / "validation_predictions.jsonl", enc, items, preds)
+
+
+def zero_shot(cfg: PredGenConfig, enc: Encoder, model: PredGenModel, eval_items: list[dict[str, Any]],
+              val_items: list[dict[str, Any]], n_train: int, rt: Any) -> dict[str, Any]:
+    """``--method base``: the untrained base model evaluated as a generator (its greedy answer under each
+    example's choices; with ``--eval.decoder rank`` the log-likelihood ranking), nothing trained or saved."""
+    run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
+    results: dict[str, Any] = {"method": "base", "task": enc.spec.name, "base": cfg.base,
+                               "adapter": dataclasses.asdict(cfg.adapter), "steps": 0, "batch_size": 0,
+                               "train_examples": n_train, "eval_examples": len(eval_items), "train_wall_s": 0.0,
+                               "final_loss": None, "trainable_params": 0, "seed": cfg.run.seed,
+                               "val_examples": len(val_items)}
+    if rt.is_main:
+        model.to(rt.device)
+        evaluate_validation(model, "base", enc, val_items, cfg, rt.device, run.dir, results)
+        metrics, preds = evaluate(model, "base", enc, eval_items, cfg.eval, cfg.layer, rt.device)
+        results.update(metrics)
+        write_predictions(run.dir / "predictions.jsonl", enc, eval_items, preds)
         run.write_results(results)
         atomic_write_text(run.path("report.md"), train_report(run.dir.name, results))
         print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (dict, list))}, indent=1))
@@ -199,7 +252,8 @@ def learning_curve(evals: list[dict[str, float]], batch_size: int) -> list[dict[
              **{k: v for k, v in r.items() if k != "step"}} for r in evals]
 
 
-def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_size: int, path: Path) -> Path:
+def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_size: int, path: Path,
+                        split: str = "eval") -> Path:
     """Accuracy (classes) or MSE and Pearson (numbers) against the examples seen (PredGen: its decoded answer
     dashed beside its adapter); the top axis counts steps."""
     names = ["accuracy"] if task_type == "classification" else ["mse", "pearson"]
@@ -216,7 +270,7 @@ def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_siz
         ax.grid(alpha=0.3)
         top = ax.secondary_xaxis("top", functions=(lambda x: x / batch_size, lambda s: s * batch_size))
         top.set_xlabel("step")
-    fig.suptitle("learning curve on the evaluation examples")
+    fig.suptitle(f"learning curve on the {'validation' if split == 'validation' else 'evaluation'} examples")
     return save_figure(fig, path)
 
 
@@ -228,22 +282,34 @@ def train_report(name: str, results: dict[str, Any]) -> str:
     """report.md of a ``predgen train`` run: what was trained, its metrics, the curve."""
     a = results["adapter"]
     metric_keys = ["accuracy", "macro_f1"] if "accuracy" in results else ["mse", "mae", "pearson", "spearman"]
-    setting = (f"Base `{results['base']}`, adapter {a['method']} (r={a['r']}), {results['steps']} steps × "
-               f"{results['batch_size']} examples ({results['train_examples']} train examples), seed "
-               f"{results['seed']}; evaluated on {results['eval_examples']} examples.")
+    if results["method"] == "base":
+        setting = (f"Base `{results['base']}`, untrained (zero-shot), seed {results['seed']}; evaluated on "
+                   f"{results['eval_examples']} examples.")
+    else:
+        setting = (f"Base `{results['base']}`, adapter {a['method']} (r={a['r']}), {results['steps']} steps × "
+                   f"{results['batch_size']} examples ({results['train_examples']} train examples), seed "
+                   f"{results['seed']}; evaluated on {results['eval_examples']} examples.")
+    columns = [("decoded", "decoded answer"), ("expected_value", "expected value")]
+    columns += [("rank", "rank (sum log-prob)"), ("rank_norm", "rank (per character)")] if "rank" in results else []
     lines = [f"# PredGen run `{name}`: {results['method']} on {results['task']}", "", setting, "",
-             "| metric | prediction | decoded answer | expected value |", "|---|---|---|---|"]
+             f"| metric | prediction | {' | '.join(c for _, c in columns)} |", "|---" * (len(columns) + 2) + "|"]
     for k in metric_keys:
-        cells = [_cell(results.get(k)), _cell(results.get("decoded", {}).get(k, "-")),
-                 _cell(results.get("expected_value", {}).get(k, "-"))]
+        cells = [_cell(results.get(k))] + [_cell(results.get(key, {}).get(k, "-")) for key, _ in columns]
         lines.append(f"| {k} | {' | '.join(cells)} |")
+    if "validation" in results:
+        v = results["validation"]
+        shown = ", ".join(f"{k} {_cell(v[k])}" for k in metric_keys if k in v)
+        lines += ["", f"Validation split ({results['val_examples']} examples carved from the training data, the "
+                  f"split to select on): {shown}."]
     if "parse_failure_rate" in results:
         lines += ["", f"Parse-failure rate of the decoded answers: {results['parse_failure_rate']:.4f}."]
     if "learning_curve" in results:
         n = len(results["learning_curve"])
         lines += ["", f"Learning curve ({n} points, `results.json` `learning_curve`):", "",
                   "![learning curve](learning_curve.png)"]
-    lines += ["", "Files: `results.json`, `predictions.jsonl`, `metrics.jsonl`, `model/`."]
+    files = "`results.json`, `predictions.jsonl`" + ("" if results["method"] == "base" else
+                                                    ", `metrics.jsonl`, `model/`")
+    lines += ["", f"Files: {files}{', `validation_predictions.jsonl`' if 'validation' in results else ''}."]
     return "\n".join(lines) + "\n"
 
 
@@ -266,13 +332,16 @@ def evaluate(model: PredGenModel, method: str, enc: Encoder, items: list[dict[st
     if not items:
         raise ForethoughtError("nothing to evaluate: the eval split is empty")
     expected = es.decoder == "expected"
-    preds = predict(model, method, enc, items, es.batch_size, layer, expected, device)
+    preds = predict(model, method, enc, items, es.batch_size, layer, expected, device, rank=es.decoder == "rank")
     out: dict[str, Any] = dict(score(enc, items, preds.prediction))
     if preds.decoded is not None:
         out["decoded"] = score(enc, items, preds.decoded)
         out["parse_failure_rate"] = preds.parse_failures / len(items)
     if preds.expected is not None:
         out["expected_value"] = score(enc, items, preds.expected)
+    if preds.rank is not None:
+        out["rank"] = score(enc, items, preds.rank)
+        out["rank_norm"] = score(enc, items, preds.rank_norm)
     out["examples_per_s"] = len(items) / preds.seconds
     out["eval_batch_size"] = es.batch_size
     if es.latency_examples > 0:
@@ -297,6 +366,8 @@ def write_predictions(path: Path, enc: Encoder, items: list[dict[str, Any]], pre
             row["decoded_text"] = preds.decoded_text[k]
         if preds.expected is not None:
             row["expected_value"] = preds.expected[k]
+        if preds.rank is not None:
+            row["rank"], row["rank_norm"] = show(preds.rank[k]), show(preds.rank_norm[k])
         if "target" in it:
             row["target"] = show(it["target"])
         lines.append(json.dumps(row))
@@ -306,7 +377,9 @@ def write_predictions(path: Path, enc: Encoder, items: list[dict[str, Any]], pre
 @dataclass
 class EvalConfig:
     model: str = field("", "a trained run folder (or its model/ folder)")
-    split: Literal["train", "eval"] = field("eval", "which split of the model's task (exactly as its run drew it)")
+    split: Literal["train", "validation", "eval"] = field(
+        "eval", "which split of the model's task (exactly as its run drew it; validation: carved by "
+        "task.val_examples)")
     max_examples: int = field(0, "at most this many examples (a seeded subset; 0 = all)")
     seed: int | None = field(None, "seed of the max_examples subset (default: the run's seed, so the run's "
                              "max_eval_examples gives the examples it was evaluated on)")
@@ -314,10 +387,16 @@ class EvalConfig:
     eval: EvalSettings = field(EvalSettings(), "batch size, decoder, latency")
     out: str = field("", "where to write the results JSON ('' = <run>/eval-<split>.json)")
 
+    def validate(self) -> None:
+        at_least(self, 0, "max_examples")
+
 
 def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     saved = load_saved(cfg.model, cfg.device)
     meta, enc = saved.meta, saved.enc
+    if cfg.eval.decoder == "rank" and (meta["method"] == "predictor" or enc.spec.task_type != "classification"):
+        raise ForethoughtError("eval.decoder rank ranks the choices of a generating method (generator, predgen) "
+                               "on a classification task")
     items = enc.encode(saved_examples(saved, cfg.split, cfg.max_examples, cfg.seed))
     metrics, preds = evaluate(saved.model, meta["method"], enc, items, cfg.eval, meta["layer"], saved.device)
     results = {"method": meta["method"], "task": meta["task_spec"]["name"], "split": cfg.split,
@@ -347,7 +426,7 @@ def run_predict(cfg: PredictConfig, resume: str | None = None) -> Path:
     examples = read_inputs(cfg.input, saved.enc.spec, cfg.id_field or None)
     items = saved.enc.encode(examples, with_targets=False)
     preds = predict(saved.model, saved.meta["method"], saved.enc, items, cfg.eval.batch_size, saved.meta["layer"],
-                    cfg.eval.decoder == "expected", saved.device)
+                    cfg.eval.decoder == "expected", saved.device, rank=cfg.eval.decoder == "rank")
     inp = Path(cfg.input)
     out = Path(cfg.output) if cfg.output else inp.with_name(inp.stem + ".predictions.jsonl")
     write_predictions(out, saved.enc, items, preds)

@@ -22,6 +22,11 @@ from forethought.eval.stats import mcnemar_exact, paired_bootstrap
 from forethought.predgen.tasks.readers import jsonl_rows
 
 CURVE_DIR = "curve_predictions"
+AnswerKey = Literal["prediction", "decoded", "expected_value", "rank", "rank_norm"]
+WHO_WRITES = {"decoded": "a Predictor's run writes no 'decoded' (its answer is not generated)",
+              "expected_value": "only a regression run evaluated with --eval.decoder expected writes it",
+              "rank": "only a classification run evaluated with --eval.decoder rank writes it",
+              "rank_norm": "only a classification run evaluated with --eval.decoder rank writes it"}
 
 
 def curve_predictions_path(run_dir: Path, step: int) -> Path:
@@ -41,7 +46,7 @@ def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classificat
     other = [by_id[r["id"]] for r in rows_a]
     for key, rows in ((key_a, rows_a), (key_b, other)):
         if any(key not in r or "target" not in r for r in rows):
-            why = "; a Predictor's run writes no 'decoded' (its answer is not generated)" if key == "decoded" else ""
+            why = f"; {WHO_WRITES[key]}" if key in WHO_WRITES else ""
             raise ForethoughtError(f"a side's predictions have no '{key}' (or no target) in every row{why}")
     if task_type == "classification":
         a = [r[key_a] == r["target"] for r in rows_a]
@@ -104,21 +109,25 @@ def read_side(source: str, step: int) -> tuple[Path, list[dict]]:
 class CompareConfig:
     a: str = field("", "side A: a run folder or a predictions JSONL")
     b: str = field("", "side B: a run folder or a predictions JSONL (may be A itself, with another key or step)")
-    key_a: Literal["prediction", "decoded"] = field("prediction", "A's answer: 'prediction' (PredGen: its adapter's)"
-                                                    " or the 'decoded' answer (Generator, PredGen)")
-    key_b: Literal["prediction", "decoded"] = field("prediction", "B's answer, as key_a")
+    key_a: AnswerKey = field("prediction", "A's answer: 'prediction' (PredGen: its adapter's), the 'decoded' answer "
+                             "(Generator, PredGen), the 'expected_value' (regression, eval.decoder expected) or "
+                             "the 'rank' / 'rank_norm' choice (classification, eval.decoder rank)")
+    key_b: AnswerKey = field("prediction", "B's answer, as key_a")
     step_a: int = field(0, "A's learning-curve point at this training step (0 = the final predictions)")
     step_b: int = field(0, "B's learning-curve point, as step_a")
     n_boot: int = field(10_000, "bootstrap resamples")
     seed: int = field(0, "seed of the bootstrap resamples")
     out: str = field("", "also write the comparison as JSON here ('' = print only)")
 
+    def validate(self) -> None:
+        if self.n_boot < 1:
+            raise ForethoughtError(f"n_boot must be positive, got {self.n_boot}")
+        if self.step_a < 0 or self.step_b < 0:
+            raise ForethoughtError("step_a and step_b are training steps (0 = the final predictions)")
+
 
 def run_compare(cfg: CompareConfig, resume: str | None = None) -> dict[str, Any]:
-    if cfg.n_boot < 1:
-        raise ForethoughtError(f"n_boot must be positive, got {cfg.n_boot}")
-    if cfg.step_a < 0 or cfg.step_b < 0:
-        raise ForethoughtError("step_a and step_b are training steps (0 = the final predictions)")
+    cfg.validate()
     path_a, rows_a = read_side(cfg.a, cfg.step_a)
     path_b, rows_b = read_side(cfg.b, cfg.step_b)
     kind_a, kind_b = task_type_of(rows_a), task_type_of(rows_b)

@@ -10,6 +10,7 @@ from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.run import RunConfig
 from forethought.core.trainer import TrainConfig
+from forethought.predgen.checks import at_least, positive
 from forethought.predgen.methods import PredGenSettings, PromptConfig
 from forethought.predgen.model import AdapterConfig
 
@@ -21,26 +22,36 @@ class TaskConfig:
     template: str = field("", "prompt template over the example fields ('' = the task's default)")
     target_field: str = field("", "data files: the target column")
     text_fields: list[str] = field([], "data files: the columns shown to the model (default: all but target/id)")
-    task_type: str = field("classification", "data files: classification | regression")
+    task_type: Literal["classification", "regression"] = field("classification", "data files: classification | "
+                                                               "regression")
     eval_path: str = field("", "data files: a separate eval file (default: a seeded 20 percent split)")
     labels: list[str] = field([], "label words in class order: data files (default: sorted train targets); "
                               "built-in classification tasks: new words, one per class (several tokens each, say)")
-    answer: Literal["letter", "text"] = field(
-        "letter", "multiple-choice tasks (arc-*, piqa): write the choice's letter, or its text (decoded under "
-        "the example's own choices); other tasks: letter (= their label word)")
+    answer: Literal["letter", "text", "name"] = field(
+        "letter", "multiple-choice tasks (arc-*, piqa): write the choice's letter, its text, or a word naming its "
+        "position (answer1, answer2, ...: the same words for every example, listed so in the prompt); always "
+        "decoded under the example's own choices; other tasks: letter (= their label word)")
     id_field: str = field("", "data files: a column of example ids")
     long_field: str = field("", "data files: the field cut when a prompt is over its token budget")
     max_train_examples: int = field(0, "use at most this many training examples (a seeded subset; 0 = all)")
     max_eval_examples: int = field(0, "evaluate on at most this many examples (a seeded subset; 0 = all); also "
-                                   "the examples of the learning curve (train.eval_every)")
+                                   "the examples of the learning curve (train.eval_every) without val_examples")
+    val_examples: int = field(0, "carve this many training examples (seeded, never trained on) as a validation "
+                              "split: the learning curve and results['validation'] score it; select learning "
+                              "rates, adapters and steps there and only report the eval split (0 = none)")
+
+    def validate(self) -> None:
+        if not str(self.name).strip():
+            raise ForethoughtError("name must be a built-in task or a data file")
+        at_least(self, 0, "max_train_examples", "max_eval_examples", "val_examples")
+        if self.answer == "name" and self.labels:
+            raise ForethoughtError("answer name writes answer1, answer2, ...; it excludes task.labels")
 
     def options(self, builtin: bool) -> dict[str, Any]:
-        if self.answer not in ("letter", "text"):
-            raise ForethoughtError(f"task.answer must be letter or text, got '{self.answer}'")
         opts: dict[str, Any] = {"template": self.template or None, "labels": self.labels or None}
         if not builtin:
-            if self.answer == "text":
-                raise ForethoughtError("task.answer text applies to the built-in multiple-choice tasks "
+            if self.answer != "letter":
+                raise ForethoughtError(f"task.answer {self.answer} applies to the built-in multiple-choice tasks "
                                        "(arc-easy, arc-challenge, piqa)")
             opts.update(target_field=self.target_field or None, text_fields=self.text_fields or None,
                         task_type=self.task_type, eval_path=self.eval_path or None,
@@ -49,30 +60,51 @@ class TaskConfig:
             raise ForethoughtError(f"task '{self.name}' is built in: target_field, text_fields, eval_path, "
                                    "id_field and long_field apply only to data files")
         else:
-            opts["answer"] = "text" if self.answer == "text" else None
+            opts["answer"] = self.answer if self.answer != "letter" else None
         return {k: v for k, v in opts.items() if v is not None}
+
+
+HEAD_READS = ("states", "logits", "choices")
 
 
 @dataclass
 class HeadConfig:
-    pooling: str = field("", "predictor: last | mean; predgen adapter: attention | mean ('' = last / attention)")
-    hidden: int = field(256, "predgen adapter MLP width")
+    pooling: Literal["", "last", "mean", "attention"] = field(
+        "", "predictor: last | mean; predgen adapter: attention | mean ('' = last / attention)")
+    hidden: int = field(256, "predgen adapter MLP width (reads logits: the width of its first linear layer)")
     lr_scale: float = field(1.0, "the head's / adapter's learning rate is train.lr times this (1 = one rate for "
                             "all, as in the paper)")
+    reads: Literal["states", "logits", "choices"] = field(
+        "states", "what PredGen's adapter reads: states = T(Z), the generated answer's hidden states -> a class "
+        "(or number); logits = the reference code's adapter, two bias-free linear layers over the answer "
+        "positions' vocabulary logits (classification); choices = a score per choice from Z and that choice's "
+        "own states under the same model, softmax over the example's own choices (classification)")
+
+    def validate(self) -> None:
+        at_least(self, 1, "hidden")
+        positive(self, "lr_scale")
 
 
 @dataclass
 class EvalSettings:
     batch_size: int = field(32, "examples per inference batch")
-    decoder: Literal["greedy", "expected"] = field(
-        "greedy", "regression generator/predgen: also compute the expected value over every well-formed number")
+    decoder: Literal["greedy", "expected", "rank"] = field(
+        "greedy", "besides the greedy answer: expected = regression generator/predgen: the expected value over "
+        "every well-formed number; rank = classification generator/predgen/base: the choice of highest "
+        "log-likelihood (sum, and per character as lm-eval-harness's acc_norm)")
     latency_examples: int = field(16, "examples timed one at a time for the per-example latency (0 = skip)")
+
+    def validate(self) -> None:
+        at_least(self, 1, "batch_size")
+        at_least(self, 0, "latency_examples")
 
 
 @dataclass
 class PredGenConfig:
     run: RunConfig = field(RunConfig(name="predgen"), "run folder, seed, device")
-    method: Literal["predictor", "generator", "predgen"] = field("predgen", "predictor | generator | predgen")
+    method: Literal["predictor", "generator", "predgen", "base"] = field(
+        "predgen", "predictor | generator | predgen | base (the untrained base model, evaluated zero-shot as a "
+        "generator: nothing is trained)")
     base: str = field("smollm2-135m", "HF causal LM: hub id, local folder, or smollm2-135m (offline)")
     base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
         "auto", "dtype the base is loaded in: auto = run.precision for a frozen base (LoRA / AdaLoRA / DoRA), "
@@ -88,3 +120,14 @@ class PredGenConfig:
     train: TrainConfig = field(TrainConfig(steps=150, batch_size=16, lr=2e-4, warmup_steps=10, log_every=10),
                                "optimisation; eval_every N: a learning curve on the evaluation examples")
     eval: EvalSettings = field(EvalSettings(), "evaluation")
+
+    def validate(self) -> None:
+        pooling = {"predictor": ("", "last", "mean"), "predgen": ("", "attention", "mean")}.get(self.method)
+        if pooling is not None and self.head.pooling not in pooling:
+            raise ForethoughtError(f"head.pooling {self.head.pooling} does not apply to the {self.method}'s head; "
+                                   f"use {' or '.join(p for p in pooling if p)}")
+        if self.head.reads != "states" and self.method != "predgen":
+            raise ForethoughtError(f"head.reads {self.head.reads} is PredGen's adapter's input; the {self.method} "
+                                   "has none (use --method predgen)")
+        if self.eval.decoder == "rank" and self.method == "predictor":
+            raise ForethoughtError("eval.decoder rank ranks the generated choices; the predictor generates none")

@@ -31,12 +31,34 @@ def eval_subset(items: list[Example], n: int, seed: int) -> list[Example]:
     return subset(items, n, seed + 1)
 
 
-def load_split(task: TaskConfig, seed: int) -> tuple[TaskSpec, list[Example], list[Example]]:
-    """(spec, the train examples a run with this seed trains on, the whole eval split)."""
+def carve(items: list[Example], n: int, seed: int, what: str) -> tuple[list[Example], list[Example]]:
+    """(the rest, ``n`` examples drawn with ``seed``): a validation split cut from the training data, so that
+    learning rates, adapters and steps are selected on examples the evaluation split does not hold. Both keep
+    the original order; the draw is its own (apart from the train and eval subsets')."""
+    if n <= 0:
+        return items, []
+    if n >= len(items):
+        raise ForethoughtError(f"task.val_examples {n} leaves no training examples: {what} has {len(items)}")
+    g = torch.Generator().manual_seed(seed + 2)
+    picked = set(torch.randperm(len(items), generator=g)[:n].tolist())
+    return [x for i, x in enumerate(items) if i not in picked], [items[i] for i in sorted(picked)]
+
+
+def load_splits(task: TaskConfig, seed: int) -> tuple[TaskSpec, list[Example], list[Example], list[Example]]:
+    """(spec, the train examples a run with this seed trains on, its validation examples (carved from the
+    train split first, so they do not depend on max_train_examples; empty when task.val_examples is 0), the
+    whole eval split)."""
     opts = task.options(builtin_name(task.name) is not None)
     spec, train_ex = load_task(task.name, "train", seed, **opts)
     _, eval_ex = load_task(task.name, "eval", seed, **opts)
-    return spec, subset(train_ex, task.max_train_examples, seed), eval_ex
+    rest, val = carve(train_ex, task.val_examples, seed, f"the train split of '{task.name}'")
+    return spec, subset(rest, task.max_train_examples, seed), val, eval_ex
+
+
+def load_split(task: TaskConfig, seed: int) -> tuple[TaskSpec, list[Example], list[Example]]:
+    """(spec, the train examples a run with this seed trains on, the whole eval split)."""
+    spec, train_ex, _, eval_ex = load_splits(task, seed)
+    return spec, train_ex, eval_ex
 
 
 @dataclass
@@ -49,20 +71,26 @@ class SplitRecord:
     eval_ids: list[str]
     train_examples: int
     train_ids_sha256: str
+    val_ids: list[str] = dataclasses.field(default_factory=list)  # carved from the train split (val_examples)
 
 
 def _digest(examples: list[Example]) -> str:
     return hashlib.sha256("\n".join(ex.id for ex in examples).encode()).hexdigest()
 
 
-def split_record(task: TaskConfig, seed: int, train: list[Example], evals: list[Example]) -> dict[str, Any]:
+def split_record(task: TaskConfig, seed: int, train: list[Example], evals: list[Example],
+                 val: list[Example] | None = None) -> dict[str, Any]:
     return dataclasses.asdict(SplitRecord(dataclasses.asdict(task), seed, [ex.id for ex in evals], len(train),
-                                          _digest(train)))
+                                          _digest(train), [ex.id for ex in val or []]))
 
 
 def check_split(record: SplitRecord, split: str, examples: list[Example], where: str) -> None:
     """Raise unless ``examples`` are exactly the recorded split (same ids, same order)."""
-    if split == "eval":
+    if split == "validation":
+        if [ex.id for ex in examples] != record.val_ids:
+            raise ForethoughtError(f"{where}: the validation split is not the one the run carved from its "
+                                   "training data; its data changed since training")
+    elif split == "eval":
         ids = [ex.id for ex in examples]
         if ids != record.eval_ids:
             differ = len(set(ids) ^ set(record.eval_ids))

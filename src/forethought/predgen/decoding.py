@@ -147,14 +147,16 @@ class Decoded:
     states: torch.Tensor  # (B, m, d) the state that predicted token i (layer ``layer``)
     logprob: torch.Tensor  # (B,) sum of the chosen tokens' log-probabilities under the full softmax
     choice: list[int]  # candidate index per row
+    logits: torch.Tensor | None = None  # (B, m, V) the logits that chose token i (when asked for)
 
 
 @torch.no_grad()
 def constrained_greedy(lm: Any, trie: AnswerTrie | list[AnswerTrie], prompt_ids: torch.Tensor,
                        prompt_mask: torch.Tensor, layer: int = -1, pad_id: int = 0,
-                       prompt: PromptPass | None = None) -> Decoded:
+                       prompt: PromptPass | None = None, keep_logits: bool = False) -> Decoded:
     """Greedy decoding restricted to the trie's answers, batched, one cached forward step per answer token.
-    ``trie`` may be one trie per row (each example's own choices); ``choice`` indexes the row's trie."""
+    ``trie`` may be one trie per row (each example's own choices); ``choice`` indexes the row's trie.
+    ``keep_logits``: also return the full logits at each answer position (what a logit-reading adapter reads)."""
     pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask, layer)
     B, dev = prompt_ids.shape[0], prompt_ids.device
     tries = trie if isinstance(trie, list) else [trie] * B
@@ -163,7 +165,7 @@ def constrained_greedy(lm: Any, trie: AnswerTrie | list[AnswerTrie], prompt_ids:
     logits, state = pp.last_logits, pp.states[:, -1]
     cache, mask = _new_cache(pp.kv), prompt_mask
     nodes: list[_Node | None] = [t.root for t in tries]
-    toks, states, masks = [], [], []
+    toks, states, masks, kept = [], [], [], []
     logprob = torch.zeros(B, dtype=torch.float64, device=dev)
     choice = [-1] * B
     for _ in range(max(t.depth for t in tries)):
@@ -178,6 +180,8 @@ def constrained_greedy(lm: Any, trie: AnswerTrie | list[AnswerTrie], prompt_ids:
         logprob += torch.where(live, lp.gather(1, tok[:, None])[:, 0], torch.zeros_like(logprob))
         toks.append(tok)
         states.append(state)
+        if keep_logits:
+            kept.append(logits)
         masks.append(live)
         for b, n in enumerate(nodes):
             if n is not None:
@@ -192,7 +196,8 @@ def constrained_greedy(lm: Any, trie: AnswerTrie | list[AnswerTrie], prompt_ids:
         out = lm(input_ids=tok[:, None], attention_mask=mask, position_ids=position_ids(mask)[:, -1:],
                  cache=cache, use_cache=True, output_hidden_states=True)
         cache, logits, state = out.cache, out.logits[:, -1], out.hidden_states[layer][:, -1]
-    return Decoded(torch.stack(toks, 1), torch.stack(masks, 1), torch.stack(states, 1), logprob, choice)
+    return Decoded(torch.stack(toks, 1), torch.stack(masks, 1), torch.stack(states, 1), logprob, choice,
+                   torch.stack(kept, 1) if keep_logits else None)
 
 
 @torch.no_grad()
@@ -247,3 +252,35 @@ def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, pro
             node = node_of[tuple(seq[:j])]
             scores[:, c] += child_lp[tuple(seq[:j])][:, int((node.allowed == tok).nonzero())]
     return torch.softmax(scores, dim=-1)
+
+
+@torch.no_grad()
+def choice_logprobs(lm: Any, choices: list[list[list[int]]], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                    prompt: PromptPass | None = None) -> list[list[float]]:
+    """The summed log-probability of each row's choices (token ids, no EOS) after its prompt, as lm-eval-harness
+    scores a multiple-choice item: ``out[b][k]`` for row b's choice k. One cached prompt pass, then one
+    teacher-forced continuation per choice position (B rows of (B, L) tokens each, so memory is one choice's
+    logits (B, L, V) at a time)."""
+    pp = prompt if prompt is not None else prompt_pass(lm, prompt_ids, prompt_mask)
+    B, dev = prompt_ids.shape[0], prompt_ids.device
+    if len(choices) != B:
+        raise ValueError(f"{len(choices)} choice lists for {B} rows")
+    first = F.log_softmax(pp.last_logits.float(), -1)  # (B, V): every choice's first token
+    out: list[list[float]] = [[0.0] * len(c) for c in choices]
+    for k in range(max(len(c) for c in choices)):
+        seqs = [c[k] if k < len(c) else c[0] for c in choices]  # a row without choice k repeats its first
+        L = max(len(s) for s in seqs)
+        ids = torch.zeros(B, L, dtype=torch.long, device=dev)
+        mask = torch.zeros(B, L, dtype=torch.bool, device=dev)
+        for b, s in enumerate(seqs):
+            ids[b, :len(s)] = torch.tensor(s, device=dev)
+            mask[b, :len(s)] = True
+        lp = first.gather(1, ids[:, :1])  # (B, 1)
+        if L > 1:
+            logits, _ = continue_pass(lm, pp.kv, prompt_mask, ids[:, :-1])  # (B, L-1, V): predicts tokens 2..L
+            lp = torch.cat([lp, F.log_softmax(logits.float(), -1).gather(2, ids[:, 1:, None])[..., 0]], dim=1)
+        sums = (lp.double() * mask).sum(1).tolist()  # (B,)
+        for b, c in enumerate(choices):
+            if k < len(c):
+                out[b][k] = sums[b]
+    return out

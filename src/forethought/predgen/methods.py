@@ -26,13 +26,15 @@ import torch.nn.functional as F
 from torch.profiler import record_function
 from tqdm.auto import tqdm
 
-from forethought.core.accumulate import AveragedLoss
+from forethought.core.accumulate import AveragedLoss, Rows
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
+from forethought.predgen.checks import at_least, within
 from forethought.predgen.decoding import (
     AnswerTrie,
     PromptPass,
     answer_distribution,
+    choice_logprobs,
     constrained_greedy,
     continue_pass,
     detach_kv,
@@ -45,7 +47,7 @@ from forethought.predgen.losses import (
     wdal_paper,
     wdal_reference,
 )
-from forethought.predgen.model import PredGenModel
+from forethought.predgen.model import AdapterInput, ChoiceStates, PredGenModel
 from forethought.predgen.tasks import Example, TaskSpec, format_target, parse_target, render_prompt
 
 MAX_CANDIDATES = 20_000
@@ -60,10 +62,14 @@ MAX_CANDIDATES = 20_000
 class PromptConfig:
     max_prompt_tokens: int = field(256, "prompt token budget; the task's long field (e.g. BoolQ's passage) is cut "
                                    "to fit, never dropped")
-    truncate_side: str = field("", "which end of the long field is cut: right (keep the start) | left | '' = task "
-                               "default")
+    truncate_side: Literal["", "left", "right"] = field(
+        "", "which end of the long field is cut: right (keep the start) | left | '' = task default")
     chat: bool = field(False, "wrap the prompt in the model's chat template (instruct models)")
     decimals: int = field(2, "regression answers are written with this many fixed decimals (3.14)")
+
+    def validate(self) -> None:
+        at_least(self, 1, "max_prompt_tokens")
+        within(self, 0, 6, "decimals")
 
 
 @dataclass
@@ -81,6 +87,10 @@ class PredGenSettings:
     wdal: Literal["paper", "reference", "sum"] = field(
         "paper", "paper = L_W·L_D (the printed formula's identity), reference = the reference code's form, "
         "sum = L_W + L_D")
+
+    def validate(self) -> None:
+        within(self, 0, 1, "p_start", "p_end")
+        at_least(self, 0, "ramp_steps")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -153,25 +163,46 @@ class Encoder:
             raise ForethoughtError(f"example {ex.id}: text answers need the example's choices, and it has none")
         return ex.options
 
-    def example_trie(self, ex: Example) -> AnswerTrie:
-        """The trie of one example's own choices (text answers): its values are the choices' class indices."""
-        options = self._options(ex)
-        unknown = [k for k in options if k not in self.spec.labels]
+    def choices(self, ex: Example) -> list[tuple[int, str]]:
+        """The example's own choices as (class index, answer text): a multiple-choice item's present options
+        (their text, or their label word), else every label of the task (label-word classification)."""
+        if self.spec.task_type != "classification":
+            raise ForethoughtError(f"task '{self.spec.name}' is a regression task: it has no choices")
+        if not ex.options:
+            if self.text_answers:
+                self._options(ex)
+            return list(enumerate(self.spec.labels))
+        unknown = [k for k in ex.options if k not in self.spec.labels]
         if unknown:
             raise ForethoughtError(f"example {ex.id}: choice(s) {unknown} are not labels of {self.spec.labels}")
-        seqs = [self.answer_tokens(t) + [self.eos_id] for t in options.values()]
+        return [(self.spec.labels.index(k), t if self.text_answers else k) for k, t in ex.options.items()]
+
+    def present(self, ex: Example) -> list[bool]:
+        """(C,) which classes are choices of this example (an ARC item with 4 choices has no E)."""
+        if not ex.options:
+            return [True] * len(self.spec.labels)
+        return [label in ex.options for label in self.spec.labels]
+
+    def example_trie(self, ex: Example) -> AnswerTrie:
+        """The trie of one example's own choices: its values are the choices' class indices."""
+        pairs = self.choices(ex)
+        seqs = [self.answer_tokens(t) + [self.eos_id] for _, t in pairs]
         try:
-            return AnswerTrie(seqs, [self.spec.labels.index(k) for k in options])
+            return AnswerTrie(seqs, [c for c, _ in pairs])
         except ValueError:
             raise ForethoughtError(f"example {ex.id}: two choices have the same text") from None
 
     def tries(self, batch: dict[str, Any]) -> AnswerTrie | list[AnswerTrie]:
-        """What a batch decodes under: the task's trie, or one trie per row (text answers)."""
-        return batch["tries"] if self.text_answers else self.trie
+        """What a batch decodes under: one trie per row (multiple choice: each example's own choices), or the
+        task's trie."""
+        return batch["tries"] if "tries" in batch else self.trie
 
     def prompt_tokens(self, ex: Example) -> list[int]:
         text = render_prompt(self.spec, ex, self.tok, self.cfg.max_prompt_tokens, self.cfg.chat)
-        ids = list(self.tok(text, add_special_tokens=True)["input_ids"])
+        # a rendered chat template already holds its special tokens (BOS): tokenising it with them would
+        # add a second BOS
+        chat = self.cfg.chat and bool(getattr(self.tok, "chat_template", None))
+        ids = list(self.tok(text, add_special_tokens=not chat)["input_ids"])
         return ids[-(self.cfg.max_prompt_tokens + 2):]  # a BOS the tokenizer adds is allowed on top
 
     def target(self, ex: Example) -> int | float:
@@ -185,8 +216,12 @@ class Encoder:
         out = []
         for ex in examples:
             item: dict[str, Any] = {"prompt": self.prompt_tokens(ex), "id": ex.id}
-            if self.text_answers and self.values is not None:
-                item["trie"] = self.example_trie(ex)
+            if self.spec.task_type == "classification":
+                item["present"] = self.present(ex)
+                if self.values is not None and (ex.options or self.text_answers):
+                    item["trie"] = self.example_trie(ex)
+                if self.values is not None:  # the rank decoder's candidates: (class, tokens without EOS, chars)
+                    item["choices"] = [(c, self.answer_tokens(t), len(" " + t)) for c, t in self.choices(ex)]
             if with_targets:
                 item["target"] = self.target(ex)
                 item["answer"] = self.answer_tokens(self.answer_text(ex)) + [self.eos_id]
@@ -203,7 +238,11 @@ class Encoder:
             batch["prompt_ids"][b, P - n:] = torch.tensor(it["prompt"])
             batch["prompt_mask"][b, P - n:] = 1
         if "trie" in items[0]:
-            batch["tries"] = [it["trie"] for it in items]
+            batch["tries"] = Rows(it["trie"] for it in items)  # per row: split with the batch (grad_accum, DDP)
+        if "choices" in items[0]:
+            batch["choices"] = Rows(it["choices"] for it in items)
+        if "present" in items[0]:
+            batch["present"] = torch.tensor([it["present"] for it in items], dtype=torch.bool)  # (B, C)
         if "answer" in items[0]:
             M = max(len(i["answer"]) for i in items)
             batch["answer_ids"] = torch.full((B, M), self.pad_id, dtype=torch.long)
@@ -219,6 +258,14 @@ class Encoder:
 # ----------------------------------------------------------------------------------------------------------
 # Losses
 # ----------------------------------------------------------------------------------------------------------
+
+
+def mask_absent(logits: torch.Tensor, present: torch.Tensor | None) -> torch.Tensor:
+    """Class logits (B, C) with an example's absent choices at -inf (zero probability; never the argmax).
+    ``present`` (B, C) bool, or None (every class is a choice)."""
+    if present is None:
+        return logits
+    return logits.float().masked_fill(~present.to(logits.device), -torch.inf)
 
 
 def task_loss(out: torch.Tensor, target: torch.Tensor, task_type: str, reduction: str = "mean") -> torch.Tensor:
@@ -259,7 +306,8 @@ def _answer_logits(lm: Any, pp: PromptPass, kv: Any, batch: dict[str, Any]) -> t
 
 def predictor_loss(m: PredGenModel, batch: dict[str, Any], task_type: str, layer: int) -> tuple[torch.Tensor, dict]:
     pp = prompt_pass(m.lm, batch["prompt_ids"], batch["prompt_mask"], layer)
-    loss = task_loss(m.head(pp.states, batch["prompt_mask"]), batch["target"], task_type)
+    loss = task_loss(mask_absent(m.head(pp.states, batch["prompt_mask"]), batch.get("present")), batch["target"],
+                     task_type)
     return loss, {}
 
 
@@ -316,20 +364,55 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
             logits, states = continue_pass(lm, pp.kv, pmask, rows, layer)  # (2B, width, V), (2B, width, d)
         w_logits = torch.cat([pp.last_logits.unsqueeze(1), logits[:B, :M - 1]], dim=1)
         z_rows = states[:B] if s.adapter_states == "mixed" else states[B:]
+        z_logit_rows = logits[:B] if s.adapter_states == "mixed" else logits[B:]
     else:
         w_logits, z_rows = pp.last_logits.unsqueeze(1), first_state[:, :0]
-    if s.adapter_states == "rollout":
-        z_mask = roll.mask
-        z = torch.cat([first_state, z_rows[:, :roll.tokens.shape[1] - 1]], dim=1)
-    else:
-        z_mask = amask
-        z = torch.cat([first_state, z_rows[:, :M - 1]], dim=1)
+        z_logit_rows = w_logits[:, :0]
+    z_len = roll.tokens.shape[1] if s.adapter_states == "rollout" else M
+    z_mask = roll.mask if s.adapter_states == "rollout" else amask
+    z = torch.cat([first_state, z_rows[:, :z_len - 1]], dim=1)  # (B, m, d)
+    inp = AdapterInput(z, z_mask)
+    if m.head.reads == "logits":  # the logits at Z's positions: each predicted an answer token
+        inp.logits = torch.cat([pp.last_logits.unsqueeze(1), z_logit_rows[:, :z_len - 1]], dim=1)  # (B, m, V)
+    elif m.head.reads == "choices":
+        with record_function("predgen.choices"):
+            inp.choices = choice_states(lm, pp, pmask, batch["choices"], enc.eos_id, layer)
     with record_function("predgen.losses"):
         w_total, w_count = writer_sums(pp, w_logits, batch, mask_prompt)
-        d_total = task_loss(m.head(z, z_mask), batch["target"], task_type, reduction="sum")
+        d_total = task_loss(mask_absent(m.head.read(inp), batch.get("present")), batch["target"], task_type,
+                            reduction="sum")
     wdal = {"paper": wdal_paper, "reference": wdal_reference, "sum": lambda a, b: a + b}[s.wdal]
     return AveragedLoss({"l_w": w_total, "l_d": d_total}, {"l_w": w_count, "l_d": B},
                         combine=lambda mean: wdal(mean["l_w"], mean["l_d"])), {"p": float(batch["p"])}
+
+
+@torch.no_grad()
+def choice_states(lm: Any, pp: PromptPass, prompt_mask: torch.Tensor, choices: list[list[tuple[int, list[int], int]]],
+                  eos_id: int, layer: int) -> ChoiceStates:
+    """Each row's choices (class, answer tokens, chars) read by the model after the prompt: the states at
+    ``layer`` that predict the choice's tokens and EOS (the prompt's last state, then one after each token), as
+    Z holds them for the answer the model wrote. No gradient: the adapter learns to compare, not the LM."""
+    B, K = len(choices), max(len(c) for c in choices)
+    seqs = [[toks + [eos_id] for _, toks, _ in c] for c in choices]
+    L = max(len(s) for row in seqs for s in row)
+    d, dev = pp.states.shape[-1], pp.states.device
+    states = torch.zeros(B, K, L, d, dtype=pp.states.dtype, device=dev)
+    mask = torch.zeros(B, K, L, dtype=torch.bool, device=dev)
+    classes = torch.full((B, K), -1, dtype=torch.long, device=dev)
+    kv = detach_kv(pp.kv)
+    for k in range(K):
+        rows = [row[k] if k < len(row) else row[0] for row in seqs]  # a row without choice k repeats its first
+        ids = torch.stack([F.pad(torch.tensor(r, device=dev), (0, L - len(r)), value=eos_id) for r in rows])
+        st = pp.states[:, -1:].detach()
+        if L > 1:
+            _, rest = continue_pass(lm, kv, prompt_mask, ids[:, :-1], layer)  # (B, L-1, d)
+            st = torch.cat([st, rest], dim=1)
+        states[:, k] = st
+        for b, row in enumerate(seqs):
+            if k < len(row):
+                mask[b, k, :len(row[k])] = True
+                classes[b, k] = choices[b][k][0]
+    return ChoiceStates(states, mask, classes)
 
 
 def sampling_p(s: PredGenSettings, step: int, total_steps: int) -> float:
@@ -347,6 +430,9 @@ class Predictions:
     decoded: list[Any] | None  # generator/predgen: the constrained-decoded answer (class index or number)
     decoded_text: list[str] | None
     expected: list[float] | None  # regression, decoder=expected: E[y] over every well-formed number
+    rank: list[int] | None  # classification, decoder=rank: the choice of highest summed log-probability
+    rank_norm: list[int] | None  # ... of highest log-probability per character (lm-eval-harness's acc_norm)
+    probs: list[list[float]] | None  # classification heads (predictor, predgen): each class's probability
     parse_failures: int
     seconds: float
 
@@ -358,40 +444,65 @@ def batches(items: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, A
 
 @torch.no_grad()
 def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
-            expected: bool = False, device: torch.device | str = "cpu") -> Predictions:
-    """Predictions for encoded items, in order. No gold information is used (targets may be absent)."""
+            expected: bool = False, device: torch.device | str = "cpu", rank: bool = False) -> Predictions:
+    """Predictions for encoded items, in order. No gold information is used (targets may be absent).
+    ``method`` base: the untrained LM as a generator. ``rank`` (classification): also rank each item's choices
+    by their log-likelihood after the prompt."""
     m.eval()
     task_type = enc.spec.task_type
     pred: list[Any] = []
     decoded: list[Any] = []
     texts: list[str] = []
     ev: list[float] = []
+    ranked: list[int] = []
+    ranked_norm: list[int] = []
+    probs: list[list[float]] = []
+    rank = rank and task_type == "classification" and method != "predictor"
     failures = 0
     t0 = time.perf_counter()
     n_batches = -(-len(items) // batch_size)
     for chunk in tqdm(batches(items, batch_size), total=n_batches, desc=f"predict ({method})", mininterval=5,
                       disable=n_batches < 2):
-        b = enc.collate([{k: i[k] for k in ("prompt", "trie") if k in i} for i in chunk])
+        b = enc.collate([{k: i[k] for k in ("prompt", "trie", "present", "choices") if k in i} for i in chunk])
+        present = b.get("present")
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
         pp = prompt_pass(m.lm, ids, mask, layer)  # one prompt pass serves the head, the decoder and E[y]
         if method == "predictor":
-            pred += _from_head(m.head(pp.states, mask), task_type)
+            out = mask_absent(m.head(pp.states, mask), present)
+            pred += _from_head(out, task_type)
+            probs += torch.softmax(out.float(), -1).tolist() if task_type == "classification" else []
             continue
         tries = enc.tries(b)
-        d = constrained_greedy(m.lm, tries, ids, mask, layer, enc.pad_id, prompt=pp)
+        reads = getattr(m.head, "reads", None) if method == "predgen" else None
+        d = constrained_greedy(m.lm, tries, ids, mask, layer, enc.pad_id, prompt=pp, keep_logits=reads == "logits")
         values = [t.values[c] for t, c in zip(tries if isinstance(tries, list) else [tries] * len(chunk), d.choice)]
         for row, tok in zip(d.mask.cpu(), d.tokens.cpu()):
             text = enc.tok.decode(tok[row].tolist(), skip_special_tokens=True)
             texts.append(text)
             failures += not enc.text_answers and parse_target(enc.spec, text) is None  # a choice's text: none
         decoded += values
-        pred += _from_head(m.head(d.states, d.mask), task_type) if method == "predgen" else values
+        if method == "predgen":
+            inp = AdapterInput(d.states, d.mask, d.logits)
+            if reads == "choices":
+                inp.choices = choice_states(m.lm, pp, mask, b["choices"], enc.eos_id, layer)
+            out = mask_absent(m.head.read(inp), present)
+            pred += _from_head(out, task_type)
+            probs += torch.softmax(out.float(), -1).tolist() if task_type == "classification" else []
+        else:
+            pred += values
+        if rank:
+            cands = b["choices"]
+            lps = choice_logprobs(m.lm, [[toks for _, toks, _ in c] for c in cands], ids, mask, prompt=pp)
+            for c, lp in zip(cands, lps):
+                ranked.append(c[max(range(len(c)), key=lambda k: lp[k])][0])
+                ranked_norm.append(c[max(range(len(c)), key=lambda k: lp[k] / c[k][2])][0])
         if expected and task_type == "regression":
             dist = answer_distribution(m.lm, enc.number_trie, ids, mask, prompt=pp)  # (B, n_candidates)
             ev += (dist @ torch.tensor(enc.values, dtype=torch.float64, device=dist.device)).tolist()
     seconds = time.perf_counter() - t0
     gen = method != "predictor"
-    return Predictions(pred, decoded if gen else None, texts if gen else None, ev if ev else None, failures, seconds)
+    return Predictions(pred, decoded if gen else None, texts if gen else None, ev if ev else None,
+                       ranked if rank else None, ranked_norm if rank else None, probs or None, failures, seconds)
 
 
 def _from_head(out: torch.Tensor, task_type: str) -> list[Any]:

@@ -13,7 +13,7 @@ from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.runtime import pick_device
 from forethought.predgen.config import PredGenConfig, TaskConfig
-from forethought.predgen.data import SplitRecord, check_split, eval_subset, load_split, subset
+from forethought.predgen.data import SplitRecord, check_split, eval_subset, load_splits, subset
 from forethought.predgen.methods import Encoder, PromptConfig
 from forethought.predgen.model import PredGenModel, check_layer, from_record, load_model, read_meta
 from forethought.predgen.tasks import Example, TaskSpec
@@ -73,11 +73,13 @@ def saved_examples(saved: Saved, split: str, max_examples: int, seed: int | None
     most ``max_examples`` of it: a subset seeded with ``seed`` (default: the run's seed, so the run's own
     ``max_eval_examples`` gives the examples the run was evaluated on)."""
     task, run_seed, record = saved_task(saved)
-    _, train_ex, eval_ex = load_split(task, run_seed)
-    examples = train_ex if split == "train" else eval_ex
+    _, train_ex, val_ex, eval_ex = load_splits(task, run_seed)
+    examples = {"train": train_ex, "validation": val_ex, "eval": eval_ex}[split]
+    if not examples:
+        raise ForethoughtError(f"{saved.folder}: the run has no {split} split (train it with --task.val_examples)")
     if record is not None:
         check_split(record, split, examples, str(saved.folder))
     seed = run_seed if seed is None else seed
-    if split == "train":
+    if split != "eval":
         return subset(examples, max_examples, seed)
     return eval_subset(examples, max_examples, seed)

@@ -41,6 +41,39 @@ __all__ = [
 ]
 
 
+# The name answer format's prompt for the multiple-choice tasks whose template lists the choices by their own
+# fields (the others list them in a ``choices`` field, which the format rewrites).
+NAMED_TEMPLATES = {"piqa": "Goal: {goal}\n{choices}\nAnswer:"}
+
+
+def answer_names(n: int) -> list[str]:
+    """The words of the name answer format: one per class index, the same for every example (LLM-Adapters')."""
+    return [f"answer{i + 1}" for i in range(n)]
+
+
+def _named(loaded: tuple[TaskSpec, list[Example]], own_template: bool) -> tuple[TaskSpec, list[Example]]:
+    """A multiple-choice task in the name format: the label words become answer1..answerN (class order), and
+    the prompt lists each choice after its name (``choices`` field: "answer1: <text>" lines), so a class means
+    the same written word in every example."""
+    spec, examples = loaded
+    if spec.task_type != "classification" or not examples or not all(ex.options for ex in examples):
+        raise ForethoughtError(f"task '{spec.name}': answer 'name' applies to the multiple-choice tasks (their "
+                               "examples have choices); use answer 'letter'")
+    rename = dict(zip(spec.labels, answer_names(len(spec.labels))))
+    spec.labels = [rename[k] for k in spec.labels]
+    if not own_template:
+        spec.template = NAMED_TEMPLATES.get(spec.name, spec.template)
+        if "choices" not in template_fields(spec):
+            raise ForethoughtError(f"task '{spec.name}': answer 'name' needs a template that lists the choices "
+                                   "({choices}); give one with task.template")
+    named = []
+    for ex in examples:
+        options = {rename[k]: text for k, text in (ex.options or {}).items()}
+        fields = {**ex.fields, "choices": "\n".join(f"{k}: {t}" for k, t in options.items())}
+        named.append(Example(fields, rename[str(ex.target)], ex.id, options))
+    return spec, named
+
+
 def load_task(
     name: str, split: Literal["train", "eval"], seed: int = 0, **generic_options: Any
 ) -> tuple[TaskSpec, list[Example]]:
@@ -73,6 +106,9 @@ def load_task(
     key = str(name).strip()
     builtin_key = builtin_name(key)
     if builtin_key is not None:
+        if generic_options.get("answer") == "name":
+            return _named(load_builtin(builtin_key, split, seed, {**generic_options, "answer": "label"}),
+                          generic_options.get("template") is not None)
         return load_builtin(builtin_key, split, seed, generic_options)
     path = Path(key).expanduser()
     suffix = path.suffix.lower()
