@@ -72,7 +72,11 @@ def synthetic_why(r: dict) -> list[str]:
                     "gradient SNR at the first MLP, first → last"], rows),
             "", "SNR = the norm of the mean gradient of the first MLP's input weights over fixed batches, divided by "
             "the RMS distance of one batch's gradient from that mean (AdamW removes the gradient's scale, so this "
-            "ratio decides whether a step moves the weights somewhere consistent)."]
+            "ratio decides whether a step moves the weights somewhere consistent).", "",
+            "`init gpt2` is GPT-2's init for every layer, the input Linear(2, d) and the head included; it is not "
+            "the paper's model. The paper's model is `init: reference` (GPT-2's init for the blocks, PyTorch's "
+            "default for the input and the head) with the final LayerNorm, the `synthetic_paper` preset; this "
+            "table does not test it."]
 
 
 def sin_block(r: dict) -> list[str]:

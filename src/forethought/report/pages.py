@@ -154,6 +154,15 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "is best on both tasks, PredGen's adapter is close on STS-B, and the plain Generator is far behind: "
             "learning to write the number by teacher forcing alone is slow. One seed per cell, so differences of "
             "a few hundredths are within noise."),
+    Section("predgen_mc.json", "Multiple choice: which adapter, which answer (ARC-Easy, ARC-Challenge, STS-B)",
+            "FORETHOUGHT_DATA=<data root> python benchmarks/predgen_mc.py", predgen.mc, ("predgen_mc.png",),
+            "Every run of a task carves the same validation examples from its training data; the multiple-choice "
+            "adapter is the PredGen variant with the best mean validation accuracy on ARC-Easy, and the eval split "
+            "is only reported. Compared, one change at a time from the states adapter: the choice-scoring adapter "
+            "(`--head.reads choices`), the reference code's adapter over logits (`--head.reads logits`) and "
+            "position-named answers (`--task.answer name`), against the Predictor, the Generator (greedy and "
+            "rank-scored) and the untrained model's rank score with the task's prompt and with lm-eval-harness's "
+            "ARC prompt; on STS-B, PredGen's adapter against the expected value of the same model."),
     Section("predgen_words_sst2.json", "Which input words go with each written answer (SST-2)",
             "python benchmarks/predgen_mine.py --words", predgen.words, (),
             "NPMI is 0 for a word independent of the answer and 1 for a word that occurs exactly with it; a word "

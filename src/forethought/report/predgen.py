@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forethought.report.common import SMOLLM2
 from forethought.report.common import smollm2 as _smollm2
+from forethought.report.fmt import interval, mean_std, table
 from forethought.report.fmt import num as _fmt
 from forethought.report.papers import PREDGEN_SST2, PREDGEN_SST2_CURVE
 
@@ -222,6 +223,38 @@ def answer_tokens(r: dict) -> list[str]:
     return [f"Tokenizer: {_smollm2(r.get('tokenizer', ''))}. {r.get('note', '')}", "",
             "| task (answer) | answer | examples | answer tokens min / mean / max | prompt tokens (mean, first 500 "
             "eval) |", "|---|---|---|---|---|", *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+MC_ANSWERS = ("prediction", "decoded", "rank", "rank_norm", "expected_value", "validation")
+
+
+def mc(r: dict) -> list[str]:
+    """benchmarks/predgen_mc.py: each variant's answers per task (mean ± std over seeds), the variant picked on the
+    validation split, and the paired differences (per seed and over seeds)."""
+    out = [f"{_smollm2(r['base'])} + {r['adapter']}, seeds {', '.join(map(str, r['seeds']))}"
+           + (" (a `--quick` smoke run: its numbers mean nothing)" if r.get("quick") else "") + ".", ""]
+    for task, e in r["tasks"].items():
+        k = e["metric"]
+        keys = [a for a in MC_ANSWERS if any(a in m for m in e["methods"].values())]
+        rows = [[v, *(mean_std(m.get(a), m.get(f"{a}_std")) for a in keys), f"{m['train_wall_s'] / 60:.1f}"]
+                for v, m in e["methods"].items()]
+        picked = e.get("selected_on_validation")
+        out += [f"**{task}** ({k} on the eval split; `validation` = on the examples carved from the training data; "
+                f"{e['steps']} steps)" + (f". Picked on validation: `{picked}`." if picked else "."), "",
+                *table(["variant", *(a.replace("_", " ") for a in keys), "train wall per run (min)"], rows), ""]
+        prow = []
+        for name, d in e["paired"].items():
+            cells = []
+            for s, row in d["per_seed"].items():
+                x = row if "difference" in row else row[d["metric"]]
+                p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
+                cells.append(f"s{s} {x['difference']:+.3f} {interval(x['ci95'])}{p}")
+            prow.append([name.replace("_minus_", " − ").replace("_", " "), "; ".join(cells),
+                         f"{d['seed_mean_difference']:+.3f} {interval(d['ci95_of_seed_mean'])}"])
+        if prow:
+            out += [*table(["comparison (first − second)", "per seed [95 % interval]", "seed mean [95 % interval]"],
+                           prow), ""]
+    return out[:-1] if out and out[-1] == "" else out
 
 
 def curves_reading(r: dict) -> str:
