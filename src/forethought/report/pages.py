@@ -45,8 +45,9 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
     "myopia_", (
     Section("myopia_synthetic.json", "Synthetic pre-caching task", "python benchmarks/myopia_synthetic.py",
             myopia.synthetic, ("myopia_synthetic_curves.png", "myopia_synthetic_probe_r2.png"),
-            "The `small` preset: the paper's model (2 layers, width 128, 2 heads) with a ReLU MLP, PyTorch's "
-            "default init for the linear layers and no final LayerNorm. The difference is paired by seed (the same "
+            "The `small` preset: the paper's architecture (2 layers, width 128, 2 heads, ReLU MLP) with PyTorch's "
+            "default init for every linear layer and no final LayerNorm; the paper's model keeps GPT-2's init for "
+            "the blocks and the final LayerNorm (`init: reference`, the `synthetic_paper` preset). The difference is paired by seed (the same "
             "data stream and initialisation for both models). The vanilla model learns the task and pre-caches the "
             "feature at its own position (high lag-0 probe R²); the myopic model with the same architecture, data, "
             "budget and seeds stays at the predict-zero level. At p = 0.1 the myopic model learns to copy x_n when "
