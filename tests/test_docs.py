@@ -169,5 +169,5 @@ def test_mc_benchmark_renders_from_its_collect_layout(tmp_path: Path) -> None:
     assert "Picked on validation: `predgen-choices`." in page
     assert "| predgen-choices | 0.500 | 0.375 | – | 0.625 | 2.0 |" in page  # prediction, decoded, rank, validation
     assert "| base | – | – | 0.250 | – | 0.0 |" in page
-    assert "| predgen-choices − predgen-choices decoded | s0 +0.125 [+0.050, +0.200], p 0.62 | +0.125 – |" in page
-    assert "| predgen-expected − predgen-expected expected value | s0 -0.250 [-0.500, -0.125] | -0.250 – |" in page
+    assert "| predgen-choices − predgen-choices (decoded) | s0 +0.125 [+0.050, +0.200], p 0.62 | +0.125 – |" in page
+    assert "| predgen-expected − predgen-expected (expected value) | s0 -0.250 [-0.500, -0.125] | -0.250 – |" in page

@@ -249,12 +249,18 @@ def mc(r: dict) -> list[str]:
                 x = row if "difference" in row else row[d["metric"]]
                 p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
                 cells.append(f"s{s} {x['difference']:+.3f} {interval(x['ci95'])}{p}")
-            prow.append([name.replace("_minus_", " − ").replace("_", " "), "; ".join(cells),
+            prow.append([" − ".join(_mc_side(x) for x in name.split("_minus_")), "; ".join(cells),
                          f"{d['seed_mean_difference']:+.3f} {interval(d['ci95_of_seed_mean'])}"])
         if prow:
             out += [*table(["comparison (first − second)", "per seed [95 % interval]", "seed mean [95 % interval]"],
                            prow), ""]
     return out[:-1] if out and out[-1] == "" else out
+
+
+def _mc_side(side: str) -> str:
+    """'generator_rank' -> 'generator (rank)': variant names use hyphens, answer keys underscores."""
+    variant, _, key = side.partition("_")
+    return f"{variant} ({key.replace('_', ' ')})" if key else variant
 
 
 def curves_reading(r: dict) -> str:
