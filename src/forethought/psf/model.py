@@ -391,7 +391,7 @@ def generate_blocks(model: PSFModel, states: torch.Tensor, codes: torch.Tensor |
         raise ForethoughtError(f"got {K} states, the model decodes {model.blocks} blocks")
     if force is not None and force_blocks is None:
         force_blocks = torch.ones(B, K, dtype=torch.bool, device=states.device)
-    cache = model.decoder.new_cache()
+    cache = model.decoder.new_cache(K + n)  # K slots + query + n-1 tokens
     x = model.prefix(states, codes)  # (B·K, K+1, d)
     toks: list[torch.Tensor] = []
     all_logits: list[torch.Tensor] = []
