@@ -589,3 +589,36 @@ def test_zero_code_layers_are_a_saddle_that_a_normal_code_input_breaks():
     assert torch.equal(m.code_in.weight, w)  # seeded
     m(tokens)["loss"].backward()
     assert m.code_head.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_realized_state_never_sees_its_own_block_with_codes_and_landing(train):
+    """Issue 31: with codes and landing on, the rollout's realized s_k (the re-encoded generated block k-1) must
+    not change when block k (its tokens, hence its posterior code) or any later block changes. Before the fix,
+    block k's code shaped the landing token generated block k-1 reads."""
+    m = tiny_psf().train(train)
+    m.landing = m.use_codes = True
+    with torch.no_grad():  # codes that move every branch's first token
+        m.code_in.weight.mul_(30)
+        m.code_head.weight.mul_(10)
+        m.decoder.head.weight.mul_(20)  # (tied to wte) sharp logits, so a code changes what is sampled
+    n, K = m.block_len, m.blocks
+    tokens = torch.randint(0, V, (6, 12))
+
+    def rollout(x: torch.Tensor) -> torch.Tensor:  # the same random stream: a function of the tokens
+        return realized_summaries(m, x, temperature=1.0, generator=torch.Generator().manual_seed(3))
+
+    real = rollout(tokens)
+    s_real = m.states_from(real)  # realized s_k = summary of generated block k-1 (raw)
+    for k in range(1, K):
+        other = tokens.clone()
+        other[:, k * n:] = (other[:, k * n:] + 1 + torch.arange(other[:, k * n:].numel()).view(6, -1)) % V
+        s_other = m.states_from(rollout(other))
+        if k + 1 < K:  # the next state does change (generated block k is written from block k's code)
+            assert not torch.equal(s_other[:, k + 1], s_real[:, k + 1])
+        torch.testing.assert_close(s_other[:, :k + 1], s_real[:, :k + 1], rtol=1e-12, atol=1e-12,
+                                   msg=f"realized s_{k + 1} depends on block {k + 1} or later")
+    # the rollout still writes each block from its own code: changing block k's code changes generated block k
+    with torch.no_grad():
+        m.code_in.weight.mul_(-1)
+    assert not torch.equal(rollout(tokens)[:, 0], real[:, 0])

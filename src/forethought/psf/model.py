@@ -379,12 +379,16 @@ class PSFModel(nn.Module):
 def generate_blocks(model: PSFModel, states: torch.Tensor, codes: torch.Tensor | None = None, *,
                     temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
                     force: torch.Tensor | None = None, force_blocks: torch.Tensor | None = None,
-                    return_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    return_logits: bool = False, landing_codes: torch.Tensor | None = None
+                    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Write all K blocks in parallel, n = L/K KV-cached steps (serial depth n).
 
     states: (B, K, S); codes: (B, K, code_dim) or None. ``force`` (B, L) with ``force_blocks`` (B, K) bool
     (default: all) feeds given tokens instead of sampled ones in those blocks (prompted generation, and the
-    training-equals-sampling test). Returns (B, L) tokens (and (B, K, n, V) logits)."""
+    training-equals-sampling test). ``landing_codes`` (B, K, code_dim): the landing tokens (each branch's view of
+    the next block's first token) come from a separate step 1 decoded with these codes instead of ``codes``; the
+    self-realized rollout uses it so that block k's posterior code cannot reach block k-1's text (and so the
+    realized s_k). Returns (B, L) tokens (and (B, K, n, V) logits)."""
     B, K, _ = states.shape
     n = model.block_len
     if K != model.blocks:
@@ -406,7 +410,13 @@ def generate_blocks(model: PSFModel, states: torch.Tensor, codes: torch.Tensor |
             all_logits.append(logits)
         if i + 1 < n:
             if land is None:  # after step 1 every branch knows the next branch's first token
-                land = model.landing_embeds(t)  # (B, K, d)
+                first = t
+                if landing_codes is not None and model.landing and model.use_codes:
+                    step1 = model.decoder(None, inputs_embeds=model.prefix(states, landing_codes))[:, -1]
+                    first = sample_tokens(step1.view(B, K, -1), temperature, top_p, generator)  # (B, K)
+                    if force is not None:
+                        first = torch.where(force_blocks, force.view(B, K, n)[:, :, 0], first)
+                land = model.landing_embeds(first)  # (B, K, d)
             x = (model.decoder.wte(t) + land).reshape(B * K, 1, -1)
     out = torch.stack(toks, dim=2).reshape(B, K * n)
     return (out, torch.stack(all_logits, dim=2)) if return_logits else out
@@ -431,7 +441,12 @@ def realized_summaries(model: PSFModel, tokens: torch.Tensor, temperature: float
     the generated text and return its raw summaries (B, K, S), before the state normalisation:
     :meth:`PSFModel.forward` standardises them with the clean batch's statistics (standardising them with their
     own would erase their shift from real text's states). The re-encoding keeps its gradient, so the encoder
-    also learns to summarise generated text usefully. Neither pass here touches the running estimates."""
+    also learns to summarise generated text usefully. Neither pass here touches the running estimates.
+
+    With codes, branch k writes from its block's posterior mean (the block's own code: block k's text may depend
+    on block k), but the landing token branch k-1 reads comes from a step 1 with zero codes (the prior's mean):
+    with branch k's own step-1 token it would carry block k's code into generated block k-1, whose summary is
+    the realized s_k, so block k would leak into its own predictive state (issue 31)."""
     was_training = model.training
     model.eval()  # no dropout in the rollout ...
     model.state_norm.train(was_training)  # ... but the clean states normalised as in the teacher-forced pass
@@ -440,7 +455,8 @@ def realized_summaries(model: PSFModel, tokens: torch.Tensor, temperature: float
         (h,) = model.normalise(raw, update=False)  # the teacher-forced pass updates the estimates, once
         codes = model.posterior(feats)[0] if model.use_codes else None  # posterior mean: the block's own code
         generated = generate_blocks(model, model.states_from(h), codes, temperature=temperature, top_p=top_p,
-                                    generator=generator)
+                                    generator=generator,
+                                    landing_codes=None if codes is None else torch.zeros_like(codes))
     model.train(was_training)
     return model.summaries(generated)[0]
 
