@@ -20,6 +20,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
 from forethought.psf.generate import load_recipe, sample_psf
+from forethought.psf.recipe import evaluate_psf
 from forethought.psf.model import (
     PSFModel,
     PSFModelConfig,
@@ -622,3 +623,19 @@ def test_realized_state_never_sees_its_own_block_with_codes_and_landing(train):
     with torch.no_grad():
         m.code_in.weight.mul_(-1)
     assert not torch.equal(rollout(tokens)[:, 0], real[:, 0])
+
+
+def test_evaluation_draws_codes_from_a_seeded_generator():
+    """Issue 31: with codes on, two evaluations of the same model give identical numbers, whatever the global
+    RNG did in between, and evaluating leaves the global RNG where it was."""
+    m = tiny_psf()
+    m.use_codes = True
+    windows = torch.randint(0, V, (5, 12))
+    torch.manual_seed(1)
+    state = torch.get_rng_state()
+    a = evaluate_psf(m, windows, batch=2)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.randn(7)
+    assert evaluate_psf(m, windows, batch=2) == a
+    assert evaluate_psf(m, windows, batch=2, seed=1)["val_ce"] != a["val_ce"]  # the noise does matter
+    assert a["val_kl"] > 0

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig, block_causal_mask
-from forethought.psf.sampling import sample_tokens
+from forethought.psf.sampling import randn, sample_tokens
 
 
 @dataclass
@@ -345,13 +345,15 @@ class PSFModel(nn.Module):
         return logits.view(B, K, n, -1)
 
     def forward(self, tokens: torch.Tensor, realized: torch.Tensor | None = None, mix_prob: float = 0.5,
-                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+                generator: torch.Generator | None = None, code_generator: torch.Generator | None = None
+                ) -> dict[str, torch.Tensor]:
         """Teacher-forced loss on (B, L) tokens: cross-entropy over all L tokens (+ free-bits KL per token with
         codes). ``realized`` (B, K, S): the raw summaries (before the state normalisation) of the model's own
         rollout of ``tokens`` (:func:`realized_summaries`); they are standardised with the statistics of this
         batch's clean summaries, so that generated text keeps its shift from real text, and each block takes
         the resulting state instead of the clean one with probability ``mix_prob`` (self-realized prefix
-        training; the target stays the real block)."""
+        training; the target stays the real block). ``code_generator`` draws the codes' noise (default: the
+        global RNG); evaluation passes a seeded one so that its numbers repeat."""
         if tokens.shape[1] != self.seq_len:
             raise ForethoughtError(f"PSF model expects sequences of {self.seq_len} tokens, got {tokens.shape[1]}")
         raw, feats = self.summaries(tokens)
@@ -365,7 +367,8 @@ class PSFModel(nn.Module):
         codes = None
         if self.use_codes:
             mu, logvar = self.posterior(feats)
-            codes = mu + (0.5 * logvar).exp() * torch.randn_like(mu)  # reparameterised sample
+            eps = randn(tuple(mu.shape), code_generator, mu.device).to(mu.dtype)
+            codes = mu + (0.5 * logvar).exp() * eps  # reparameterised sample
             kl_term, kl_raw = kl_free_bits(mu, logvar, self.config.free_bits * self.block_len)
             out.update(codes=codes, kl=kl_raw / self.seq_len, kl_term=kl_term / self.seq_len)
         logits = self.decode_logits(tokens, s, codes)

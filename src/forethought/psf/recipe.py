@@ -269,15 +269,18 @@ def trajectories(model: PSFModel, tokens: torch.Tensor, with_codes: bool) -> tor
 
 
 @torch.no_grad()
-def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16) -> dict[str, float]:
+def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16, seed: int = 0) -> dict[str, float]:
     """Teacher-forced validation cross-entropy (nats/token, given the clean states of the real text — not a
-    likelihood of the generative model) and raw KL per token."""
+    likelihood of the generative model) and raw KL per token. The codes' noise comes from a generator seeded
+    with ``seed`` (not the global RNG), so every evaluation of the same model gives the same numbers and
+    evaluating does not move the training's random stream."""
     model.eval()
     dev = next(model.parameters()).device
+    gen = device_generator(seed, dev)
     ce, kl, n = 0.0, 0.0, 0
     for i in range(0, len(windows), batch):
         w = windows[i:i + batch].to(dev)
-        out = model(w)
+        out = model(w, code_generator=gen)
         ce += out["ce"].item() * len(w)
         kl += out["kl"].item() * len(w) if "kl" in out else 0.0
         n += len(w)
