@@ -20,7 +20,6 @@ from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
 from forethought.psf.generate import load_recipe, sample_psf
-from forethought.psf.recipe import evaluate_psf
 from forethought.psf.model import (
     PSFModel,
     PSFModelConfig,
@@ -40,6 +39,7 @@ from forethought.psf.prior import (
     logit_normal_t,
     sample_prior,
 )
+from forethought.psf.recipe import evaluate_psf
 from forethought.psf.sampling import sample_tokens, top_p_probs
 
 V = 23
