@@ -175,6 +175,26 @@ def test_eval_text_with_judge_mauve_and_the_cache(cache_env, capsys):
     assert gaps.max() - gaps.min() <= 32  # evenly spaced, to the window
 
 
+def test_a_plotting_error_keeps_the_evaluation(cache_env, capsys, monkeypatch):
+    """Issue 31: results.json is written before the plot; a plot that fails is reported, the results stay."""
+    import forethought.psf.evaluate as evaluate_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no backend\nsecond line")
+
+    monkeypatch.setattr(evaluate_module, "plot_entropy_curves", broken)
+    runs = cache_env
+    out = runs / "tx_eval_noplot"
+    assert cli.main(["psf", "eval", "--recipe_run", str(runs / "tx"), "--judge", str(runs / "judge"), "--samples",
+                     "4", "--references", "8", "--n_boot", "100", "--mauve", "false", "--sweep", "[[1.0, 1.0]]",
+                     "--cost", "false", "--models", "[psf]", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "the plot was not drawn (RuntimeError: no backend)" in err
+    res = json.loads((out / "results.json").read_text())
+    assert res["curves_png"] is None and res["plot_error"] == "RuntimeError: no backend"
+    assert set(res["models"]) == {"psf"} and not (out / "curves.png").exists()
+
+
 def test_spread_windows_cover_the_split():
     tokens = np.arange(1000)
     w, off = spread_windows(tokens, 5, 10)  # 100 windows: 0, 25, 50, 74, 99 (rounded linspace)

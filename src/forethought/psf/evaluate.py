@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -64,7 +65,7 @@ import numpy as np
 import torch
 
 from forethought.core.config import field
-from forethought.core.errors import ForethoughtError
+from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json
 from forethought.core.runtime import pick_device
 from forethought.data.corpora import load_corpus_text, resolve_corpus, spread_windows
@@ -534,14 +535,21 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         res["floor"] = {"entropy_rate": floor, "se": floor_se,
                         "note": "H(X)/T of the true generator: the lowest expected NLL per token"}
     png = out / "curves.png"
-    curves = {name: [(p["entropy"], p["gen_ppl"]) for p in row["sweep"]] for name, row in rows.items()}
-    plot_entropy_curves(curves, png, target_entropy=target["value"], judge=res["judge"] if planted
-                        else Path(cfg.judge).name, title=f"gen-PPL vs unigram entropy, {art.cfg.data.corpus} L={L}")
     res["curves_png"] = str(png)
     res["wall_s"] = time.perf_counter() - t_start
+    # the evaluation is written before the plot is drawn: a plotting error must not lose it
     atomic_write_json(out / "results.json", res)
+    curves = {name: [(p["entropy"], p["gen_ppl"]) for p in row["sweep"]] for name, row in rows.items()}
+    try:
+        plot_entropy_curves(curves, png, target_entropy=target["value"], judge=res["judge"] if planted
+                            else Path(cfg.judge).name,
+                            title=f"gen-PPL vs unigram entropy, {art.cfg.data.corpus} L={L}")
+    except Exception as e:  # noqa: BLE001 - any plotting failure: keep the results, say what failed
+        res["curves_png"], res["plot_error"] = None, f"{type(e).__name__}: {first_line(e)}"
+        atomic_write_json(out / "results.json", res)
+        print(f"psf eval: the plot was not drawn ({res['plot_error']}); results.json is complete", file=sys.stderr)
     print(report_table(res))
-    print(f"\nwrote {out / 'results.json'} and {png}")
+    print(f"\nwrote {out / 'results.json'}" + (f" and {png}" if res["curves_png"] else ""))
     return res
 
 
