@@ -275,6 +275,7 @@ def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16, seed: 
     with ``seed`` (not the global RNG), so every evaluation of the same model gives the same numbers and
     evaluating does not move the training's random stream."""
     model.eval()
+    noise, model.code_noise = model.code_noise, True  # sampled codes, also during the deterministic warm-up
     dev = next(model.parameters()).device
     gen = device_generator(seed, dev)
     ce, kl, n = 0.0, 0.0, 0
@@ -285,6 +286,7 @@ def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16, seed: 
         kl += out["kl"].item() * len(w) if "kl" in out else 0.0
         n += len(w)
     model.train()
+    model.code_noise = noise
     return {"val_ce": ce / max(n, 1), "val_kl": kl / max(n, 1)}
 
 
@@ -414,8 +416,11 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
     if fresh and prev_ckpt is not None:
         load_checkpoint(prev_ckpt, model)  # warm start (trainer state of the previous stage is not used)
     if fresh and stage.name == "codes":  # the code input's start (a resumed stage has it in its checkpoint)
-        start_codes(model, cfg.model.code_in_init, step_generator(cfg.run.seed, 0, salt=7))
+        start_codes(model, cfg.model.code_in_init, step_generator(cfg.run.seed, 0, salt=7), cfg.model.code_init_sigma)
     ro = cfg.rollout
+    warmup = cfg.model.code_warmup_steps if stage.name == "codes" else 0
+    lr_scales = {id(p): cfg.model.code_lr_factor for p in model.code_layers()} \
+        if feats["codes"] and cfg.model.code_lr_factor != 1.0 else None
 
     def after_step(m: torch.nn.Module, step: int) -> None:
         if step + 1 == tcfg.steps:  # before the final checkpoint is written
@@ -423,6 +428,7 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
 
     def loss_fn(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         tokens = batch["tokens"]
+        unwrap(m).code_noise = batch["step"] >= warmup  # the deterministic warm-up, then sampled codes
         realized, gen = None, None
         if feats["self_realized"]:
             seed = int(torch.randint(0, 2**62, (1,), generator=step_generator(cfg.run.seed, batch["step"], salt=1)))
@@ -435,8 +441,9 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
         return out["loss"], metrics
 
     out = train(model, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=stage.name,
-                model_config=_model_config(model, feats), after_step=after_step,
+                model_config=_model_config(model, feats), after_step=after_step, lr_scales=lr_scales,
                 eval_fn=lambda m, step: evaluate_psf(m, windows[:EVAL_WINDOWS]))
+    model.code_noise = True
     res = {"blocks": model.blocks, "features": feats, "steps": tcfg.steps, "train_wall_s": out["wall_s"],
            "final_loss": out.get("final_loss"), "curve": out["curve"], **evaluate_psf(model, windows)}
     sub.write_results(res)
