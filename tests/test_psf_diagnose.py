@@ -44,7 +44,7 @@ def run(tmp_path_factory):
     try:
         assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "pl",
                          "--landing.enabled", "false", "--self_realized.enabled", "false",
-                         "--longer_blocks.blocks", "[]", *PLANTED_TINY]) == 0
+                         "--longer_blocks.blocks", "[]", "--prior.state_only_variant", "true", *PLANTED_TINY]) == 0
     finally:
         mp.undo()
     return out / "pl"
@@ -182,6 +182,32 @@ def test_diagnose_measures_the_codes(run):
     assert all(t["label_entropy"] <= v + 1e-6 for v in t["ce"].values())  # no probe beats the labels' entropy
     dec = res["decoding"]
     assert {"same_source", "other_source"} == set(dec["clean_zero_codes"]["topic_agreement"])
+    assert dec["prior_state_only"]["available"] and dec["prior_state_only"]["n"] == 8  # the state-only variant
+
+
+def test_the_two_configurations(run, capsys):
+    """prior.state_only_variant: one code-trained decoder, two priors: the main one over states + codes and the
+    state-only one (the same decoder then gets zero codes); psf sample picks either."""
+    res = json.loads((run / "results.json").read_text())
+    assert list(res["stages"]) == ["base", "codes", "prior", "prior_state_only", "ar"]
+    art = load_recipe(run)
+    assert art.prior.dim == art.model.state_dim + art.model.code_dim
+    assert art.state_only_prior.dim == art.model.state_dim
+    assert res["stages"]["prior"]["with_codes"] and not res["stages"]["prior_state_only"]["with_codes"]
+    for which in ("main", "state_only"):
+        assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "2", "--prior", which, "--name",
+                         f"s_{which}"]) == 0
+        assert json.loads((run / f"s_{which}" / "results.json").read_text())["prior"] == which
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--codes.enabled", "false"], "prior.state_only_variant needs the codes stage"),
+    (["--prior.model.state_only", "true"], "prior.model.state_only false"),
+    (["--longer_blocks.blocks", "[2]"], "not supported with longer_blocks.blocks")])
+def test_state_only_variant_is_validated(tmp_path, extra, message):
+    args = ["psf", "recipe", "--config", "tiny", "--run.out_dir", str(tmp_path), "--prior.state_only_variant",
+            "true", *extra]
+    expect_clean_failure(args, tmp_path, tmp_path, [message])
 
 
 def test_code_usage_splits_the_kl_exactly():

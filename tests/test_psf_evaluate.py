@@ -44,7 +44,7 @@ def runs(tmp_path_factory):
     try:
         assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "pl",
                          "--landing.enabled", "false", "--self_realized.enabled", "false",
-                         "--longer_blocks.blocks", "[]", *PLANTED_TINY]) == 0
+                         "--longer_blocks.blocks", "[]", "--prior.state_only_variant", "true", *PLANTED_TINY]) == 0
         assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "tx",
                          "--landing.enabled", "false", "--self_realized.enabled", "false", "--codes.enabled",
                          "false", "--longer_blocks.blocks", "[]"]) == 0
@@ -95,7 +95,9 @@ def test_eval_planted_with_compared_runs(cache_env, capsys):
     res = json.loads((run / "eval" / "results.json").read_text())
     assert (run / "eval" / "curves.png").is_file()
     assert finite_numbers(res) > 100
-    assert set(res["models"]) == {*OWN, "tf", "pl_copy"}
+    assert set(res["models"]) == {*OWN, "psf_state_only", "tf", "pl_copy"}  # the state-only variant too
+    assert res["models"]["psf_state_only"]["codes"] == "zero (state-only prior)"
+    assert res["models"]["psf"]["codes"] == "sampled with the states"
     assert res["judge"].startswith("true generator") and res["judge_max_tokens"] is None
     keys = ("gen_ppl", "nll_per_token", "entropy", "repetition_2", "repetition_3", "repetition_4", "persistence",
             "block_coherence")

@@ -12,9 +12,10 @@
    state-shuffle cost is what PSF's states do give.
 3. **Decoding** (:func:`decoding_sources`): documents written from (a) the clean encoder states (and posterior-
    mean codes) of validation documents, (b) prior samples, (c) the prior's mean trajectory. If (a) is good and
-   (b) is not, the prior is at fault; if (b) matches (c), the decoder ignores what the prior gives it. On the
-   planted corpus every sample is judged exactly (:mod:`forethought.data.planted`): NLL per token under the true
-   generator, topic persistence, block coherence, and for (a) how often a block's most likely topic is that of
+   (b) is not, the prior is at fault; if (b) matches (c), the decoder ignores what the prior gives it; with a
+   state-only prior (recipe ``prior.state_only_variant``) also (d) ``prior_state_only``: its states, zero codes.
+   On the planted corpus every sample is judged exactly (:mod:`forethought.data.planted`): NLL per token under
+   the true generator, topic persistence, block coherence, and for (a) how often a block's most likely topic is that of
    the source document's same block (beside the same rate against another document, the chance level). On a
    text corpus there is no judge here, and the decoder's own cross-entropy of its samples says nothing, so the
    measures are those of the ids alone: distinct-2 / distinct-3 (distinct n-grams / n-grams, per sample) and
@@ -284,7 +285,7 @@ def topic_agreement(gen: PlantedGenerator, samples: np.ndarray, sources: np.ndar
 
 def decoding_sources(model: PSFModel, prior: FlowPrior | None, windows: torch.Tensor, n: int, *,
                      temperature: float, top_p: float, prior_steps: int, seed: int, batch: int,
-                     gen: PlantedGenerator | None) -> dict[str, Any]:
+                     gen: PlantedGenerator | None, state_only_prior: FlowPrior | None = None) -> dict[str, Any]:
     """Documents decoded from the clean states of the first ``n`` windows, from ``n`` prior samples and from the
     mean trajectory, each measured (:func:`sample_measures`); ``data``: the same measures of the source windows."""
     dev = next(model.parameters()).device
@@ -303,17 +304,20 @@ def decoding_sources(model: PSFModel, prior: FlowPrior | None, windows: torch.Te
         out["clean_zero_codes"] = sample_measures(ids, ent, gen)
         if gen is not None:
             out["clean_zero_codes"]["topic_agreement"] = topic_agreement(gen, ids, src.numpy(), perm)
-    for i, trajectory in enumerate(("prior", "mean"), start=1):
-        if prior is None:
-            out[trajectory] = {"available": False, "reason": "no prior was trained on this stage's states"}
+    sources = [("prior", prior, "prior"), ("mean", prior, "mean")]
+    if state_only_prior is not None:  # the paper's state-only variant: the same decoder, zero codes
+        sources.append(("prior_state_only", state_only_prior, "prior"))
+    for i, (name, p, trajectory) in enumerate(sources, start=1):
+        if p is None:
+            out[name] = {"available": False, "reason": "no prior was trained on this stage's states"}
             continue
         g = device_generator(seed + i, dev)
-        parts = [sample_states(model, prior, min(batch, n - j), steps=prior_steps or None, generator=g,
+        parts = [sample_states(model, p, min(batch, n - j), steps=prior_steps or None, generator=g,
                                trajectory=trajectory)[:2] for j in range(0, n, batch)]
-        states = torch.cat([p[0] for p in parts])
-        codes = None if parts[0][1] is None else torch.cat([p[1] for p in parts])
+        states = torch.cat([q[0] for q in parts])
+        codes = None if parts[0][1] is None else torch.cat([q[1] for q in parts])
         ids, ent = decode(model, states, codes, generator=g, **kw)
-        out[trajectory] = {"available": True, **sample_measures(ids, ent, gen)}
+        out[name] = {"available": True, **sample_measures(ids, ent, gen)}
     return out
 
 
@@ -425,7 +429,8 @@ def topic_information(states: torch.Tensor, mu: torch.Tensor, topics: np.ndarray
     p = torch.as_tensor(topics, dtype=torch.float64)  # (N, K, M)
     s = states.double()
     feats = {"index": index, "state": torch.cat([index, s], -1),
-             "code_mean": torch.cat([index, mu.double()], -1), "state_code_mean": torch.cat([index, s, mu.double()], -1)}
+             "code_mean": torch.cat([index, mu.double()], -1),
+             "state_code_mean": torch.cat([index, s, mu.double()], -1)}
     if sampled is not None:
         feats.update(code=torch.cat([index, sampled.double()], -1),
                      state_code=torch.cat([index, s, sampled.double()], -1))
@@ -434,7 +439,8 @@ def topic_information(states: torch.Tensor, mu: torch.Tensor, topics: np.ndarray
         ce[name], acc[name] = probe_ce(x[:half].reshape(half * K, -1), p[:half].reshape(half * K, -1),
                                        x[half:].reshape((N - half) * K, -1), p[half:].reshape((N - half) * K, -1))
     label_h = float(-(p[half:] * torch.log(p[half:].clamp_min(1e-300))).sum(-1).mean())
-    out = {"train_documents": half, "test_documents": N - half, "probe": "multinomial logistic regression, L2 by 2-fold cross-validation",
+    out = {"train_documents": half, "test_documents": N - half,
+           "probe": "multinomial logistic regression, L2 by 2-fold cross-validation",
            "ce": ce, "accuracy": acc, "label_entropy": label_h, "information_state": ce["index"] - ce["state"],
            "information_code_mean": ce["index"] - ce["code_mean"],
            "information_code_mean_given_state": ce["state"] - ce["state_code_mean"]}
@@ -506,7 +512,7 @@ def diagnose(cfg: DiagnoseConfig, resume: str | None = None) -> dict:
                                   cfg.batch_size, cfg.n_boot, cfg.seed)
     decoding = decoding_sources(art.model, art.prior, windows, min(cfg.samples, len(windows)),
                                 temperature=cfg.temperature, top_p=cfg.top_p, prior_steps=cfg.prior_steps,
-                                seed=cfg.seed, batch=cfg.batch_size, gen=gen)
+                                seed=cfg.seed, batch=cfg.batch_size, gen=gen, state_only_prior=art.state_only_prior)
     codes = code_diagnostics(art.model, windows, cfg.batch_size, cfg.n_boot, cfg.seed, gen)
     res = {"run": str(run_dir), "stage": art.stage, "corpus": art.cfg.data.corpus, "seq_len": L,
            "eval_sequences": len(windows), "shuffle": shuffle, "ceiling": ceiling, "decoding": decoding,
@@ -550,7 +556,7 @@ def report_table(res: dict) -> str:
     agreement = "  topic agreement" if "topic_agreement" in d["clean"] else ""
     lines += ["", f"decoding (temperature {d['temperature']}, top-p {d['top_p']}), means:",
               f"{'source':<16} {'n':>4} " + " ".join(f"{h:>10}" for _, h in keys) + agreement]
-    for src in ("data", "clean", "clean_zero_codes", "prior", "mean"):
+    for src in ("data", "clean", "clean_zero_codes", "prior", "mean", "prior_state_only"):
         if src not in d:
             continue
         r = d[src]

@@ -35,7 +35,7 @@ import copy
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ from forethought.psf.ar import ARModelConfig, ar_loss, build_ar
 from forethought.psf.generate import (
     MODEL_STAGES,
     STAGE_KEYS,
+    STATE_ONLY_PRIOR,
     PSFDataConfig,
     build_psf,
     check_planted_shape,
@@ -104,6 +105,10 @@ class PriorStageConfig:
     enabled: bool = field(True, "train the flow prior")
     model: PriorConfig = field(PriorConfig(), "prior network, time sampling, sampler")
     train: TrainConfig = field(TrainConfig(steps=200, batch_size=32, lr=1e-3, log_every=10), "optimisation")
+    state_only_variant: bool = field(
+        False, "also train a second prior, over the states only, on the same code-trained decoder (stage "
+        "prior_state_only; the decoder then gets zero codes): the paper's state-only configuration beside the "
+        "main one (prior over states + codes). Needs the codes stage and no longer_blocks")
 
 
 @dataclass
@@ -175,6 +180,13 @@ class RecipeConfig:
                 raise ForethoughtError(f"baselines: unknown baseline '{b}' (choose from {', '.join(BASELINES)})")
         if not any(getattr(self, s).enabled for s in MODEL_STAGES):
             raise ForethoughtError("every PSF model stage is disabled; enable at least one")
+        if self.prior.state_only_variant:
+            if not (self.prior.enabled and self.codes.enabled) or self.prior.model.state_only:
+                raise ForethoughtError("prior.state_only_variant needs the codes stage and the prior enabled, "
+                                       "and prior.model.state_only false (the main prior models states + codes)")
+            if self.longer_blocks.blocks:
+                raise ForethoughtError("prior.state_only_variant is not supported with longer_blocks.blocks "
+                                       "(the variant's prior belongs to the codes stage); set longer_blocks.blocks []")
 
 
 # ---- the plan ------------------------------------------------------------------------------------------------
@@ -203,6 +215,8 @@ def plan_stages(cfg: RecipeConfig) -> list[Stage]:
         plan.append(Stage(name, "model", stage.train, blocks, index))
         if cfg.prior.enabled and name == last_main:
             plan.append(Stage("prior", "prior", cfg.prior.train))
+            if cfg.prior.state_only_variant:
+                plan.append(Stage(STATE_ONLY_PRIOR, "prior", cfg.prior.train))
         elif cfg.prior.enabled and name.startswith("blocks"):
             plan.append(Stage(f"prior_{name}", "prior", cfg.longer_blocks.prior_train))
     if "ar" in cfg.baselines:
@@ -454,6 +468,8 @@ def _train_prior_stage(model: PSFModel, stage: Stage, sub: Run, rt: Runtime, cfg
                        train_tokens: np.ndarray, batch_fn: Any, windows: torch.Tensor, resume: str | None,
                        prev_prior: Path | None, finished: dict | None) -> dict:
     pcfg, tcfg = cfg.prior.model, stage.train
+    if stage.name == STATE_ONLY_PRIOR:  # the paper's state-only variant: the same decoder, states only
+        pcfg = replace(pcfg, state_only=True)
     with_codes = model.use_codes and not pcfg.state_only
     torch.manual_seed(cfg.run.seed + 1)
     prior = prior_for(model, pcfg, trajectory_dim(model, pcfg), model.blocks)
