@@ -15,8 +15,9 @@ prior and no AR baseline (nothing here reads them), then ``forethought psf diagn
 
 Arms (REFERENCE + one change each; ``saddle`` is the shipped default, whose zero code head and zero code input
 get no gradient but the noise's, so every option below starts from ``--model.code_in_init normal``): see ARMS.
-Every arm copies the finished base / landing / self_realized folders of the first arm it runs (the same seed and
-settings retrain them bit-identically on the CPU, so the copy only saves time) and trains its codes stage.
+Every arm copies the finished base / landing / self_realized folders of the first arm of its seed that finished
+(``donor-s<seed>``; the same seed and settings retrain them bit-identically on the CPU, so the copy only saves
+time) and trains its codes stage.
 
 One arm at a time, one thread; resumable (a finished recipe is skipped by ``--resume auto``, a diagnosed arm is
 not diagnosed again).
@@ -58,6 +59,9 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "bn_vae": ("+ BN-VAE mean normalisation (gamma 0.5)", [*REFERENCE, "--model.code_mean_norm", "batch"]),
     "free_bits_block_2": ("+ free bits 2 nats per block (about log 8 topics) instead of 1 nat/token",
                           [*REFERENCE, "--model.free_bits_block", "2.0"]),
+    # a follow-up with two changes (not one): BN-VAE with its KL budget sized to a block's plan
+    "bn_vae_fb2": ("+ BN-VAE + free bits 2 nats per block (two changes)",
+                   [*REFERENCE, "--model.code_mean_norm", "batch", "--model.free_bits_block", "2.0"]),
 }
 
 
@@ -105,27 +109,28 @@ def _run(argv: list[str], log: Path, threads: int) -> float:
 
 
 def add_code_buffers(run_dir: Path, arm: str, args: argparse.Namespace) -> None:
-    """BN-VAE creates its buffers and shift only when on, so the copied self_realized checkpoint (written
-    without them) is rewritten with them at their initial values (the stage's own weights unchanged), so that
-    the codes stage's strict warm start loads it."""
+    """BN-VAE creates its buffers and shift only when on, so the copied stage checkpoints (written without them)
+    are rewritten with them at their initial values (each stage's own weights unchanged): ``--resume auto``
+    loads every finished stage strictly."""
     from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from forethought.psf.generate import build_psf, read_run_results, read_saved_config
 
     if "--model.code_mean_norm" not in ARMS[arm][1]:
         return
-    source = run_dir.parent / "donor" / "self_realized"
-    ckpt = latest_checkpoint(source)
-    cfg = read_saved_config(run_dir.parent / "donor")
-    mcfg = cfg.model
-    mcfg.code_mean_norm = "batch"
-    vocab = read_run_results(run_dir.parent / "donor")["vocab_size"]
-    model = build_psf(mcfg, vocab, cfg.seed)
-    state = load_checkpoint(ckpt, model, strict=False)
-    target = run_dir / "self_realized"
-    for old in target.glob("step-*"):
-        shutil.rmtree(old)
-    save_checkpoint(target, int(ckpt.name.split("-")[1]), model, state or {"step": int(ckpt.name.split("-")[1])})
-    assert latest_checkpoint(target) is not None
+    donor = Path(args.runs) / f"donor-s{args.seed}"
+    cfg = read_saved_config(donor)
+    cfg.model.code_mean_norm = "batch"
+    vocab = read_run_results(donor)["vocab_size"]
+    for stage in BEFORE_CODES:
+        ckpt = latest_checkpoint(donor / stage)
+        model = build_psf(cfg.model, vocab, cfg.seed)
+        state = load_checkpoint(ckpt, model, strict=False)
+        target = run_dir / stage
+        for old in target.glob("step-*"):
+            shutil.rmtree(old)
+        step = int(ckpt.name.split("-")[1])
+        save_checkpoint(target, step, model, state or {"step": step})
+        assert latest_checkpoint(target).name == ckpt.name
 
 
 def train_and_diagnose(args: argparse.Namespace, arm: str) -> None:
@@ -134,7 +139,7 @@ def train_and_diagnose(args: argparse.Namespace, arm: str) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     walls_path = logs / f"{run_dir.name}.walls.json"
     walls = json.loads(walls_path.read_text()) if walls_path.is_file() else {}
-    donor = Path(args.runs) / "donor"
+    donor = Path(args.runs) / f"donor-s{args.seed}"
     if not (run_dir / "results.json").is_file() and not (run_dir / "self_realized").exists():
         if (donor / "self_realized" / "results.json").is_file():  # a finished prefix of the same seed
             run_dir.mkdir(parents=True, exist_ok=True)
