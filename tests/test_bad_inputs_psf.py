@@ -49,6 +49,12 @@ def _recipe_case(tmp_path: Path, env: dict[str, str], args: list[str], names: li
     (["--base.train.steps", "-3"], ["base.train", "steps", "-3"]),
     (["--ar.train.steps", "-2"], ["ar.train", "steps", "-2"]),
     (["--resume", "some/checkpoint"], ["--resume auto"]),
+    (["--model.code_init_sigma", "0"], ["model", "code_init_sigma must be a number > 0"]),
+    (["--model.code_lr_factor", "nan"], ["model", "code_lr_factor must be a number > 0"]),
+    (["--model.code_warmup_steps", "-1"], ["model", "code_warmup_steps must not be negative"]),
+    (["--model.code_enters", "everywhere"], ["code_enters", "'query', 'inputs'", "'everywhere'"]),
+    (["--model.code_mean_norm", "layer"], ["code_mean_norm", "'none', 'batch'"]),
+    (["--prior.state_only_variant", "true"], ["prior.state_only_variant needs the codes stage"]),
 ])
 def test_bad_recipe_settings_write_nothing(tmp_path: Path, trained: tuple[Path, dict[str, str]], args: list[str],
                                            names: list[str]) -> None:
@@ -80,6 +86,7 @@ def test_corrupt_run_files_when_sampling(run_copy: Path, tmp_path: Path, trained
     (["--name", "results.json"], ["name 'results.json'", "file of the recipe run"]),
     (["--prompt_blocks", "9"], ["prompt_blocks must be in 1..4"]),
     (["--prompt_blocks", "1", "--prompt_replace", "false"], ["conditioning none", "only through replacement"]),
+    (["--prior", "state_only"], ["no trained state-only prior", "prior.state_only_variant"]),
 ])
 def test_bad_sample_settings_write_nothing(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
                                            args: list[str], names: list[str]) -> None:

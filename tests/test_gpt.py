@@ -74,3 +74,43 @@ def test_final_norm_and_init_from_the_command_line():
 
     cfg = load_config(SyntheticConfig, None, ["--model.final_norm", "false", "--model.init", "torch"])
     assert cfg.model.final_norm is False and cfg.model.init == "torch"
+
+
+def compositions(n: int, parts_of: int = 1) -> list[tuple[int, ...]]:
+    """Every way to write n as an ordered sum of positive multiples of ``parts_of``."""
+    if n == 0:
+        return [()]
+    return [(c,) + rest for c in range(parts_of, n + 1, parts_of) for rest in compositions(n - c, parts_of)]
+
+
+@pytest.mark.parametrize("attention,unit", [("causal", 1), ("block_causal", 2)])
+def test_kv_cache_identical_logits_for_every_chunking(attention, unit):
+    """The preallocated cache: every chunking of the same 8 positions (all 128 for causal attention, all whole-block
+    ones for block-causal) gives the full pass's logits; the storage is allocated once and written in place."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=37, n_positions=12, n_embd=16, n_layer=2, n_head=2, attention=attention,
+                          block_size=2)).double().eval()
+    ids = torch.randint(0, 37, (2, 8))
+    full = model(ids)
+    ways = compositions(8, unit)
+    assert len(ways) == (128 if unit == 1 else 8)
+    for chunks in ways:
+        cache = model.new_cache(8)
+        parts, start, ptr = [], 0, None
+        for c in chunks:
+            parts.append(model(ids[:, start:start + c], kv_cache=cache))
+            start += c
+            ptr = ptr or cache.k[0].data_ptr()
+            assert cache.k[0].data_ptr() == ptr and cache.k[0].shape[2] == 8  # no reallocation, no growth
+        assert cache.length == 8
+        torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-10, atol=1e-10, msg=str(chunks))
+
+
+def test_kv_cache_capacity():
+    model = GPT(GPTConfig(vocab_size=37, n_positions=12, n_embd=16, n_layer=1, n_head=2)).eval()
+    assert model.new_cache().capacity == 12 and model.new_cache(5).capacity == 5
+    assert model.new_cache(50).capacity == 12  # never more than the position table
+    cache = model.new_cache(5)
+    model(torch.zeros(1, 4, dtype=torch.long), kv_cache=cache)
+    with pytest.raises(ValueError, match="cannot take 6"):
+        model(torch.zeros(1, 2, dtype=torch.long), kv_cache=cache)

@@ -39,6 +39,7 @@ from forethought.psf.prior import (
     logit_normal_t,
     sample_prior,
 )
+from forethought.psf.recipe import evaluate_psf
 from forethought.psf.sampling import sample_tokens, top_p_probs
 
 V = 23
@@ -147,11 +148,13 @@ def test_landing_target_conditioning():
     torch.testing.assert_close(m.decode_logits(t3, s)[:, 0], base[:, 0])
 
 
-@pytest.mark.parametrize("landing,codes", [(False, False), (True, False), (True, True)])
-def test_training_logits_equal_sampling_logits(landing, codes):
+@pytest.mark.parametrize("landing,codes,enters", [(False, False, "query"), (True, False, "query"),
+                                                  (True, True, "query"), (True, True, "inputs")])
+def test_training_logits_equal_sampling_logits(landing, codes, enters):
     """Teacher-forced training sees exactly what the KV-cached parallel sampler feeds (landing = the next
-    branch's step-1 token)."""
+    branch's step-1 token; with ``code_enters inputs`` the code at every input position too)."""
     m = tiny_psf()
+    m.config.code_enters = enters
     m.landing, m.use_codes = landing, codes
     tokens = torch.randint(0, V, (3, 12))
     s = m.states(tokens)
@@ -589,3 +592,186 @@ def test_zero_code_layers_are_a_saddle_that_a_normal_code_input_breaks():
     assert torch.equal(m.code_in.weight, w)  # seeded
     m(tokens)["loss"].backward()
     assert m.code_head.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_realized_state_never_sees_its_own_block_with_codes_and_landing(train):
+    """Issue 31: with codes and landing on, the rollout's realized s_k (the re-encoded generated block k-1) must
+    not change when block k (its tokens, hence its posterior code) or any later block changes. Before the fix,
+    block k's code shaped the landing token generated block k-1 reads."""
+    m = tiny_psf().train(train)
+    m.landing = m.use_codes = True
+    with torch.no_grad():  # codes that move every branch's first token
+        m.code_in.weight.mul_(30)
+        m.code_head.weight.mul_(10)
+        m.decoder.head.weight.mul_(20)  # (tied to wte) sharp logits, so a code changes what is sampled
+    n, K = m.block_len, m.blocks
+    tokens = torch.randint(0, V, (6, 12))
+
+    def rollout(x: torch.Tensor) -> torch.Tensor:  # the same random stream: a function of the tokens
+        return realized_summaries(m, x, temperature=1.0, generator=torch.Generator().manual_seed(3))
+
+    real = rollout(tokens)
+    s_real = m.states_from(real)  # realized s_k = summary of generated block k-1 (raw)
+    for k in range(1, K):
+        other = tokens.clone()
+        other[:, k * n:] = (other[:, k * n:] + 1 + torch.arange(other[:, k * n:].numel()).view(6, -1)) % V
+        s_other = m.states_from(rollout(other))
+        if k + 1 < K:  # the next state does change (generated block k is written from block k's code)
+            assert not torch.equal(s_other[:, k + 1], s_real[:, k + 1])
+        torch.testing.assert_close(s_other[:, :k + 1], s_real[:, :k + 1], rtol=1e-12, atol=1e-12,
+                                   msg=f"realized s_{k + 1} depends on block {k + 1} or later")
+    # the rollout still writes each block from its own code: changing block k's code changes generated block k
+    with torch.no_grad():
+        m.code_in.weight.mul_(-1)
+    assert not torch.equal(rollout(tokens)[:, 0], real[:, 0])
+
+
+def test_evaluation_draws_codes_from_a_seeded_generator():
+    """Issue 31: with codes on, two evaluations of the same model give identical numbers, whatever the global
+    RNG did in between, and evaluating leaves the global RNG where it was."""
+    m = tiny_psf()
+    m.use_codes = True
+    windows = torch.randint(0, V, (5, 12))
+    torch.manual_seed(1)
+    state = torch.get_rng_state()
+    a = evaluate_psf(m, windows, batch=2)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.randn(7)
+    assert evaluate_psf(m, windows, batch=2) == a
+    assert evaluate_psf(m, windows, batch=2, seed=1)["val_ce"] != a["val_ce"]  # the noise does matter
+    assert a["val_kl"] > 0
+
+
+# ---- the code channel's options (issue 31) ----------------------------------------------------------------------
+
+def codes_psf(**options) -> PSFModel:
+    torch.manual_seed(0)
+    m = PSFModel(PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, n_embd=16, enc_layers=2, dec_layers=2,
+                                n_head=2, code_dim=4, **options)).double()
+    with torch.no_grad():
+        m.code_in.weight.normal_(0, 0.3)
+        m.code_head.weight.normal_(0, 0.3)
+    m.use_codes = True
+    return m
+
+
+def test_code_enters_every_input_position_of_its_branch_only():
+    """query: branch k's code reaches only its query slot (so every position, through attention); inputs: it is
+    also added to every input embedding of branch k, and still never to another branch."""
+    tokens = torch.randint(0, V, (2, 12))
+    for enters in ("query", "inputs"):
+        m = codes_psf(code_enters=enters).eval()
+        s = m.states(tokens)
+        c = torch.randn(2, 4, 4, dtype=torch.float64, requires_grad=True)
+        logits = m.decode_logits(tokens, s, c)  # (B, K, n, V)
+        for k in range(4):
+            (g,) = torch.autograd.grad(logits[:, k].sum(), c, retain_graph=True)
+            assert g[:, k].abs().sum() > 0 and g[:, [j for j in range(4) if j != k]].abs().sum() == 0
+    # the input layer's gradient differs: inputs mode sends each code to n positions instead of one
+    m_q, m_i = codes_psf(code_enters="query"), codes_psf(code_enters="inputs")
+    torch.testing.assert_close(m_q.prefix(m_q.states(tokens), c.detach()), m_i.prefix(m_i.states(tokens), c.detach()))
+    assert not torch.allclose(m_q.decode_logits(tokens, m_q.states(tokens), c.detach()),
+                              m_i.decode_logits(tokens, m_i.states(tokens), c.detach()))
+
+
+def test_code_init_sigma_and_free_bits_per_block():
+    m = codes_psf(code_init_sigma=0.1, free_bits_block=5.0)
+    with torch.no_grad():
+        m.code_head.weight.zero_()
+    start_codes(m, "zero", torch.Generator().manual_seed(0), m.config.code_init_sigma)
+    tokens = torch.randint(0, V, (3, 12))
+    mu, logvar = m.posterior(m.encode(tokens)[1])
+    torch.testing.assert_close(logvar.exp().sqrt(), torch.full_like(logvar, 0.1))  # sigma 0.1 everywhere
+    assert torch.equal(mu, torch.zeros_like(mu))
+    per_block = 0.5 * (0.01 - 1 - math.log(0.01)) * 4  # KL of N(0, 0.1^2) per block (4 dims), ~7.2 nats
+    out = m.train()(tokens)
+    assert out["kl"].item() == pytest.approx(per_block * 4 / 12)
+    assert out["loss"].item() - out["ce"].item() == pytest.approx(per_block * 4 / 12)  # above the 5 nats per block
+    m.config.free_bits_block = 10.0  # every block under its budget: 10 nats per block charged
+    out = m(tokens)
+    assert out["loss"].item() - out["ce"].item() == pytest.approx(10.0 * 4 / 12)
+    m.config.free_bits_block, m.config.free_bits = 0.0, 1.0  # off: free_bits x block length (3 nats)
+    out = m(tokens)
+    assert (out["loss"] - out["ce"]).item() == pytest.approx(per_block * 4 / 12)
+
+
+def test_deterministic_warm_up_feeds_the_posterior_mean():
+    m = codes_psf().train()
+    tokens = torch.randint(0, V, (3, 12))
+    mu = m.posterior(m.encode(tokens)[1])[0]
+    m.code_noise = False
+    a, b = m(tokens), m(tokens)
+    torch.testing.assert_close(a["codes"], mu)
+    torch.testing.assert_close(a["ce"], b["ce"])
+    assert a["kl"].item() > 0  # the KL is still charged
+    m.code_noise = True
+    assert not torch.allclose(m(tokens)["codes"], mu)
+
+
+def test_bn_vae_mean_normalisation():
+    """code_mean_norm batch: in training each block index's posterior means have mean = the learned shift and
+    std = gamma over the batch (so E[KL] per dimension >= gamma^2/2); block k's code reads no other block."""
+    m = codes_psf(code_mean_norm="batch", code_mean_gamma=0.5).train()
+    tokens = torch.randint(0, V, (16, 12))
+    mu = m.posterior(m.encode(tokens)[1])[0]  # (B, K, D)
+    torch.testing.assert_close(mu.mean(0), torch.zeros_like(mu[0]), atol=1e-10, rtol=0)
+    torch.testing.assert_close(mu.std(0, unbiased=False), torch.full_like(mu[0], 0.5), atol=1e-3, rtol=0)
+    assert {n for n, _ in m.named_parameters() if "code" in n} >= {"code_shift"}
+    assert sum(p.numel() for p in m.code_layers()) == sum(p.numel() for p in m.code_head.parameters()) + \
+        sum(p.numel() for p in m.code_in.parameters()) + 4
+    emb = m.encoder.wte(tokens).detach().requires_grad_(True)
+    mu = m.posterior(m.encode(None, embeds=emb)[1])[0]
+    n = m.block_len
+    for k in range(4):
+        (g,) = torch.autograd.grad(mu[:, k].sum(), emb, retain_graph=True)
+        assert torch.all(g[:, (k + 1) * n:] == 0), f"code {k + 1} reads a later block"
+    m.eval()  # running estimates at evaluation
+    assert torch.isfinite(m.posterior(m.encode(tokens[:1])[1])[0]).all()
+    assert "code_norm.running_mean" in m.state_dict() and "code_norm.running_mean" not in codes_psf().state_dict()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"code_init_sigma": 0.0}, "code_init_sigma must be a number > 0"),
+    ({"code_lr_factor": -1.0}, "code_lr_factor must be a number > 0"),
+    ({"code_warmup_steps": -1}, "code_warmup_steps must not be negative"),
+    ({"free_bits_block": -1.0}, "free_bits_block must not be negative"),
+    ({"code_mean_gamma": float("nan")}, "code_mean_gamma must be a number > 0")])
+def test_code_options_are_validated(overrides, message):
+    with pytest.raises(ForethoughtError, match=message):
+        PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, **overrides).validate()
+
+
+def test_recipe_applies_the_code_options(tmp_path, monkeypatch):
+    """From the command line: the deterministic warm-up feeds the posterior mean for the codes stage's first
+    steps only, the code layers train at code_lr_factor x lr, and the starting sigma reaches the posterior."""
+    import forethought.psf.recipe as recipe_module
+
+    monkeypatch.delenv("FORETHOUGHT_DATA", raising=False)
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
+    seen: dict[str, list] = {"noise": [], "scales": [], "sigma": []}
+    real_train, real_forward = recipe_module.train, PSFModel.forward
+
+    def train(model, loss_fn, *args, lr_scales=None, **kwargs):
+        if kwargs.get("desc") == "codes":
+            seen["scales"].append(sorted(set((lr_scales or {}).values())))
+            n = sum(1 for p in model.parameters() if id(p) in (lr_scales or {}))
+            assert n == len(model.code_layers())
+            seen["sigma"].append(float(model.code_head.bias[model.code_dim:].mean()))
+        return real_train(model, loss_fn, *args, lr_scales=lr_scales, **kwargs)
+
+    def forward(self, tokens, *args, **kwargs):
+        if self.training and self.use_codes:
+            seen["noise"].append(bool(self.code_noise))
+        return real_forward(self, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(recipe_module, "train", train)
+    monkeypatch.setattr(PSFModel, "forward", forward)
+    assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(tmp_path), "--landing.enabled",
+                     "false", "--self_realized.enabled", "false", "--longer_blocks.blocks", "[]", "--baselines", "[]",
+                     "--prior.enabled", "false", "--codes.train.steps", "4", "--model.code_warmup_steps", "2",
+                     "--model.code_lr_factor", "3.0", "--model.code_init_sigma", "0.5",
+                     "--model.code_enters", "inputs", "--model.code_mean_norm", "batch",
+                     "--model.free_bits_block", "2.0"]) == 0
+    assert seen["noise"] == [False, False, True, True]
+    assert seen["scales"] == [[3.0]] and seen["sigma"] == [pytest.approx(2 * math.log(0.5))]

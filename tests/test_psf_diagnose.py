@@ -3,6 +3,7 @@ identity permutation costs exactly nothing, the block-cut AR model sees the firs
 bad inputs fail in one line with nothing written."""
 
 import json
+import math
 import shutil
 
 import numpy as np
@@ -19,12 +20,14 @@ from forethought.psf.ar import ar_token_nll, block_diagonal_causal_mask
 from forethought.psf.diagnose import (
     GROUPS,
     DiagnoseConfig,
+    code_usage,
     derangements,
     diagnose,
     distinct_ngrams,
     group_means,
     sample_measures,
     state_shuffle_cost,
+    topic_information,
 )
 from forethought.psf.generate import load_recipe
 from forethought.testing import finite_numbers
@@ -41,7 +44,7 @@ def run(tmp_path_factory):
     try:
         assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "pl",
                          "--landing.enabled", "false", "--self_realized.enabled", "false",
-                         "--longer_blocks.blocks", "[]", *PLANTED_TINY]) == 0
+                         "--longer_blocks.blocks", "[]", "--prior.state_only_variant", "true", *PLANTED_TINY]) == 0
     finally:
         mp.undo()
     return out / "pl"
@@ -154,3 +157,90 @@ def test_a_run_without_the_ar_baseline_reports_the_ceiling_absent(run, tmp_path)
     assert res["ceiling"] == {"available": False, "reason": "the run has no AR baseline (train it with baselines: "
                                                             "[ar])"}
     assert res["eval_sequences"] == 8 and res["decoding"]["prior"]["available"]
+
+
+# ---- the codes (issue 31) ---------------------------------------------------------------------------------------
+
+def test_diagnose_measures_the_codes(run):
+    res = json.loads((run / "diagnose.json").read_text()) if (run / "diagnose.json").is_file() else None
+    if res is None:
+        assert cli.main(["psf", "diagnose", "--recipe_run", str(run), *QUICK]) == 0
+        res = json.loads((run / "diagnose.json").read_text())
+    c = res["codes"]
+    assert c["available"]
+    z = c["zeroing_cost"]
+    for g in GROUPS:
+        assert z[g]["diff"] == pytest.approx(z[g]["zeroed"] - z[g]["posterior_mean"])
+    assert len(z["diff_per_position"]) == 8 and len(z["diff_per_block"]) == 4
+    assert np.mean(z["diff_per_position"]) == pytest.approx(z["all"]["diff"])
+    u = c["usage"]
+    assert sum(u["kl_parts_per_token"].values()) == pytest.approx(u["kl_per_token"])
+    assert 0 <= u["active_units"] <= u["dims"] == 8 and len(u["per_dim"]["kl"]) == 8
+    t = c["topics"]
+    assert t["available"] and t["train_documents"] == 16 and t["test_documents"] == 16
+    assert set(t["ce"]) == {"index", "state", "code", "state_code", "code_mean", "state_code_mean"}
+    assert all(t["label_entropy"] <= v + 1e-6 for v in t["ce"].values())  # no probe beats the labels' entropy
+    dec = res["decoding"]
+    assert {"same_source", "other_source"} == set(dec["clean_zero_codes"]["topic_agreement"])
+    assert dec["prior_state_only"]["available"] and dec["prior_state_only"]["n"] == 8  # the state-only variant
+
+
+def test_the_two_configurations(run, capsys):
+    """prior.state_only_variant: one code-trained decoder, two priors: the main one over states + codes and the
+    state-only one (the same decoder then gets zero codes); psf sample picks either."""
+    res = json.loads((run / "results.json").read_text())
+    assert list(res["stages"]) == ["base", "codes", "prior", "prior_state_only", "ar"]
+    art = load_recipe(run)
+    assert art.prior.dim == art.model.state_dim + art.model.code_dim
+    assert art.state_only_prior.dim == art.model.state_dim
+    assert res["stages"]["prior"]["with_codes"] and not res["stages"]["prior_state_only"]["with_codes"]
+    for which in ("main", "state_only"):
+        assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "2", "--prior", which, "--name",
+                         f"s_{which}"]) == 0
+        assert json.loads((run / f"s_{which}" / "results.json").read_text())["prior"] == which
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--codes.enabled", "false"], "prior.state_only_variant needs the codes stage"),
+    (["--prior.model.state_only", "true"], "prior.model.state_only false"),
+    (["--longer_blocks.blocks", "[2]"], "not supported with longer_blocks.blocks")])
+def test_state_only_variant_is_validated(tmp_path, extra, message):
+    args = ["psf", "recipe", "--config", "tiny", "--run.out_dir", str(tmp_path), "--prior.state_only_variant",
+            "true", *extra]
+    expect_clean_failure(args, tmp_path, tmp_path, [message])
+
+
+def test_code_usage_splits_the_kl_exactly():
+    """KL(N(mu, sigma^2) || N(0, 1)) per dimension = mean shift + spread + sigma parts; a code whose mean is the
+    same for every document carries its whole KL in the mean shift and has no active unit."""
+    g = torch.Generator().manual_seed(0)
+    mu = torch.randn(50, 4, 3, generator=g, dtype=torch.float64) * torch.tensor([0.0, 0.05, 2.0]) + 1.5
+    logvar = torch.randn(50, 4, 3, generator=g, dtype=torch.float64) * 0.1 - 1.0
+    u = code_usage(mu, logvar, block_len=5)
+    kl = 0.5 * (mu.pow(2) + logvar.exp() - 1 - logvar).sum(-1).mean()  # nats per block
+    assert u["kl_per_block"] == pytest.approx(float(kl))
+    assert u["kl_per_token"] == pytest.approx(float(kl) / 5)
+    assert u["active_units"] == 1  # only the dimension whose mean varies by more than 0.1 std
+    assert u["per_dim"]["spread"][0] == pytest.approx(0.0) and u["per_dim"]["mean_shift"][0] == pytest.approx(1.125)
+
+
+def test_topic_probes_see_a_code_that_names_the_topic():
+    """A code that is the topic's one-hot (+ noise) carries about the labels' information and beyond the state;
+    a code of pure noise carries about none."""
+    g = torch.Generator().manual_seed(0)
+    N, K, M = 200, 4, 3
+    z = torch.randint(0, M, (N, K), generator=g)
+    topics = torch.nn.functional.one_hot(z, M).double() * 0.97 + 0.01  # sharp soft labels
+    states = torch.randn(N, K, 2, generator=g, dtype=torch.float64)
+    named = torch.nn.functional.one_hot(z, M).double() + 0.1 * torch.randn(N, K, M, generator=g, dtype=torch.float64)
+    noise = torch.randn(N, K, 5, generator=g, dtype=torch.float64)
+    good = topic_information(states, named, topics.numpy(), sampled=named)
+    bad = topic_information(states, noise, topics.numpy(), sampled=noise)
+    assert good["information_code"] > 0.8 * (math.log(M) - good["label_entropy"])
+    assert good["information_code_given_state"] > 0.8 and good["accuracy"]["code"] > 0.95
+    assert abs(bad["information_code"]) < 0.05 and abs(bad["information_code_given_state"]) < 0.05
+    # a mean that names the topic at 1e-3 under unit noise: the means overstate, the draws do not
+    tiny = 1e-3 * named
+    drawn = tiny + torch.randn(N, K, M, generator=g, dtype=torch.float64)
+    weak = topic_information(states, tiny, topics.numpy(), sampled=drawn)
+    assert weak["information_code_mean"] > 0.8 and abs(weak["information_code"]) < 0.05

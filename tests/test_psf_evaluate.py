@@ -44,7 +44,7 @@ def runs(tmp_path_factory):
     try:
         assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "pl",
                          "--landing.enabled", "false", "--self_realized.enabled", "false",
-                         "--longer_blocks.blocks", "[]", *PLANTED_TINY]) == 0
+                         "--longer_blocks.blocks", "[]", "--prior.state_only_variant", "true", *PLANTED_TINY]) == 0
         assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(out), "--run.name", "tx",
                          "--landing.enabled", "false", "--self_realized.enabled", "false", "--codes.enabled",
                          "false", "--longer_blocks.blocks", "[]"]) == 0
@@ -95,7 +95,9 @@ def test_eval_planted_with_compared_runs(cache_env, capsys):
     res = json.loads((run / "eval" / "results.json").read_text())
     assert (run / "eval" / "curves.png").is_file()
     assert finite_numbers(res) > 100
-    assert set(res["models"]) == {*OWN, "tf", "pl_copy"}
+    assert set(res["models"]) == {*OWN, "psf_state_only", "tf", "pl_copy"}  # the state-only variant too
+    assert res["models"]["psf_state_only"]["codes"] == "zero (state-only prior)"
+    assert res["models"]["psf"]["codes"] == "sampled with the states"
     assert res["judge"].startswith("true generator") and res["judge_max_tokens"] is None
     keys = ("gen_ppl", "nll_per_token", "entropy", "repetition_2", "repetition_3", "repetition_4", "persistence",
             "block_coherence")
@@ -173,6 +175,26 @@ def test_eval_text_with_judge_mauve_and_the_cache(cache_env, capsys):
     assert refs["offsets"] == sorted(set(refs["offsets"]))
     gaps = np.diff(refs["offsets"])
     assert gaps.max() - gaps.min() <= 32  # evenly spaced, to the window
+
+
+def test_a_plotting_error_keeps_the_evaluation(cache_env, capsys, monkeypatch):
+    """Issue 31: results.json is written before the plot; a plot that fails is reported, the results stay."""
+    import forethought.psf.evaluate as evaluate_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no backend\nsecond line")
+
+    monkeypatch.setattr(evaluate_module, "plot_entropy_curves", broken)
+    runs = cache_env
+    out = runs / "tx_eval_noplot"
+    assert cli.main(["psf", "eval", "--recipe_run", str(runs / "tx"), "--judge", str(runs / "judge"), "--samples",
+                     "4", "--references", "8", "--n_boot", "100", "--mauve", "false", "--sweep", "[[1.0, 1.0]]",
+                     "--cost", "false", "--models", "[psf]", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "the plot was not drawn (RuntimeError: no backend)" in err
+    res = json.loads((out / "results.json").read_text())
+    assert res["curves_png"] is None and res["plot_error"] == "RuntimeError: no backend"
+    assert set(res["models"]) == {"psf"} and not (out / "curves.png").exists()
 
 
 def test_spread_windows_cover_the_split():

@@ -94,7 +94,7 @@ def sample_ar(model: GPT, n: int, seq_len: int, bos_id: int, *, temperature: flo
     seq = torch.full((n, 1), bos_id, dtype=torch.long, device=dev)
     if prompt is not None:
         seq = torch.cat([seq, prompt.to(dev).long()], dim=1)
-    cache = model.new_cache() if use_cache else None
+    cache = model.new_cache(seq.shape[1] + seq_len) if use_cache else None  # more than ever fed
     x = seq
     while seq.shape[1] < seq_len + 1:
         logits = model(x, kv_cache=cache)[:, -1] if use_cache else model(seq)[:, -1]  # (n, V)

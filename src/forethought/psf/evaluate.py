@@ -3,7 +3,9 @@
 What is evaluated (each a *model*, named in the results):
 
 - ``psf``: the run's final PSF model sampling state trajectories from its prior; ``psf_mean_trajectory``: the
-  same decoder on the prior's stored mean trajectory (the ablation); ``ar``: the run's AR baseline, if trained;
+  same decoder on the prior's stored mean trajectory (the ablation); ``psf_state_only``: the same decoder with
+  the run's state-only prior and zero codes (the paper's state-only configuration; recipe
+  ``prior.state_only_variant``), if trained; ``ar``: the run's AR baseline, if trained;
 - every folder in ``compare``, named by its folder name: another ``psf recipe`` run (its final PSF model and
   prior, e.g. the content-state ablation) or a token-flow run (:func:`forethought.psf.token_flow.load_token_flow`).
   They must share the run's corpus, tokenizer and L.
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -64,7 +67,7 @@ import numpy as np
 import torch
 
 from forethought.core.config import field
-from forethought.core.errors import ForethoughtError
+from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json
 from forethought.core.runtime import pick_device
 from forethought.data.corpora import load_corpus_text, resolve_corpus, spread_windows
@@ -108,7 +111,7 @@ from forethought.psf.scores import (
 )
 from forethought.psf.token_flow import TokenFlow, check_knobs, is_token_flow_run, load_token_flow, sample_token_flow
 
-OWN_MODELS = ("psf", "psf_mean_trajectory", "ar")
+OWN_MODELS = ("psf", "psf_mean_trajectory", "psf_state_only", "ar")
 KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain ODE sampler
 
 
@@ -116,7 +119,9 @@ KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain ODE sampler
 class EvalConfig:
     recipe_run: str = field("", "the finished 'psf recipe' run to evaluate (required)")
     models: list[str] = field([], "the run's own models: psf, psf_mean_trajectory (the PSF decoder on the prior's "
-                              "mean trajectory), ar ([] = all it has: ar only when it trained the AR baseline)")
+                              "mean trajectory), psf_state_only (the same decoder, the state-only prior, zero "
+                              "codes: recipe prior.state_only_variant), ar ([] = all it has: ar only when it "
+                              "trained the AR baseline, psf_state_only only when it trained that prior)")
     compare: list[str] = field([], "further run folders evaluated beside it, each named by its folder name: "
                                "'psf recipe' runs (their final PSF model and prior, e.g. the content-state "
                                "ablation) and token-flow runs (checkpoints of forethought.psf.token_flow); the "
@@ -255,11 +260,13 @@ def psf_training(results: dict) -> dict[str, Any]:
 
 
 def psf_candidate(name: str, art: RecipeArtifacts, run: Path, trajectory: Literal["prior", "mean"],
-                  cfg: EvalConfig, enc_dec: int) -> Candidate:
-    if art.prior is None:
-        raise ForethoughtError(f"{name}: stage '{art.stage}' of {run} has no trained prior (the recipe's prior "
-                               "stage), so PSF cannot sample")
-    model, prior, steps = art.model, art.prior, art.prior.config.steps
+                  cfg: EvalConfig, enc_dec: int, state_only: bool = False) -> Candidate:
+    prior = art.state_only_prior if state_only else art.prior
+    if prior is None:
+        what = ("state-only prior (recipe prior.state_only_variant)" if state_only
+                else "prior (the recipe's prior stage)")
+        raise ForethoughtError(f"{name}: stage '{art.stage}' of {run} has no trained {what}, so PSF cannot sample")
+    model, steps = art.model, prior.config.steps
 
     def sample(n: int, point: dict[str, float], g: torch.Generator) -> torch.Tensor:
         return sample_psf(model, prior, n, temperature=point["temperature"], top_p=point["top_p"], steps=steps,
@@ -271,7 +278,9 @@ def psf_candidate(name: str, art: RecipeArtifacts, run: Path, trajectory: Litera
     info = {"params_encoder_decoder": counts["encoder"] + counts["decoder"],
             "params_breakdown": {**counts, "prior": n_prior}, "prior_steps": 0 if mean else steps,
             "blocks": model.blocks, "block_len": model.block_len, "states": model.config.states,
-            "trajectory": trajectory, "final_stage": art.stage, **psf_training(art.results)}
+            "trajectory": trajectory, "final_stage": art.stage, **psf_training(art.results),
+            "codes": "none" if not model.use_codes else "zero (state-only prior)" if prior.dim == model.state_dim
+            else "sampled with the states"}
     if mean:
         info["note"] = "the psf model and prior (no training of its own)"
     if enc_dec != info["params_encoder_decoder"]:
@@ -337,7 +346,8 @@ def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtif
     art = load_recipe(run, device=device)
     counts = art.model.num_params()
     enc_dec = counts["encoder"] + counts["decoder"]
-    wanted = list(cfg.models) or [m for m in OWN_MODELS if m != "ar" or art.ar is not None]
+    has = {"ar": art.ar is not None, "psf_state_only": art.state_only_prior is not None}
+    wanted = list(cfg.models) or [m for m in OWN_MODELS if has.get(m, True)]
     if "ar" in wanted and art.ar is None:
         raise ForethoughtError(f"models: {run} has no AR baseline (train it with baselines: [ar])")
     cands: dict[str, Candidate] = {}
@@ -346,7 +356,7 @@ def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtif
             cands[name] = ar_candidate(art, run, cfg, enc_dec)
         else:
             cands[name] = psf_candidate(name, art, run, "mean" if name == "psf_mean_trajectory" else "prior", cfg,
-                                        enc_dec)
+                                        enc_dec, state_only=name == "psf_state_only")
     L, vocab = art.cfg.model.seq_len, art.results["vocab_size"]
     for folder, name in zip(cfg.compare, names):
         path = Path(folder)
@@ -534,14 +544,21 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         res["floor"] = {"entropy_rate": floor, "se": floor_se,
                         "note": "H(X)/T of the true generator: the lowest expected NLL per token"}
     png = out / "curves.png"
-    curves = {name: [(p["entropy"], p["gen_ppl"]) for p in row["sweep"]] for name, row in rows.items()}
-    plot_entropy_curves(curves, png, target_entropy=target["value"], judge=res["judge"] if planted
-                        else Path(cfg.judge).name, title=f"gen-PPL vs unigram entropy, {art.cfg.data.corpus} L={L}")
     res["curves_png"] = str(png)
     res["wall_s"] = time.perf_counter() - t_start
+    # the evaluation is written before the plot is drawn: a plotting error must not lose it
     atomic_write_json(out / "results.json", res)
+    curves = {name: [(p["entropy"], p["gen_ppl"]) for p in row["sweep"]] for name, row in rows.items()}
+    try:
+        plot_entropy_curves(curves, png, target_entropy=target["value"], judge=res["judge"] if planted
+                            else Path(cfg.judge).name,
+                            title=f"gen-PPL vs unigram entropy, {art.cfg.data.corpus} L={L}")
+    except Exception as e:  # noqa: BLE001 - any plotting failure: keep the results, say what failed
+        res["curves_png"], res["plot_error"] = None, f"{type(e).__name__}: {first_line(e)}"
+        atomic_write_json(out / "results.json", res)
+        print(f"psf eval: the plot was not drawn ({res['plot_error']}); results.json is complete", file=sys.stderr)
     print(report_table(res))
-    print(f"\nwrote {out / 'results.json'} and {png}")
+    print(f"\nwrote {out / 'results.json'}" + (f" and {png}" if res["curves_png"] else ""))
     return res
 
 

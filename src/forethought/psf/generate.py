@@ -34,6 +34,7 @@ from forethought.psf.prior import FlowPrior, PriorConfig, leading_known_mask, sa
 from forethought.psf.sampling import device_generator
 
 MODEL_STAGES = ("base", "landing", "self_realized", "codes")
+STATE_ONLY_PRIOR = "prior_state_only"  # the state-only variant's prior (recipe prior.state_only_variant)
 # What later steps read from each kind of stage result (the recipe's report and resume, load_recipe).
 STAGE_KEYS = {"model": ("blocks", "features", "steps", "train_wall_s"),
               "prior": ("params", "blocks", "dim", "steps", "train_wall_s"),
@@ -177,6 +178,7 @@ class RecipeArtifacts:
     tokenizer: Any
     bos_id: int
     valid_tokens: np.ndarray
+    state_only_prior: FlowPrior | None = None  # the paper's state-only variant (prior over states, zero codes)
 
 
 def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device = "cpu") -> RecipeArtifacts:
@@ -190,15 +192,9 @@ def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device
     results = read_run_results(run_dir)
     stage = stage or results["final_stage"]
     model = load_stage_model(run_dir, cfg, results, stage)
-    prior = None
-    pname = f"prior_{stage}" if stage.startswith("blocks") else "prior"
-    pckpt = latest_checkpoint(run_dir / pname)
-    if pckpt is not None and pname in results["stages"]:
-        pinfo = results["stages"][pname]
-        if pinfo["blocks"] == model.blocks and stage == prior_source(results, pname):
-            prior = prior_for(model, cfg.prior, pinfo["dim"], pinfo["blocks"])
-            load_checkpoint(pckpt, prior)
-            prior.eval()
+    prior = load_prior(run_dir, cfg, results, model, stage,
+                       f"prior_{stage}" if stage.startswith("blocks") else "prior")
+    state_only = load_prior(run_dir, cfg, results, model, stage, STATE_ONLY_PRIOR)
     ar = None
     ackpt = latest_checkpoint(run_dir / "ar")
     if ackpt is not None:
@@ -207,7 +203,22 @@ def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device
         ar.eval()
     _, valid, tokenizer = load_data(cfg.data, cfg.model.seq_len)
     return RecipeArtifacts(cfg, results, stage, model.to(dev).eval(), prior.to(dev) if prior else None,
-                           ar.to(dev) if ar else None, tokenizer, int(results["bos_id"]), valid)
+                           ar.to(dev) if ar else None, tokenizer, int(results["bos_id"]), valid,
+                           state_only.to(dev) if state_only else None)
+
+
+def load_prior(run_dir: Path, cfg: SavedRecipe, results: dict, model: PSFModel, stage: str, pname: str
+               ) -> FlowPrior | None:
+    """The prior ``pname`` of a recipe run if it was trained on model stage ``stage`` (else None), in eval mode."""
+    pckpt = latest_checkpoint(run_dir / pname)
+    if pckpt is None or pname not in results["stages"]:
+        return None
+    pinfo = results["stages"][pname]
+    if pinfo["blocks"] != model.blocks or stage != prior_source(results, pname):
+        return None
+    prior = prior_for(model, cfg.prior, pinfo["dim"], pinfo["blocks"])
+    load_checkpoint(pckpt, prior)
+    return prior.eval()
 
 
 def load_stage_model(run_dir: Path, cfg: SavedRecipe, results: dict, stage: str) -> PSFModel:
@@ -331,6 +342,9 @@ class SampleConfig:
     top_p: float = field(1.0, "decoder nucleus, in (0, 1]")
     prior_steps: int = field(0, "Euler steps (0 = the prior's configured steps)")
     trajectory: Literal["prior", "mean"] = field("prior", "sampled state trajectories, or the mean one (ablation)")
+    prior: Literal["main", "state_only"] = field(
+        "main", "which prior writes the trajectories: main (states + codes when the run trained codes), or "
+        "state_only (the run's prior_state_only, recipe prior.state_only_variant: states only, zero codes)")
     prompt_blocks: int = field(0, "prompted generation: the first m blocks of validation windows are given")
     prompt_replace: bool = field(True, "prompted: also set the known entries of x_t to their interpolant at every "
                                  "Euler step (replacement); false needs a prior trained with conditioning "
@@ -380,8 +394,11 @@ def sample(cfg: SampleConfig, resume: str | None = None) -> dict:
         prompt = windows[:, :cfg.prompt_blocks * nb]
     if cfg.model == "ar" and art.ar is None:
         raise ForethoughtError(f"{cfg.recipe_run} has no AR baseline (train it with baselines: [ar])")
-    if cfg.model == "psf" and art.prior is None:
-        raise ForethoughtError(f"stage '{art.stage}' of {cfg.recipe_run} has no trained prior")
+    prior = art.state_only_prior if cfg.prior == "state_only" else art.prior
+    if cfg.model == "psf" and prior is None:
+        raise ForethoughtError(f"stage '{art.stage}' of {cfg.recipe_run} has no trained "
+                               + ("state-only prior (recipe prior.state_only_variant)" if cfg.prior == "state_only"
+                                  else "prior"))
     g = device_generator(cfg.seed, device)
     t0 = time.perf_counter()
     if cfg.model == "ar":
@@ -391,8 +408,8 @@ def sample(cfg: SampleConfig, resume: str | None = None) -> dict:
                          for i in range(0, cfg.n, cfg.batch_size)])
         depth = L - (0 if prompt is None else prompt.shape[1])
     else:
-        steps = cfg.prior_steps or art.prior.config.steps
-        ids = sample_psf(art.model, art.prior, cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, steps=steps,
+        steps = cfg.prior_steps or prior.config.steps
+        ids = sample_psf(art.model, prior, cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, steps=steps,
                          generator=g, trajectory=cfg.trajectory, prompt=prompt, batch_size=cfg.batch_size,
                          replace=cfg.prompt_replace)
         depth = (steps if cfg.trajectory == "prior" else 0) + nb
@@ -405,7 +422,7 @@ def sample(cfg: SampleConfig, resume: str | None = None) -> dict:
         for i, (row, text) in enumerate(zip(ids.tolist(), texts))))
     atomic_write_text(out_dir / "samples.txt", "\n\n==========\n\n".join(texts) + "\n")
     res = {"model": cfg.model, "stage": art.stage if cfg.model == "psf" else "ar", "n": cfg.n,
-           "temperature": cfg.temperature, "top_p": cfg.top_p, "trajectory": cfg.trajectory,
+           "temperature": cfg.temperature, "top_p": cfg.top_p, "trajectory": cfg.trajectory, "prior": cfg.prior,
            "prompt_tokens": n_prompt, "serial_depth": depth, "wall_s": wall, "settings": asdict(cfg)}
     Run(out_dir).write_results(res)
     print(f"wrote {cfg.n} samples to {out_dir}")

@@ -40,6 +40,7 @@ planted corpus it did not; README, "What made the states matter").
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,7 +51,7 @@ import torch.nn.functional as F
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig, block_causal_mask
-from forethought.psf.sampling import sample_tokens
+from forethought.psf.sampling import randn, sample_tokens
 
 
 @dataclass
@@ -86,6 +87,25 @@ class PSFModelConfig:
         "unchanged; with the code head also at zero neither gets an expected gradient, a saddle) or normal "
         "(std 0.02: the code head gets a gradient from the first step)")
     kl_weight: float = field(1.0, "weight of the (free-bits) KL term")
+    # The code channel's ablation options (issue 31); each default keeps the model as it was.
+    code_init_sigma: float = field(
+        1.0, "the code posterior's sigma when the codes stage starts (the code head's log-variance bias set to "
+        "2 log sigma); 1 = N(0, I), the prior itself. Small sigma: the code carries its mean from the first step")
+    code_warmup_steps: int = field(
+        0, "codes stage: for its first N steps the decoder gets the posterior mean (no noise), a deterministic "
+        "warm-up; the KL is charged as usual")
+    code_enters: Literal["query", "inputs"] = field(
+        "query", "where branch k's code enters the decoder: query = its query slot only; inputs = the query slot "
+        "and every input position x_k,1..n-1 of the branch (added to the token embedding)")
+    code_lr_factor: float = field(1.0, "learning-rate factor of the code layers (code head, code input, and the "
+                                  "BN-VAE shift) in every stage that trains codes")
+    free_bits_block: float = field(0.0, "> 0: the KL budget per block in nats (e.g. log of the number of a "
+                                   "block's plans), instead of free_bits x block length")
+    code_mean_norm: Literal["none", "batch"] = field(
+        "none", "batch (BN-VAE, Zhu et al. 2020): standardise each block index's posterior means over the batch, "
+        "then scale by the fixed code_mean_gamma and shift by a learned vector, so that the expected KL per "
+        "dimension stays >= gamma^2/2 and the posterior cannot collapse onto the prior")
+    code_mean_gamma: float = field(0.5, "code_mean_norm batch: the fixed scale of the standardised means")
 
     def validate(self) -> None:
         """Messages name keys within this section; the recipe prefixes the section (``model: ...``)."""
@@ -97,12 +117,16 @@ class PSFModelConfig:
         for key in ("enc_layers", "dec_layers", "code_dim"):
             if getattr(self, key) < 1:
                 raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
-        for key in ("state_dim", "free_bits", "kl_weight"):
+        for key in ("state_dim", "free_bits", "kl_weight", "code_warmup_steps", "free_bits_block"):
             if getattr(self, key) < 0:
                 raise ForethoughtError(f"{key} must not be negative, got {getattr(self, key)}")
         for key in ("dropout", "input_dropout"):
             if not 0 <= getattr(self, key) < 1:
                 raise ForethoughtError(f"{key} must be in [0, 1), got {getattr(self, key)}")
+        for key in ("code_init_sigma", "code_lr_factor", "code_mean_gamma"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value > 0):
+                raise ForethoughtError(f"{key} must be a number > 0, got {value}")
         if not 0 < self.state_norm_momentum <= 1:
             raise ForethoughtError(f"state_norm_momentum must be in (0, 1], got {self.state_norm_momentum}")
 
@@ -228,11 +252,17 @@ class PSFModel(nn.Module):
         # created last and only when used, so the other weights (and older checkpoints) are unchanged
         self.input_mask = nn.Parameter(torch.zeros(d)) \
             if cfg.input_dropout > 0 and cfg.input_dropout_with == "mask" else None
+        # BN-VAE: per block index standardisation of the posterior means (the same statistics as the states', so
+        # that block k's code never mixes in another block's mean) and a learned shift; only when on
+        bn = cfg.code_mean_norm == "batch"
+        self.code_norm = StateNorm(cfg.code_dim, kmax, cfg.state_norm_momentum) if bn else None
+        self.code_shift = nn.Parameter(torch.zeros(cfg.code_dim)) if bn else None
         # Stage switches (the recipe turns them on stage by stage; the parameters always exist so that every
         # stage loads the previous stage's checkpoint unchanged).
         self.blocks = K
         self.use_codes = False
         self.landing = False
+        self.code_noise = True  # False: codes are the posterior mean (the deterministic warm-up)
 
     # ---- sizes ------------------------------------------------------------------------------------------
     @property
@@ -297,7 +327,18 @@ class PSFModel(nn.Module):
     def posterior(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, K, d) pooled features -> code posterior mean and log-variance, each (B, K, code_dim)."""
         mu, logvar = self.code_head(feats).chunk(2, dim=-1)
+        if self.code_norm is not None:  # BN-VAE: (B, K, D) means standardised per block index, fixed scale
+            mu = self.config.code_mean_gamma * self.code_norm(mu) + self.code_shift
         return mu, logvar.clamp(-10.0, 10.0)
+
+    def code_layers(self) -> list[nn.Parameter]:
+        """The parameters of the code channel (``model.code_lr_factor`` scales their learning rate)."""
+        mods = [self.code_head, self.code_in]
+        return [p for m in mods for p in m.parameters()] + ([self.code_shift] if self.code_shift is not None else [])
+
+    def code_embeds(self, codes: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, K, code_dim) codes -> (B, K, d) what each branch's code adds to its inputs (None when off)."""
+        return self.code_in(codes) if self.use_codes and codes is not None else None
 
     # ---- decoder ----------------------------------------------------------------------------------------
     def prefix(self, states: torch.Tensor, codes: torch.Tensor | None) -> torch.Tensor:
@@ -307,8 +348,9 @@ class PSFModel(nn.Module):
         visible = torch.arange(K, device=m.device)[None, :] <= torch.arange(K, device=m.device)[:, None]  # (k, j)
         slots = torch.where(visible[None, :, :, None], m[:, None, :, :], self.slot_empty)  # (B, K, K, d)
         q = self.query.expand(B, K, -1)
-        if self.use_codes and codes is not None:
-            q = q + self.code_in(codes)
+        c = self.code_embeds(codes)
+        if c is not None:
+            q = q + c
         return torch.cat([slots, q[:, :, None]], dim=2).reshape(B * K, K + 1, -1)
 
     def landing_embeds(self, first: torch.Tensor) -> torch.Tensor:
@@ -340,18 +382,23 @@ class PSFModel(nn.Module):
         K, n = self.blocks, self.block_len
         tok = tokens.view(B, K, n)
         inp = self.input_embeds(tok[:, :, :-1]) + self.landing_embeds(tok[:, :, 0])[:, :, None]  # (B, K, n-1, d)
+        c = self.code_embeds(codes)
+        if c is not None and self.config.code_enters == "inputs":
+            inp = inp + c[:, :, None]  # every input position of branch k reads its code
         seq = torch.cat([self.prefix(states, codes), inp.reshape(B * K, n - 1, -1)], dim=1)  # (B·K, K+n, d)
         logits = self.decoder(None, inputs_embeds=seq)[:, K:]  # (B·K, n, V)
         return logits.view(B, K, n, -1)
 
     def forward(self, tokens: torch.Tensor, realized: torch.Tensor | None = None, mix_prob: float = 0.5,
-                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+                generator: torch.Generator | None = None, code_generator: torch.Generator | None = None
+                ) -> dict[str, torch.Tensor]:
         """Teacher-forced loss on (B, L) tokens: cross-entropy over all L tokens (+ free-bits KL per token with
         codes). ``realized`` (B, K, S): the raw summaries (before the state normalisation) of the model's own
         rollout of ``tokens`` (:func:`realized_summaries`); they are standardised with the statistics of this
         batch's clean summaries, so that generated text keeps its shift from real text, and each block takes
         the resulting state instead of the clean one with probability ``mix_prob`` (self-realized prefix
-        training; the target stays the real block)."""
+        training; the target stays the real block). ``code_generator`` draws the codes' noise (default: the
+        global RNG); evaluation passes a seeded one so that its numbers repeat."""
         if tokens.shape[1] != self.seq_len:
             raise ForethoughtError(f"PSF model expects sequences of {self.seq_len} tokens, got {tokens.shape[1]}")
         raw, feats = self.summaries(tokens)
@@ -365,8 +412,13 @@ class PSFModel(nn.Module):
         codes = None
         if self.use_codes:
             mu, logvar = self.posterior(feats)
-            codes = mu + (0.5 * logvar).exp() * torch.randn_like(mu)  # reparameterised sample
-            kl_term, kl_raw = kl_free_bits(mu, logvar, self.config.free_bits * self.block_len)
+            if self.code_noise:
+                eps = randn(tuple(mu.shape), code_generator, mu.device).to(mu.dtype)
+                codes = mu + (0.5 * logvar).exp() * eps  # reparameterised sample
+            else:  # deterministic warm-up: the posterior mean
+                codes = mu
+            budget = self.config.free_bits_block or self.config.free_bits * self.block_len  # nats per block
+            kl_term, kl_raw = kl_free_bits(mu, logvar, budget)
             out.update(codes=codes, kl=kl_raw / self.seq_len, kl_term=kl_term / self.seq_len)
         logits = self.decode_logits(tokens, s, codes)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens.reshape(-1))
@@ -379,20 +431,26 @@ class PSFModel(nn.Module):
 def generate_blocks(model: PSFModel, states: torch.Tensor, codes: torch.Tensor | None = None, *,
                     temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
                     force: torch.Tensor | None = None, force_blocks: torch.Tensor | None = None,
-                    return_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    return_logits: bool = False, landing_codes: torch.Tensor | None = None
+                    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Write all K blocks in parallel, n = L/K KV-cached steps (serial depth n).
 
     states: (B, K, S); codes: (B, K, code_dim) or None. ``force`` (B, L) with ``force_blocks`` (B, K) bool
     (default: all) feeds given tokens instead of sampled ones in those blocks (prompted generation, and the
-    training-equals-sampling test). Returns (B, L) tokens (and (B, K, n, V) logits)."""
+    training-equals-sampling test). ``landing_codes`` (B, K, code_dim): the landing tokens (each branch's view of
+    the next block's first token) come from a separate step 1 decoded with these codes instead of ``codes``; the
+    self-realized rollout uses it so that block k's posterior code cannot reach block k-1's text (and so the
+    realized s_k). Returns (B, L) tokens (and (B, K, n, V) logits)."""
     B, K, _ = states.shape
     n = model.block_len
     if K != model.blocks:
         raise ForethoughtError(f"got {K} states, the model decodes {model.blocks} blocks")
     if force is not None and force_blocks is None:
         force_blocks = torch.ones(B, K, dtype=torch.bool, device=states.device)
-    cache = model.decoder.new_cache()
+    cache = model.decoder.new_cache(K + n)  # K slots + query + n-1 tokens
     x = model.prefix(states, codes)  # (B·K, K+1, d)
+    c = model.code_embeds(codes)
+    code_inputs = c if c is not None and model.config.code_enters == "inputs" else 0.0  # (B, K, d) or 0
     toks: list[torch.Tensor] = []
     all_logits: list[torch.Tensor] = []
     land = None
@@ -406,8 +464,14 @@ def generate_blocks(model: PSFModel, states: torch.Tensor, codes: torch.Tensor |
             all_logits.append(logits)
         if i + 1 < n:
             if land is None:  # after step 1 every branch knows the next branch's first token
-                land = model.landing_embeds(t)  # (B, K, d)
-            x = (model.decoder.wte(t) + land).reshape(B * K, 1, -1)
+                first = t
+                if landing_codes is not None and model.landing and model.use_codes:
+                    step1 = model.decoder(None, inputs_embeds=model.prefix(states, landing_codes))[:, -1]
+                    first = sample_tokens(step1.view(B, K, -1), temperature, top_p, generator)  # (B, K)
+                    if force is not None:
+                        first = torch.where(force_blocks, force.view(B, K, n)[:, :, 0], first)
+                land = model.landing_embeds(first)  # (B, K, d)
+            x = (model.decoder.wte(t) + land + code_inputs).reshape(B * K, 1, -1)
     out = torch.stack(toks, dim=2).reshape(B, K * n)
     return (out, torch.stack(all_logits, dim=2)) if return_logits else out
 
@@ -431,7 +495,12 @@ def realized_summaries(model: PSFModel, tokens: torch.Tensor, temperature: float
     the generated text and return its raw summaries (B, K, S), before the state normalisation:
     :meth:`PSFModel.forward` standardises them with the clean batch's statistics (standardising them with their
     own would erase their shift from real text's states). The re-encoding keeps its gradient, so the encoder
-    also learns to summarise generated text usefully. Neither pass here touches the running estimates."""
+    also learns to summarise generated text usefully. Neither pass here touches the running estimates.
+
+    With codes, branch k writes from its block's posterior mean (the block's own code: block k's text may depend
+    on block k), but the landing token branch k-1 reads comes from a step 1 with zero codes (the prior's mean):
+    with branch k's own step-1 token it would carry block k's code into generated block k-1, whose summary is
+    the realized s_k, so block k would leak into its own predictive state (issue 31)."""
     was_training = model.training
     model.eval()  # no dropout in the rollout ...
     model.state_norm.train(was_training)  # ... but the clean states normalised as in the teacher-forced pass
@@ -440,17 +509,24 @@ def realized_summaries(model: PSFModel, tokens: torch.Tensor, temperature: float
         (h,) = model.normalise(raw, update=False)  # the teacher-forced pass updates the estimates, once
         codes = model.posterior(feats)[0] if model.use_codes else None  # posterior mean: the block's own code
         generated = generate_blocks(model, model.states_from(h), codes, temperature=temperature, top_p=top_p,
-                                    generator=generator)
+                                    generator=generator,
+                                    landing_codes=None if codes is None else torch.zeros_like(codes))
     model.train(was_training)
     return model.summaries(generated)[0]
 
 
-def start_codes(model: PSFModel, how: Literal["zero", "normal"], generator: torch.Generator) -> None:
+def start_codes(model: PSFModel, how: Literal["zero", "normal"], generator: torch.Generator,
+                sigma: float = 1.0) -> None:
     """The decoder's code input layer for a codes stage that starts now (``model.code_in_init``). ``zero`` leaves
     it as it is (zero since it was built: no earlier stage uses it). With the code head also at zero (posterior
     N(0, I)) the code is noise the decoder cannot read, and the head gets no gradient through a zero layer: only
     the noise of the updates moves either. ``normal`` (std 0.02, the GPT's init scale) breaks that symmetry, at
-    the price of a small perturbation of the previous stage's function."""
+    the price of a small perturbation of the previous stage's function. ``sigma`` (``model.code_init_sigma``)
+    sets the posterior's starting spread: with sigma < 1 a code is mostly its mean from the first step, so the
+    decoder can read it before it has learned anything (the KL it costs is charged beyond the free bits)."""
+    if sigma != 1.0:
+        with torch.no_grad():
+            model.code_head.bias[model.code_dim:] = 2.0 * math.log(sigma)  # log-variance half of the head
     if how == "normal":
         with torch.no_grad():
             w = model.code_in.weight

@@ -35,7 +35,7 @@ import copy
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ from forethought.psf.ar import ARModelConfig, ar_loss, build_ar
 from forethought.psf.generate import (
     MODEL_STAGES,
     STAGE_KEYS,
+    STATE_ONLY_PRIOR,
     PSFDataConfig,
     build_psf,
     check_planted_shape,
@@ -104,6 +105,10 @@ class PriorStageConfig:
     enabled: bool = field(True, "train the flow prior")
     model: PriorConfig = field(PriorConfig(), "prior network, time sampling, sampler")
     train: TrainConfig = field(TrainConfig(steps=200, batch_size=32, lr=1e-3, log_every=10), "optimisation")
+    state_only_variant: bool = field(
+        False, "also train a second prior, over the states only, on the same code-trained decoder (stage "
+        "prior_state_only; the decoder then gets zero codes): the paper's state-only configuration beside the "
+        "main one (prior over states + codes). Needs the codes stage and no longer_blocks")
 
 
 @dataclass
@@ -175,6 +180,13 @@ class RecipeConfig:
                 raise ForethoughtError(f"baselines: unknown baseline '{b}' (choose from {', '.join(BASELINES)})")
         if not any(getattr(self, s).enabled for s in MODEL_STAGES):
             raise ForethoughtError("every PSF model stage is disabled; enable at least one")
+        if self.prior.state_only_variant:
+            if not (self.prior.enabled and self.codes.enabled) or self.prior.model.state_only:
+                raise ForethoughtError("prior.state_only_variant needs the codes stage and the prior enabled, "
+                                       "and prior.model.state_only false (the main prior models states + codes)")
+            if self.longer_blocks.blocks:
+                raise ForethoughtError("prior.state_only_variant is not supported with longer_blocks.blocks "
+                                       "(the variant's prior belongs to the codes stage); set longer_blocks.blocks []")
 
 
 # ---- the plan ------------------------------------------------------------------------------------------------
@@ -203,6 +215,8 @@ def plan_stages(cfg: RecipeConfig) -> list[Stage]:
         plan.append(Stage(name, "model", stage.train, blocks, index))
         if cfg.prior.enabled and name == last_main:
             plan.append(Stage("prior", "prior", cfg.prior.train))
+            if cfg.prior.state_only_variant:
+                plan.append(Stage(STATE_ONLY_PRIOR, "prior", cfg.prior.train))
         elif cfg.prior.enabled and name.startswith("blocks"):
             plan.append(Stage(f"prior_{name}", "prior", cfg.longer_blocks.prior_train))
     if "ar" in cfg.baselines:
@@ -269,19 +283,24 @@ def trajectories(model: PSFModel, tokens: torch.Tensor, with_codes: bool) -> tor
 
 
 @torch.no_grad()
-def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16) -> dict[str, float]:
+def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16, seed: int = 0) -> dict[str, float]:
     """Teacher-forced validation cross-entropy (nats/token, given the clean states of the real text — not a
-    likelihood of the generative model) and raw KL per token."""
+    likelihood of the generative model) and raw KL per token. The codes' noise comes from a generator seeded
+    with ``seed`` (not the global RNG), so every evaluation of the same model gives the same numbers and
+    evaluating does not move the training's random stream."""
     model.eval()
+    noise, model.code_noise = model.code_noise, True  # sampled codes, also during the deterministic warm-up
     dev = next(model.parameters()).device
+    gen = device_generator(seed, dev)
     ce, kl, n = 0.0, 0.0, 0
     for i in range(0, len(windows), batch):
         w = windows[i:i + batch].to(dev)
-        out = model(w)
+        out = model(w, code_generator=gen)
         ce += out["ce"].item() * len(w)
         kl += out["kl"].item() * len(w) if "kl" in out else 0.0
         n += len(w)
     model.train()
+    model.code_noise = noise
     return {"val_ce": ce / max(n, 1), "val_kl": kl / max(n, 1)}
 
 
@@ -411,8 +430,11 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
     if fresh and prev_ckpt is not None:
         load_checkpoint(prev_ckpt, model)  # warm start (trainer state of the previous stage is not used)
     if fresh and stage.name == "codes":  # the code input's start (a resumed stage has it in its checkpoint)
-        start_codes(model, cfg.model.code_in_init, step_generator(cfg.run.seed, 0, salt=7))
+        start_codes(model, cfg.model.code_in_init, step_generator(cfg.run.seed, 0, salt=7), cfg.model.code_init_sigma)
     ro = cfg.rollout
+    warmup = cfg.model.code_warmup_steps if stage.name == "codes" else 0
+    lr_scales = {id(p): cfg.model.code_lr_factor for p in model.code_layers()} \
+        if feats["codes"] and cfg.model.code_lr_factor != 1.0 else None
 
     def after_step(m: torch.nn.Module, step: int) -> None:
         if step + 1 == tcfg.steps:  # before the final checkpoint is written
@@ -420,6 +442,7 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
 
     def loss_fn(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         tokens = batch["tokens"]
+        unwrap(m).code_noise = batch["step"] >= warmup  # the deterministic warm-up, then sampled codes
         realized, gen = None, None
         if feats["self_realized"]:
             seed = int(torch.randint(0, 2**62, (1,), generator=step_generator(cfg.run.seed, batch["step"], salt=1)))
@@ -432,8 +455,9 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
         return out["loss"], metrics
 
     out = train(model, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=stage.name,
-                model_config=_model_config(model, feats), after_step=after_step,
+                model_config=_model_config(model, feats), after_step=after_step, lr_scales=lr_scales,
                 eval_fn=lambda m, step: evaluate_psf(m, windows[:EVAL_WINDOWS]))
+    model.code_noise = True
     res = {"blocks": model.blocks, "features": feats, "steps": tcfg.steps, "train_wall_s": out["wall_s"],
            "final_loss": out.get("final_loss"), "curve": out["curve"], **evaluate_psf(model, windows)}
     sub.write_results(res)
@@ -444,6 +468,8 @@ def _train_prior_stage(model: PSFModel, stage: Stage, sub: Run, rt: Runtime, cfg
                        train_tokens: np.ndarray, batch_fn: Any, windows: torch.Tensor, resume: str | None,
                        prev_prior: Path | None, finished: dict | None) -> dict:
     pcfg, tcfg = cfg.prior.model, stage.train
+    if stage.name == STATE_ONLY_PRIOR:  # the paper's state-only variant: the same decoder, states only
+        pcfg = replace(pcfg, state_only=True)
     with_codes = model.use_codes and not pcfg.state_only
     torch.manual_seed(cfg.run.seed + 1)
     prior = prior_for(model, pcfg, trajectory_dim(model, pcfg), model.blocks)
