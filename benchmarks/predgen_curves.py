@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-curves"
-ARCHIVE = OUT / "runs" / "predgen_curves"  # finished runs' records, committed (_stats.finished_run)
+ARCHIVE = OUT / "runs" / "predgen_curves"  # finished runs' records, committed (experiments.finished_run)
 METHODS = ("predictor", "generator", "predgen")
 # per task: extra overrides, and the eval subset (SST-2: the whole dev set; ARC-Easy: 500 of its 2,376 test items)
 TASKS: dict[str, dict] = {

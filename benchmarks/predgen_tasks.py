@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-tasks"
-ARCHIVE = OUT / "runs" / "predgen_tasks"  # finished runs' records, committed (_stats.finished_run)
+ARCHIVE = OUT / "runs" / "predgen_tasks"  # finished runs' records, committed (experiments.finished_run)
 # variant name -> overrides (after the common ones, so they win)
 VARIANTS = {"predictor": ["--method", "predictor"], "generator": ["--method", "generator"],
             "predgen": ["--method", "predgen"],
