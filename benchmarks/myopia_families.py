@@ -181,7 +181,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.hidden, args.layers, args.seq_len, args.batch = 2, 1, 32, 2, 16, 2
-    sys.path.insert(0, str(ROOT / "src"))
     torch.set_num_threads(args.threads)
     t0 = time.time()
     exact_builders = builders(32, 2, V)

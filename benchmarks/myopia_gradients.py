@@ -23,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from forethought.core.io import read_jsonl
+from forethought.experiments.jobs import run_queue_or_exit as run_queue
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import run_queue  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-gradients"
@@ -73,8 +74,8 @@ def main() -> None:
                  "train_wall_s": r["train_wall_s"], "summary": summary, "measurements": rows}
         other = SAME_RUN[e] / "metrics.jsonl"
         if other.is_file():
-            mine = {x["step"]: x["loss"] for x in _jsonl(RUNS / e / "metrics.jsonl") if "loss" in x}
-            theirs = {x["step"]: x["loss"] for x in _jsonl(other) if "loss" in x}
+            mine = {x["step"]: x["loss"] for x in read_jsonl(RUNS / e / "metrics.jsonl") if "loss" in x}
+            theirs = {x["step"]: x["loss"] for x in read_jsonl(other) if "loss" in x}
             common = sorted(set(mine) & set(theirs))
             entry["same_training_as"] = {"run": str(other.parent.relative_to(ROOT)), "steps_compared": len(common),
                                          "max_abs_loss_difference": max(abs(mine[s] - theirs[s]) for s in common)
@@ -88,12 +89,7 @@ def main() -> None:
                              for k, v in x["summary"].items()}, indent=1))
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _plot(res: dict) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
     from forethought.core.plots import pyplot, save_figure
 
     exps = list(res["experiments"].items())

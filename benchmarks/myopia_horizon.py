@@ -28,10 +28,10 @@ import sys
 import time
 from pathlib import Path
 
+from forethought.experiments import invocations, run_started
+from forethought.experiments.jobs import run_queue_or_exit as run_queue
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import run_queue  # noqa: E402
-from _stats import invocations, run_started  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-horizon"
@@ -171,7 +171,6 @@ def _summary(loss: dict, metric: str, lower_ref: str | None = None) -> dict:
 
 
 def _plot(res: dict, path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
     from forethought.core.plots import pyplot, save_figure
 
     plt = pyplot()

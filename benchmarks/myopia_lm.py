@@ -26,12 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import run_queue  # noqa: E402
-from _stats import invocations, run_started  # noqa: E402
+from forethought.eval.stats import t_interval
+from forethought.experiments import invocations, run_started
+from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
-from forethought.eval.stats import t_interval  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-lm"
@@ -186,7 +185,6 @@ def rederive(path: Path) -> None:
 
 
 def _plot(res: dict) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
     from forethought.core.plots import pyplot, save_figure
 
     plt = pyplot()

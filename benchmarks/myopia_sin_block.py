@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from forethought.core.io import atomic_write_json
+from forethought.models.gpt import GPT, GPTConfig
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from forethought.core.io import atomic_write_json  # noqa: E402
-from forethought.models.gpt import GPT, GPTConfig  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "myopia_sin_block.json"
 

@@ -29,12 +29,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import run_queue  # noqa: E402
-from _stats import invocations, run_started  # noqa: E402
+from forethought.eval.stats import t_interval
+from forethought.experiments import invocations, run_started
+from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
-from forethought.eval.stats import t_interval  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-myopia-synthetic"
@@ -193,7 +192,6 @@ def collect(command: str, variant_tag: str = "") -> None:
 
 
 def _plots(res: dict, stem: str = "myopia_synthetic") -> None:
-    sys.path.insert(0, str(ROOT / "src"))
     from forethought.core.plots import heatmaps, line_plot
 
     curves = {k: tuple(zip(*v)) for k, v in (res["eval_curves"] or res["curves"]).items() if v}

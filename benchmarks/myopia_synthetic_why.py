@@ -77,7 +77,6 @@ def one_setting(init: str, final_norm: bool, steps: int, every: int, grad_batche
     import torch
 
     torch.set_num_threads(1)
-    sys.path.insert(0, str(ROOT / "src"))
     from forethought.cli import resolve_config_path
     from forethought.core.config import load_config
     from forethought.core.run import Run
@@ -92,8 +91,9 @@ def one_setting(init: str, final_norm: bool, steps: int, every: int, grad_batche
     rt = compute_init("cpu", seed)
     torch.manual_seed(seed)
     model = GPT(cfg.model)
-    fixed = [sample_task(cfg.task, 1.0, cfg.train.batch_size, step_generator(seed + 100, i)) for i in range(grad_batches)]
-    probe_data = sample_task(cfg.task, 1.0, 256, step_generator(seed + 200, 0))
+    fixed = [sample_task(cfg.task, 1.0, cfg.train.batch_size, step_generator(seed, i, salt=100))
+             for i in range(grad_batches)]
+    probe_data = sample_task(cfg.task, 1.0, 256, step_generator(seed, 0, salt=200))
     rows = [{"step": 0, **diagnose(model, cfg.task, fixed, probe_data)}]
 
     def batch_fn(step: int) -> dict:
@@ -143,7 +143,6 @@ def main() -> None:
 
 
 def _plot(res: dict, path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
     from forethought.core.plots import pyplot, save_figure
 
     plt = pyplot()

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 OUT = ROOT / "benchmarks" / "results"
 
 # (task, answer format): the built-in tasks, multiple-choice ones answered both ways

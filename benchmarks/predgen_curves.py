@@ -28,15 +28,15 @@ import platform
 import sys
 from pathlib import Path
 
+from forethought.experiments import finished_run, gradient_summary, invocations
+from forethought.experiments.jobs import run_queue_or_exit as run_queue
+from forethought.predgen.compare import paired
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "src"))
-from _jobs import run_queue  # noqa: E402
-from _stats import finished_run, gradient_summary, invocations, paired  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-curves"
-ARCHIVE = OUT / "runs" / "predgen_curves"  # finished runs' records, committed (_stats.finished_run)
+ARCHIVE = OUT / "runs" / "predgen_curves"  # finished runs' records, committed (experiments.finished_run)
 METHODS = ("predictor", "generator", "predgen")
 # per task: extra overrides, and the eval subset (SST-2: the whole dev set; ARC-Easy: 500 of its 2,376 test items)
 TASKS: dict[str, dict] = {

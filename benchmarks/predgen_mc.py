@@ -33,13 +33,12 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "src"))
-from _jobs import run_queue  # noqa: E402
-from _stats import finished_run, invocations, paired  # noqa: E402
+from forethought.eval.stats import seed_mean_difference
+from forethought.experiments import finished_run, invocations
+from forethought.experiments.jobs import run_queue_or_exit as run_queue
+from forethought.predgen.compare import paired
 
-from forethought.eval.stats import seed_mean_difference  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 LMEVAL_ARC = "Question: {question}\nAnswer:"
 RANK = ["--eval.decoder", "rank"]

@@ -83,7 +83,6 @@ def main() -> None:
         bars[f"{method}\ntokens"] = (res[method]["mi_tokens"], res[method]["mi_tokens_std"])
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "predgen_mine.json").write_text(json.dumps(res, indent=2) + "\n")
-    sys.path.insert(0, str(ROOT / "src"))
     from forethought.core.plots import bar_plot
 
     bar_plot(bars, OUT / "predgen_mine.png", title="MINE I(Y;Z) on SST-2 dev, held-out halves (mean ± std)",

@@ -27,9 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+from forethought.experiments.jobs import run_queue_or_exit as run_queue
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import run_queue  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-regression"

@@ -30,7 +30,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 OUT = ROOT / "benchmarks" / "results"
 
 

@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+from forethought.experiments import invocations
+from forethought.experiments.jobs import run_queue_or_exit as run_queue
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import run_queue  # noqa: E402
-from _stats import invocations  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 RUNS = ROOT / "runs" / "bench-predgen-sst2"
@@ -107,7 +107,6 @@ def collect(command: str, seeds: list[int]) -> None:
 
 
 def _plot(res: dict) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
     from forethought.core.plots import bar_plot
 
     bars = {m: (res[m]["accuracy"], res[m]["std"]) for m in METHODS if m in res}

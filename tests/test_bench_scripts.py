@@ -91,8 +91,7 @@ def test_predgen_curves_collect_pairs_the_methods(tmp_path: Path, monkeypatch: p
 
 def test_gradient_summary_takes_late_medians() -> None:
     """WDAL's pull on each part in the tasks benchmark: medians over the second half of the logged steps."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _stats import gradient_summary
+    from forethought.experiments import gradient_summary
 
     log = [{"step": s, "loss": 1.0, "l_w": 0.1 * s, "l_d": 1.0, "grad_norm_writer": 2.0, "grad_norm_head": float(s)}
            for s in (10, 20, 30, 40, 50, 60)]
@@ -113,8 +112,7 @@ def test_run_archive_is_not_ignored_by_git() -> None:
 
 
 def test_run_queue_calls_on_done_after_each_success(tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _jobs import run_queue
+    from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
     done: list[str] = []
     jobs = [(n, [sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"]) for n in ("a", "b")]

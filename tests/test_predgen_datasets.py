@@ -354,3 +354,34 @@ def test_cli_missing_data_fails_cleanly(tmp_path: Path, task: str, names: list[s
     expect_clean_failure(["predgen", "train", "--config", "tiny", "--base", str(tmp_path / "no-model"),
                           "--task.name", task, "--run.out_dir", str(tmp_path / "runs")], tmp_path, tmp_path / "runs",
                          names, env={"FORETHOUGHT_DATA": ""})
+
+
+def test_every_multiple_choice_task_has_a_name_format_prompt() -> None:
+    """answer 'name' rewrites the ``choices`` field, so every multiple-choice task's name-format prompt lists it
+    (PIQA's own template lists sol1/sol2 instead and has its own), and the options list the tasks."""
+    from forethought.predgen.config import TaskConfig
+    from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, known_tasks, named_template
+
+    assert set(MULTIPLE_CHOICE) <= set(known_tasks())
+    for task in MULTIPLE_CHOICE:
+        assert "{choices}" in named_template(task), task
+    assert named_template("piqa") == "Goal: {goal}\n{choices}\nAnswer:"
+    with pytest.raises(ForethoughtError, match="openbookqa"):  # the error names every multiple-choice task
+        TaskConfig(name="x.csv", answer="name").options(builtin=False)
+
+
+def test_name_answers_on_a_new_task_through_the_cli(root: Path, tmp_path: Path, tiny_base: Path) -> None:
+    """--task.answer name on SIQA: answer1..answer3 are the label words, the prompt lists each choice after its
+    name, and training and evaluation run."""
+    spec, evals = load_task("siqa", "eval", answer="name")
+    assert spec.labels == ["answer1", "answer2", "answer3"] and {e.target for e in evals} <= set(spec.labels)
+    prompt = render_prompt(spec, evals[0])
+    assert "answer1: a" in prompt and "answer3: c" in prompt and "A. " not in prompt
+    code = main(["predgen", "train", "--config", "tiny", "--base", str(tiny_base), "--task.name", "siqa",
+                 "--task.answer", "name", "--train.steps", "1", "--eval.latency_examples", "0",
+                 "--run.out_dir", str(tmp_path), "--run.name", "siqa-name"])
+    assert code == 0
+    res = json.loads((tmp_path / "siqa-name" / "results.json").read_text())
+    assert res["parse_failure_rate"] == 0 and res["eval_examples"] == len(evals) and "accuracy" in res
+    rows = [json.loads(line) for line in (tmp_path / "siqa-name" / "predictions.jsonl").read_text().splitlines()]
+    assert {r["target"] for r in rows} <= set(spec.labels) and {r["prediction"] for r in rows} <= set(spec.labels)

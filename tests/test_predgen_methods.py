@@ -971,3 +971,23 @@ def test_untrained_choice_adapter_starts_from_the_decoded_answer(world: dict, tm
     m.head = build_head("predgen", 32, enc.n_out, "attention", 16, None, "choices")
     preds = predict(m, "predgen", enc, items, 3, -1)
     assert preds.prediction == preds.decoded
+
+
+def test_regression_metrics_correlations_and_non_finite_predictions() -> None:
+    """Pearson/Spearman are eval.stats' (ties get average ranks); a diverged run's nan/inf predictions give nan
+    correlations rather than an error, constant predictions nan, and MSE/MAE still report what was predicted."""
+    import math
+
+    import scipy.stats
+
+    from forethought.predgen.metrics import regression_metrics
+
+    t, p = [1.0, 2.0, 2.0, 4.0, 5.0], [1.5, 1.0, 3.0, 3.0, 6.0]
+    r = regression_metrics(t, p)
+    assert r["pearson"] == pytest.approx(scipy.stats.pearsonr(t, p)[0])
+    assert r["spearman"] == pytest.approx(scipy.stats.spearmanr(t, p)[0])
+    assert r["mse"] == pytest.approx(np.mean((np.array(p) - np.array(t)) ** 2))
+    bad = regression_metrics(t, [1.0, math.nan, 3.0, math.inf, 5.0])
+    assert math.isnan(bad["pearson"]) and math.isnan(bad["spearman"]) and not math.isfinite(bad["mse"])
+    flat = regression_metrics(t, [2.0] * 5)
+    assert math.isnan(flat["pearson"]) and math.isnan(flat["spearman"]) and flat["mae"] == pytest.approx(1.2)

@@ -57,7 +57,8 @@ COMMANDS = [
             "repetition, MAUVE (planted: exact NLL), bootstrap intervals, differences, matched entropy, cost",
             "forethought.psf.evaluate:evaluate", "forethought.psf.evaluate:EvalConfig"),
     Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
-            "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head",
+            "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head; --method base "
+            "evaluates the untrained base model zero-shot",
             "forethought.predgen.commands:run_train", "forethought.predgen.commands:PredGenConfig"),
     Command("predgen", "eval", "evaluate a trained model on its task's eval (or train) split",
             "forethought.predgen.commands:run_eval", "forethought.predgen.commands:EvalConfig"),
@@ -67,7 +68,8 @@ COMMANDS = [
             "its decoded answer, or two curve points): difference, bootstrap 95 % interval, McNemar",
             "forethought.predgen.compare:run_compare", "forethought.predgen.compare:CompareConfig"),
     Command("predgen", "mine", "MINE estimates of I(Y;Z), pooled vs token-level states of a trained model, "
-            "fitted on one half and evaluated on the other, over seeds, with H(Y) and a plot",
+            "fitted on one half and evaluated on the other, over seeds, with H(Y) and a plot; --words K: the input "
+            "words most associated with each answer",
             "forethought.predgen.mine:run_mine", "forethought.predgen.mine:MineConfig"),
     Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
             "forethought.demo:run", "forethought.demo:DemoConfig"),

@@ -51,6 +51,7 @@ import math
 from dataclasses import astuple, dataclass
 
 import numpy as np
+from scipy.special import logsumexp
 
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
@@ -179,12 +180,6 @@ def sample_documents(gen: PlantedGenerator, n: int, rng: np.random.Generator) ->
 
 # ---- the exact likelihood: forward-backward over blocks ----------------------------------------------------
 
-def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
-    m = np.max(x, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    return np.squeeze(m, axis) + np.log(np.sum(np.exp(x - m), axis=axis))
-
-
 def _log(p: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         return np.log(p)  # exact zeros (stay_prob 0 or 1) become -inf
@@ -216,8 +211,8 @@ def forward(gen: PlantedGenerator, log_e: np.ndarray) -> tuple[np.ndarray, np.nd
     alpha = np.empty_like(log_e)
     alpha[:, 0] = _log(gen.initial) + log_e[:, 0]
     for k in range(1, log_e.shape[1]):
-        alpha[:, k] = _logsumexp(alpha[:, k - 1, :, None] + log_a, axis=1) + log_e[:, k]
-    return alpha, _logsumexp(alpha[:, -1], axis=-1)
+        alpha[:, k] = logsumexp(alpha[:, k - 1, :, None] + log_a, axis=1) + log_e[:, k]
+    return alpha, logsumexp(alpha[:, -1], axis=-1)
 
 
 def backward(gen: PlantedGenerator, log_e: np.ndarray) -> np.ndarray:
@@ -225,7 +220,7 @@ def backward(gen: PlantedGenerator, log_e: np.ndarray) -> np.ndarray:
     log_a = _log(gen.transition)
     beta = np.zeros_like(log_e)
     for k in range(log_e.shape[1] - 2, -1, -1):
-        beta[:, k] = _logsumexp(log_a + (log_e[:, k + 1] + beta[:, k + 1])[:, None, :], axis=2)
+        beta[:, k] = logsumexp(log_a + (log_e[:, k + 1] + beta[:, k + 1])[:, None, :], axis=2)
     return beta
 
 
@@ -273,7 +268,7 @@ def block_coherence(gen: PlantedGenerator, tokens: object) -> np.ndarray:
     True documents average the blocks' multi-information / T > 0; independently drawn blocks average <= 0."""
     log_e = block_log_emissions(gen, tokens)
     log_px = forward(gen, log_e)[1]
-    stationary = _logsumexp(log_e + _log(gen.initial), axis=-1).sum(-1)  # (B,) sum_k log p(block_k)
+    stationary = logsumexp(log_e + _log(gen.initial), axis=-1).sum(-1)  # (B,) sum_k log p(block_k)
     return (log_px - stationary) / gen.document_tokens
 
 

@@ -30,7 +30,7 @@ from forethought.core.io import atomic_write_json, atomic_write_text
 from forethought.core.plots import pyplot, save_figure
 from forethought.core.precision import base_dtype
 from forethought.core.run import Run
-from forethought.core.runtime import runtime_for, unwrap
+from forethought.core.runtime import mix_seed, runtime_for, unwrap
 from forethought.core.trainer import train
 from forethought.predgen.checks import at_least
 from forethought.predgen.compare import curve_predictions_path
@@ -113,7 +113,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
             perm = _perm(n, cfg.run.seed, epoch)  # lru-cached
             picks.append(train_item(perm[k]))
         return with_sampling(enc.collate(picks), sampling_p(cfg.predgen, step, cfg.train.steps),
-                             cfg.run.seed * 1_000_003 + step)
+                             mix_seed("predgen-sampling", cfg.run.seed, step))
 
     task_type = spec.task_type
     if cfg.method == "predictor":
@@ -218,7 +218,7 @@ def zero_shot(cfg: PredGenConfig, enc: Encoder, model: PredGenModel, eval_items:
 
 @functools.lru_cache(maxsize=4)
 def _perm(n: int, seed: int, epoch: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed * 7_919 + epoch)
+    g = torch.Generator().manual_seed(mix_seed("predgen-perm", seed, epoch))
     return torch.randperm(n, generator=g).tolist()
 
 

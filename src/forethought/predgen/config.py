@@ -13,12 +13,17 @@ from forethought.core.trainer import TrainConfig
 from forethought.predgen.checks import at_least, positive
 from forethought.predgen.methods import PredGenSettings, PromptConfig
 from forethought.predgen.model import AdapterConfig
+from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, WASSA_EMOTIONS, known_tasks
+
+# for the help and errors: every built-in task (the per-emotion WASSA ones as one pattern), the multiple-choice ones
+_BUILTIN_TASKS = ", ".join("wassa, wassa-<emotion>" if n == "wassa" else n for n in known_tasks()
+                           if n not in {f"wassa-{e}" for e in WASSA_EMOTIONS})
+_MC_TASKS = ", ".join(MULTIPLE_CHOICE)
 
 
 @dataclass
 class TaskConfig:
-    name: str = field("sst2", "built-in task (sst2, boolq, arc-easy, arc-challenge, piqa, stsb, sick, wassa, "
-                      "wassa-<emotion>) or a .csv/.tsv/.jsonl file")
+    name: str = field("sst2", f"built-in task ({_BUILTIN_TASKS}) or a .csv/.tsv/.jsonl file")
     template: str = field("", "prompt template over the example fields ('' = the task's default)")
     target_field: str = field("", "data files: the target column")
     text_fields: list[str] = field([], "data files: the columns shown to the model (default: all but target/id)")
@@ -28,7 +33,7 @@ class TaskConfig:
     labels: list[str] = field([], "label words in class order: data files (default: sorted train targets); "
                               "built-in classification tasks: new words, one per class (several tokens each, say)")
     answer: Literal["letter", "text", "name"] = field(
-        "letter", "multiple-choice tasks (arc-*, piqa): write the choice's letter, its text, or a word naming its "
+        "letter", f"multiple-choice tasks ({_MC_TASKS}): write the choice's letter, its text, or a word naming its "
         "position (answer1, answer2, ...: the same words for every example, listed so in the prompt); always "
         "decoded under the example's own choices; other tasks: letter (= their label word)")
     id_field: str = field("", "data files: a column of example ids")
@@ -52,7 +57,7 @@ class TaskConfig:
         if not builtin:
             if self.answer != "letter":
                 raise ForethoughtError(f"task.answer {self.answer} applies to the built-in multiple-choice tasks "
-                                       "(arc-easy, arc-challenge, piqa)")
+                                       f"({_MC_TASKS})")
             opts.update(target_field=self.target_field or None, text_fields=self.text_fields or None,
                         task_type=self.task_type, eval_path=self.eval_path or None,
                         id_field=self.id_field or None, long_field=self.long_field or None)

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from forethought.eval.stats import pearson, spearman
+
 
 def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], n_classes: int) -> dict[str, float]:
     """Accuracy and macro-F1 (the F1 of every class that occurs in either list, averaged)."""
@@ -24,34 +26,16 @@ def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], n_class
     return {"accuracy": float((t == p).mean()), "macro_f1": float(np.mean(f1s)) if f1s else math.nan}
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks with ties averaged (as scipy.stats.rankdata)."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=float)
-    sx = x[order]
-    i = 0
-    while i < len(x):
-        j = i
-        while j + 1 < len(x) and sx[j + 1] == sx[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    return ranks
-
-
-def _pearson(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a - a.mean(), b - b.mean()
-    den = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
-    return float((a * b).sum()) / den if den > 0 else math.nan  # undefined for a constant prediction
-
-
 def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict[str, float]:
     t, p = np.asarray(y_true, dtype=float), np.asarray(y_pred, dtype=float)
     if t.size == 0:
         return {"mse": math.nan, "mae": math.nan, "pearson": math.nan, "spearman": math.nan}
     err = p - t
-    return {"mse": float((err**2).mean()), "mae": float(np.abs(err).mean()), "pearson": _pearson(t, p),
-            "spearman": _pearson(_ranks(t), _ranks(p))}
+    # eval.stats refuses non-finite values (ValueError); a diverged run's nan/inf predictions get nan correlations
+    finite = bool(np.isfinite(p).all() and np.isfinite(t).all())
+    return {"mse": float((err**2).mean()), "mae": float(np.abs(err).mean()),
+            "pearson": float(pearson(p, t)) if finite else math.nan,
+            "spearman": float(spearman(p, t)) if finite else math.nan}
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float | list[float]]:

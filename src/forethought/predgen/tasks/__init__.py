@@ -4,8 +4,10 @@ A task is a :class:`TaskSpec` (what kind of target, which label words, the promp
 :class:`Example` per split. Two splits exist, ``train`` and ``eval``. The modules, by responsibility:
 
 - ``spec``: the task spec and examples, template and label checks, the seeded train/eval split;
-- ``builtin``: the built-in tasks (SST-2, BoolQ, ARC, PIQA, STS-B, SICK, WASSA-2017), from the data root or
-  the hub (see its docstring for the files and splits);
+- ``builtin``: the built-in tasks, from the data root or the hub (see its docstring for the files and splits):
+  classification SST-2 and BoolQ; multiple choice ARC (easy, challenge), PIQA, SIQA, HellaSwag, WinoGrande and
+  OpenBookQA (``MULTIPLE_CHOICE``: answer ``letter``, ``text`` or ``name``); regression STS-B, SICK, WASSA-2017,
+  CompLex LCP 2021 (single and multi-word), CLEAR and Humicroedit;
 - ``readers``: CSV/TSV/JSONL records and field values, with one-line errors;
 - ``files``: tasks from a data file, and new inputs to predict on;
 - ``prompts``: prompt rendering (token budget, truncation, chat template);
@@ -19,7 +21,14 @@ from typing import Any, Literal
 
 from forethought.core.errors import ForethoughtError
 from forethought.predgen.tasks.answers import format_target, parse_target
-from forethought.predgen.tasks.builtin import WASSA_EMOTIONS, builtin_name, known_tasks, load_builtin
+from forethought.predgen.tasks.builtin import (
+    MULTIPLE_CHOICE,
+    WASSA_EMOTIONS,
+    builtin_name,
+    known_tasks,
+    load_builtin,
+    named_template,
+)
 from forethought.predgen.tasks.files import load_file_task, read_inputs
 from forethought.predgen.tasks.prompts import render_prompt
 from forethought.predgen.tasks.readers import FILE_EXTENSIONS
@@ -37,13 +46,9 @@ __all__ = [
     "read_inputs",
     "template_fields",
     "SPLITS",
+    "MULTIPLE_CHOICE",
     "WASSA_EMOTIONS",
 ]
-
-
-# The name answer format's prompt for the multiple-choice tasks whose template lists the choices by their own
-# fields (the others list them in a ``choices`` field, which the format rewrites).
-NAMED_TEMPLATES = {"piqa": "Goal: {goal}\n{choices}\nAnswer:"}
 
 
 def answer_names(n: int) -> list[str]:
@@ -51,18 +56,19 @@ def answer_names(n: int) -> list[str]:
     return [f"answer{i + 1}" for i in range(n)]
 
 
-def _named(loaded: tuple[TaskSpec, list[Example]], own_template: bool) -> tuple[TaskSpec, list[Example]]:
+def _named(loaded: tuple[TaskSpec, list[Example]], template: str | None) -> tuple[TaskSpec, list[Example]]:
     """A multiple-choice task in the name format: the label words become answer1..answerN (class order), and
     the prompt lists each choice after its name (``choices`` field: "answer1: <text>" lines), so a class means
-    the same written word in every example."""
+    the same written word in every example. ``template``: the task's name-format prompt
+    (``builtin.named_template``), None when the user gave their own."""
     spec, examples = loaded
     if spec.task_type != "classification" or not examples or not all(ex.options for ex in examples):
-        raise ForethoughtError(f"task '{spec.name}': answer 'name' applies to the multiple-choice tasks (their "
-                               "examples have choices); use answer 'letter'")
+        raise ForethoughtError(f"task '{spec.name}': answer 'name' applies to the multiple-choice tasks "
+                               f"({', '.join(MULTIPLE_CHOICE)}); use answer 'letter'")
     rename = dict(zip(spec.labels, answer_names(len(spec.labels))))
     spec.labels = [rename[k] for k in spec.labels]
-    if not own_template:
-        spec.template = NAMED_TEMPLATES.get(spec.name, spec.template)
+    if template is not None:
+        spec.template = template
         if "choices" not in template_fields(spec):
             raise ForethoughtError(f"task '{spec.name}': answer 'name' needs a template that lists the choices "
                                    "({choices}); give one with task.template")
@@ -107,8 +113,9 @@ def load_task(
     builtin_key = builtin_name(key)
     if builtin_key is not None:
         if generic_options.get("answer") == "name":
+            own = generic_options.get("template") is not None
             return _named(load_builtin(builtin_key, split, seed, {**generic_options, "answer": "label"}),
-                          generic_options.get("template") is not None)
+                          None if own else named_template(builtin_key))
         return load_builtin(builtin_key, split, seed, generic_options)
     path = Path(key).expanduser()
     suffix = path.suffix.lower()

@@ -108,6 +108,16 @@ class _Builtin:
     hub_id: str | None = None
     hub_config: str | None = None
     read_hub: Callable[[Any, str, int], list[Example]] | None = None
+    # answer 'name' (multiple-choice tasks): the prompt when the default one lists the choices by their own fields
+    # (PIQA's sol1/sol2) rather than in the ``choices`` field that the name format rewrites; None = the default
+    named_template: str | None = None
+
+
+def named_template(name: str) -> str:
+    """The default prompt of built-in multiple-choice task ``name`` in the name answer format: its own template,
+    which lists the choices in ``{choices}``, or the named_template that does so instead of its own fields."""
+    builtin = _BUILTINS[name]
+    return builtin.named_template or builtin.spec.template
 
 
 def load_builtin(name: str, split: str, seed: int, options: dict[str, Any]) -> tuple[TaskSpec, list[Example]]:
@@ -755,6 +765,7 @@ _BUILTINS: dict[str, _Builtin] = {
         TaskSpec("piqa", "classification", ["A", "B"], "Goal: {goal}\nA. {sol1}\nB. {sol2}\nAnswer:",
                  long_field="goal"),
         ("piqa/valid.jsonl", "piqa/valid-labels.lst"), _piqa_local, "ybisk/piqa", None, _piqa_hub,
+        named_template="Goal: {goal}\n{choices}\nAnswer:",
     ),
     "siqa": _Builtin(
         TaskSpec("siqa", "classification", list("ABC"), "Context: {context}\nQuestion: {question}\n{choices}\nAnswer:",
