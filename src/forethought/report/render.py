@@ -51,7 +51,7 @@ def _render_section(root: Path, s: Section) -> list[str]:
         notes = s.notes(data) if callable(s.notes) else s.notes
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as e:
         # A benchmark changed its file's layout: say which file and what is missing instead of a traceback.
-        raise ForethoughtError(f"benchmarks/results/{', '.join(names)}: cannot render '{s.title}' "
+        raise ForethoughtError(f"{', '.join('benchmarks/results/' + n for n in names)}: cannot render '{s.title}' "
                                f"({type(e).__name__}: {e}); update its renderer in forethought/report") from e
     files = ", ".join(f"`benchmarks/results/{n}`" for n in names)
     out += [f"`{s.command}` → {files}", "", *body]
