@@ -171,3 +171,31 @@ def test_mc_benchmark_renders_from_its_collect_layout(tmp_path: Path) -> None:
     assert "| base | – | – | 0.250 | – | 0.0 |" in page
     assert "| predgen-choices − predgen-choices (decoded) | s0 +0.125 [+0.050, +0.200], p 0.62 | +0.125 – |" in page
     assert "| predgen-expected − predgen-expected (expected value) | s0 -0.250 [-0.500, -0.125] | -0.250 – |" in page
+
+
+def test_codes_pilot_table_takes_every_seed_file(tmp_path: Path) -> None:
+    """The pilot's seed files feed one table: a new seed file appears in it without edits (and with it the mean
+    over seeds), an absent one leaves no trace, and none is listed as 'not rendered yet'."""
+    root = _mini_repo(tmp_path, ["psf_codes_pilot.json"])
+    page = render_all(root)[Path("docs/results/psf.md")]
+    assert "training seeds 0." in page and "zeroing cost, mean over seeds" not in page
+    assert "psf_codes_pilot_s1.json`" not in page
+    assert "## Not rendered yet" not in page
+    s1 = json.loads((RESULTS / "psf_codes_pilot_s1.json").read_text())
+    s2 = json.loads(json.dumps(s1))
+    for a in s2["arms"].values():
+        a["seed"], a["zeroing_cost"]["all"]["diff"] = 2, 1.0
+    del s2["arms"]["saddle"]  # a seed that did not run every arm
+    (root / "benchmarks/results/psf_codes_pilot_s2.json").write_text(json.dumps(s2))
+    shutil.copy(RESULTS / "psf_codes_pilot_s1.json", root / "benchmarks/results/psf_codes_pilot_s1.json")
+    page = render_all(root)[Path("docs/results/psf.md")]
+    assert "training seeds 0, 1, 2." in page and "zeroing cost, seed 2 [95 %]" in page
+    assert "`benchmarks/results/psf_codes_pilot_s2.json`" in page and "## Not rendered yet" not in page
+    row = next(line for line in page.splitlines() if line.startswith("| bn_vae |"))
+    b0, b1 = (json.loads((RESULTS / n).read_text())["arms"]["bn_vae"]["zeroing_cost"]["all"]["diff"]
+              for n in ("psf_codes_pilot.json", "psf_codes_pilot_s1.json"))
+    assert f"| {(b0 + b1 + 1.0) / 3:+.4f} |" in row  # the mean over the three seeds
+    saddle = next(line for line in page.splitlines() if line.startswith("| saddle |"))
+    assert saddle.count("| – |") >= 2  # seed 2 has no saddle arm: en dashes, not a crash
+    assert "## Not rendered yet" not in render_all(_mini_repo(tmp_path / "b", ["psf_codes_pilot_main.json"]))[
+        Path("docs/results/psf.md")]

@@ -26,6 +26,10 @@ class Section:
     render: Callable[[dict], list[str]]
     plots: tuple[str, ...] = ()
     notes: str | Callable[[dict], str] = ""  # a reading of the results; a function when it quotes numbers
+    # A glob of further files that feed the same table (e.g. one file per seed). When set, ``render`` and a
+    # callable ``notes`` get {file name: parsed JSON} over ``json`` and every file matching it that exists, and
+    # those files count as rendered; the section is "not produced yet" only when none of them exists.
+    more: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,14 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             "replacement stays the default. The junction is set by the prompt (the first continued block's state "
             "is known); everything after depends on sampled states, where neither prior gives the decoder a topic "
             "chain."),
+    Section("psf_codes_pilot.json", "Realization codes: which option makes the decoder use them (planted corpus)",
+            "python benchmarks/psf_codes_pilot.py --seed N --out benchmarks/results/psf_codes_pilot_sN.json "
+            "(seed 0: the default --out, psf_codes_pilot.json)", psf.codes_pilot, (),
+            psf.codes_pilot_reading, more="psf_codes_pilot_s[0-9]*.json"),
+    Section("psf_codes_pilot_main.json", "The paper's two configurations: main (states + codes) and state-only",
+            "forethought psf recipe --config planted_main --baselines [] and forethought psf diagnose --recipe_run RUN "
+            "--samples 256 --permutations 2 --n_boot 1000, per run (each run's commands are in the file)",
+            psf.codes_pilot_main, (), psf.codes_pilot_main_reading),
 ))
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (

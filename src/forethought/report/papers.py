@@ -76,3 +76,11 @@ def psf_rows() -> list[list[str]]:
              cell("ar_tflops", ".2f")],
             ["ELF-B, 32 steps", cell("elf_b_gen_ppl", ".1f"), "–", cell("elf_b_mauve", ".2f"),
              cell("elf_b_tflops", ".1f")]]
+
+# Not a paper's number: a reference level for the planted corpus (data/planted.py, its default settings), what a
+# decoder that gets no code can reach at most. Kept here, with its source, because no benchmark file holds it.
+PLANTED_NO_CODE_CEILING = Published(
+    source="exact Bayes-optimal decoder of the planted corpus (computed outside this repository)",
+    setting="topic persistence of documents decoded from exact predictive states with the landing token, no code",
+    values={"persistence": 0.556},
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from forethought.report.common import smollm2 as _smollm2
 from forethought.report.fmt import interval as _iv
 from forethought.report.fmt import public, table
-from forethought.report.papers import PSF, psf_rows
+from forethought.report.papers import PLANTED_NO_CODE_CEILING, PSF, psf_rows
 
 
 def wikitext(r: dict) -> list[str]:
@@ -279,3 +279,146 @@ def planted_reading(r: dict) -> str:
                    "uncertain given them, so each branch, which never sees its neighbours' tokens, draws its own "
                    "topic; only the landing token couples neighbours.")
     return "\n\n".join(out)
+
+
+# ---- the code-channel pilot (benchmarks/psf_codes_pilot.py) -------------------------------------------------------
+
+def _pilot_seed(r: dict) -> int:
+    """A pilot file's training seed: its arms' ``seed`` (every arm of a file shares it)."""
+    return next(iter(r["arms"].values()))["seed"]
+
+
+def _agreement(a: dict) -> str:
+    return f"{a['clean_topic_agreement']:.2f} / {a['clean_zero_codes_topic_agreement']:.2f}"
+
+
+def codes_pilot(files: dict[str, dict]) -> list[str]:
+    """Every seed file of the code-channel pilot in one table: per arm, the zeroing cost and the topic agreement
+    (codes / zero codes) per seed, and their means over seeds when there are two or more."""
+    runs = sorted(files.values(), key=lambda r: _pilot_seed(r))  # one parsed file per seed
+    seeds = [_pilot_seed(r) for r in runs]
+    arms: dict[str, str] = {}
+    for r in runs:
+        for name, a in r["arms"].items():
+            arms.setdefault(name, public(a.get("change", "")))
+    many = len(runs) >= 2
+    head = ["arm", "change", *(f"zeroing cost, seed {s} [95 %]" for s in seeds),
+            *(f"topic agreement, seed {s}: codes / zero codes" for s in seeds)]
+    head += ["zeroing cost, mean over seeds", "topic agreement, mean: codes / zero codes"] if many else []
+    rows = []
+    for name, change in arms.items():
+        per = [r["arms"].get(name) for r in runs]  # None where a seed did not run the arm
+        # 4 decimals: an unused code's cost is ~1e-4, and its interval then says whether it is above zero
+        cost = ["–" if a is None else f"{a['zeroing_cost']['all']['diff']:+.4f} "
+                f"{_iv(a['zeroing_cost']['all'].get('interval'), '+.4f')}" for a in per]
+        agree = ["–" if a is None else _agreement(a) for a in per]
+        row = [name, change, *cost, *agree]
+        done = [a for a in per if a is not None]
+        if many:
+            n = len(done)
+            row += ["–", "–"] if n < 2 else [
+                f"{sum(a['zeroing_cost']['all']['diff'] for a in done) / n:+.4f}",
+                f"{sum(a['clean_topic_agreement'] for a in done) / n:.2f} / "
+                f"{sum(a['clean_zero_codes_topic_agreement'] for a in done) / n:.2f}"]
+        rows.append(row)
+    first = runs[0]
+    notes = first.get("notes", {})
+    out = [f"Planted corpus, each arm the planted recipe with its codes stage ({first['codes_steps']} steps) plus "
+           f"one change; training seeds {', '.join(map(str, seeds))}. Zeroing cost: {notes.get('zeroing_cost', '')}"
+           f", nats/token, all tokens. Topic agreement: {notes.get('decoding', '')}. Target: "
+           f"{first.get('target', '')}.", "", *table(head, rows)]
+    # Where the KL goes: the mean code (no information), the spread of the means, and sigma (see psf diagnose).
+    kl_head = ["arm", *(f"seed {s}: KL/token (mean / spread / σ), active units" for s in seeds)]
+    kl_rows = []
+    for name in arms:
+        cells = []
+        for r in runs:
+            a = r["arms"].get(name)
+            p = (a or {}).get("kl_parts_per_token")
+            cells.append("–" if not p else f"{a['kl_per_token']:.3f} ({p['mean_shift']:.3f} / {p['spread']:.3f} / "
+                         f"{p['sigma']:.3f}), {a['active_units']} of {a['dims']}")
+        kl_rows.append([name, *cells])
+    out += ["", "The KL per token split into the mean code's part (the same for every document: no information), "
+            "the spread of the posterior means across documents, and the posterior's σ; active units: dimensions "
+            "whose posterior mean varies across documents.", "", *table(kl_head, kl_rows)]
+    return out
+
+
+def codes_pilot_reading(files: dict[str, dict]) -> str:
+    """Which arms used their codes at every seed, and where the zeroing cost sits, quoting the files."""
+    runs = sorted(files.values(), key=lambda r: _pilot_seed(r))
+    target = 0.1  # the pilot's target: zeroing cost >= 0.1 nats/token (each file's 'target' says so)
+    names = [n for n in runs[0]["arms"] if all(n in r["arms"] for r in runs)]
+    used = [n for n in names if all(r["arms"][n]["zeroing_cost"]["all"]["diff"] >= target for r in runs)]
+    some = [n for n in names if n not in used
+            and any(r["arms"][n]["zeroing_cost"]["all"]["diff"] >= target for r in runs)]
+    seeds = ", ".join(str(_pilot_seed(r)) for r in runs)
+    out = [f"Arms whose codes cost at least {target} nats/token to zero at every seed ({seeds}): "
+           f"{', '.join(used) or 'none'}" + (f"; at some seeds only: {', '.join(some)}" if some else "") + "."]
+    ex = next((r["arms"][n] for n in used for r in runs), None)
+    if ex is not None:
+        per = ex["zeroing_cost"]
+        out.append(f"The cost sits on each block's first token (seed {ex['seed']}, {used[0]}: {per['first']['diff']:+.3f} nats there, {per['rest']['diff']:+.3f} on the other "
+                   "tokens), and the teacher-forced validation CE with the code "
+                   f"({ex['codes_val_ce']:.3f}) is below the true NLL ({ex['true_val_nll']:.3f}): the code also "
+                   "carries content of the block, such as its first token, not only its topic.")
+    idle = [r["arms"][n] for r in runs for n in r["arms"] if r["arms"][n]["active_units"] == 0]
+    if idle:
+        share = min(a["kl_parts_per_token"]["sigma"] / a["kl_per_token"] for a in idle if a["kl_per_token"] > 0)
+        out.append(f"Where the codes go unused (no active unit), at least {100 * share:.0f} % of the KL is the "
+                   "posterior's σ drifting from 1, which carries no information.")
+    return " ".join(out)
+
+
+CONFIG_SOURCES = (("data", "real documents"), ("clean", "clean states + posterior-mean codes"),
+                  ("clean_zero_codes", "clean states, zero codes"), ("prior", "main prior: states + codes"),
+                  ("prior_state_only", "state-only prior, zero codes"), ("mean", "the main prior's mean trajectory"))
+
+
+PRIOR_NAMES = {"prior": "main", "prior_state_only": "state-only"}
+
+
+def codes_pilot_main(r: dict) -> list[str]:
+    """The paper's two configurations on one code-trained decoder: decoding sources and the two priors."""
+    out = ["Planted corpus, seed 0; each run trains one decoder with codes (its model stages are those of the "
+           "pilot arm named) and two priors on it: the main prior over states + codes and the state-only prior "
+           "(states only, zero codes). Documents decoded at temperature 1, scored by the true generator; topic "
+           "agreement as above (in brackets: against another document, i.e. chance).", "",
+           "Targets: " + "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in r.get("targets", {}).items()) + "."]
+    for name, run in r["runs"].items():
+        rows = []
+        for key, label in CONFIG_SOURCES:
+            d = run["decoding"].get(key)
+            if d is None:
+                continue
+            ta = d.get("topic_agreement")
+            rows.append([label, f"{d['true_nll']:.3f}", f"{d['persistence']:.3f}", f"{d['block_coherence']:+.3f}",
+                         "–" if not ta else f"{ta['same_source']:.3f} ({ta['other_source']:.3f})"])
+        c, fl = run["codes"], run.get("val_flow_loss", {})
+        z = c["zeroing_cost_all"]
+        out += ["", f"**{name}** (model stages from the pilot arm `{run['model_stages_from']}`): zeroing the codes "
+                f"costs {z['diff']:+.3f} {_iv(z.get('interval'))} nats/token; KL {c['kl_per_token']:.3f} "
+                f"nats/token; I(code; topic | state) {c['information_code_given_state']:.3f} nats; validation flow "
+                "loss of the priors: "
+                + ", ".join(f"{PRIOR_NAMES.get(k, k)} {v:.3f}" for k, v in fl.items()) + ".", "",
+                *table(["documents from", "exact NLL/token", "topic persistence", "block coherence",
+                        "topic agreement (chance)"], rows)]
+    return out
+
+
+def codes_pilot_main_reading(r: dict) -> str:
+    """The open problem the two configurations show, quoting the file."""
+    run = r["runs"].get("main-s0") or next(iter(r["runs"].values()))
+    d, fl = run["decoding"], run.get("val_flow_loss", {})
+    if not {"clean", "prior", "prior_state_only"} <= set(d):
+        return ""
+    ceiling = PLANTED_NO_CODE_CEILING.values["persistence"]
+    return (f"With clean states and their codes the decoder keeps topics (persistence {d['clean']['persistence']:.3f}"
+            f", topic agreement {d['clean']['topic_agreement']['same_source']:.3f}), but documents from the main "
+            f"prior's samples reach only {d['prior']['persistence']:.3f}, below the state-only prior's "
+            f"{d['prior_state_only']['persistence']:.3f} and below {ceiling}, the persistence a decoder without codes "
+            "reaches from exact predictive states and the landing token (source: "
+            f"{PLANTED_NO_CODE_CEILING.source.replace('(', '').replace(')', '')}). The joint flow "
+            "prior over states + codes, not the decoder, is now the bottleneck"
+            + (f": its validation flow loss is {fl['prior']:.3f} against {fl['prior_state_only']:.3f} for the "
+               "state-only prior." if {"prior", "prior_state_only"} <= set(fl) else "."))

@@ -30,20 +30,31 @@ def _load(root: Path, name: str) -> dict | None:
     return data
 
 
+def _files(root: Path, s: Section) -> list[str]:
+    """The results files a section renders: its own and those matching its ``more`` glob (present or not)."""
+    extra = sorted(p.name for p in (root / RESULTS).glob(s.more)) if s.more else []
+    return [s.json, *(n for n in extra if n != s.json)]
+
+
 def _render_section(root: Path, s: Section) -> list[str]:
     out = [f"## {s.title}", ""]
-    data = _load(root, s.json)
+    if s.more:  # several files, one table: {name: parsed JSON} of those that exist, None when none does
+        data = {n: d for n in _files(root, s) if (d := _load(root, n)) is not None} or None
+    else:
+        data = _load(root, s.json)
     if data is None:
         out += [f"Not produced yet: `{s.command}` writes `benchmarks/results/{s.json}`."]
         return out + (["", s.notes] if isinstance(s.notes, str) and s.notes else [])
+    names = list(data) if s.more else [s.json]
     try:
         body = s.render(data)
         notes = s.notes(data) if callable(s.notes) else s.notes
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as e:
         # A benchmark changed its file's layout: say which file and what is missing instead of a traceback.
-        raise ForethoughtError(f"benchmarks/results/{s.json}: cannot render '{s.title}' "
+        raise ForethoughtError(f"{', '.join('benchmarks/results/' + n for n in names)}: cannot render '{s.title}' "
                                f"({type(e).__name__}: {e}); update its renderer in forethought/report") from e
-    out += [f"`{s.command}` → `benchmarks/results/{s.json}`", "", *body]
+    files = ", ".join(f"`benchmarks/results/{n}`" for n in names)
+    out += [f"`{s.command}` → {files}", "", *body]
     for png in s.plots:
         if (root / RESULTS / png).is_file():
             out += ["", f"![{png}](../../benchmarks/results/{png})"]
@@ -53,7 +64,7 @@ def _render_section(root: Path, s: Section) -> list[str]:
 
 
 def render_page(root: Path, page: Page) -> str:
-    named = {s.json for p in PAGES for s in p.sections}
+    named = {n for p in PAGES for s in p.sections for n in _files(root, s)}
     lines = [f"# {page.title}", "", GENERATED, "", page.intro, ""]
     lines += [f"- [{s.title}](#{anchor(s.title)})" for s in page.sections]
     for s in page.sections:
