@@ -56,6 +56,25 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "feature at its own position (high lag-0 probe R²); the myopic model with the same architecture, data, "
             "budget and seeds stays at the predict-zero level. At p = 0.1 the myopic model learns to copy x_n when "
             "z = 0 and nothing of the sum. The paper's vanilla level is not reached at this budget."),
+    Section("myopia_synthetic_pgrid.json", "The paper's p grid at the CPU budget",
+            "python benchmarks/myopia_synthetic.py --grid paper --tag pgrid", myopia.synthetic,
+            ("myopia_synthetic_pgrid_curves.png",),
+            "The `small` preset at the p values the paper trains both models on, beside the paper's myopic numbers. "
+            "A row without a myopic value had no finished myopic run. The paper's myopic models fall below the "
+            "predict-zero level at p < 1 (the copy path's breadcrumbs); compare each row's myopic value with its "
+            "own predict-zero level."),
+    Section("myopia_synthetic_reference.json", "The paper's synthetic model at the CPU budget",
+            "python benchmarks/myopia_synthetic.py --p 1 --tag reference --set --model.init reference "
+            "--model.final_norm true", myopia.synthetic, ("myopia_synthetic_reference_curves.png",),
+            "One change from the `small` preset: the reference code's model (`init: reference`, final LayerNorm "
+            "kept), the same data, seed, budget and optimiser."),
+    Section("myopia_synthetic_reference-b512.json", "The paper's synthetic model at the paper's batch size",
+            "python benchmarks/myopia_synthetic.py --p 1 --seeds 0 --tag reference-b512 --steps-p1 500 "
+            "--eval-every 100 --set --model.init reference --model.final_norm true --train.batch_size 512",
+            myopia.synthetic, ("myopia_synthetic_reference-b512_curves.png",),
+            "The reference code's model at batch 512, for as many steps as about half an hour of one CPU thread "
+            "allows: a small fraction of the paper's 58,593 steps, so a model still at predict-zero here says "
+            "nothing about the paper's full budget, only that this model does not start learning early."),
     Section("myopia_synthetic_why.json", "Why GPT-2's init and the final LayerNorm kept the model at predict-zero",
             "python benchmarks/myopia_synthetic_why.py", myopia.synthetic_why, ("myopia_synthetic_why.png",),
             "With GPT-2's init the feature never starts: the first block's output holds no trace of it and the "
