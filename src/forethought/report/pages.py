@@ -186,7 +186,9 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "(`--head.reads choices`), the reference code's adapter over logits (`--head.reads logits`) and "
             "position-named answers (`--task.answer name`), against the Predictor, the Generator (greedy and "
             "rank-scored) and the untrained model's rank score with the task's prompt and with lm-eval-harness's "
-            "ARC prompt; on STS-B, PredGen's adapter against the expected value of the same model."),
+            "ARC prompt; on STS-B, PredGen's adapter against the expected value of the same model. The `base` rows "
+            "are the untrained model (no adapter, no training; `base-lmeval` with lm-eval-harness's prompt, which "
+            "does not list the choices); a variant without a row has not run yet."),
     Section("predgen_words_sst2.json", "Which input words go with each written answer (SST-2)",
             "python benchmarks/predgen_mine.py --words", predgen.words, (),
             "NPMI is 0 for a word independent of the answer and 1 for a word that occurs exactly with it; a word "
