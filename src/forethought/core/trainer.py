@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from forethought.core.accumulate import accumulate_gradients, split_batch
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from forethought.core.config import field, to_dict
+from forethought.core.config import field, finite, to_dict
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.memory import (
@@ -78,9 +78,10 @@ class TrainConfig:
                      "grad_clip"):
             if getattr(self, name) < 0:
                 raise ForethoughtError(f"{name} must not be negative, got {getattr(self, name)}")
+        finite(self, "weight_decay", "grad_clip")  # NaN slips through '< 0'
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ForethoughtError(f"lr must be a positive number, got {self.lr}")
-        if not 0 <= self.min_lr_ratio <= 1:
+        if not 0 <= self.min_lr_ratio <= 1:  # also rejects NaN
             raise ForethoughtError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if not 0 <= self.beta2 < 1:
             raise ForethoughtError(f"beta2 must be in [0, 1), got {self.beta2}")

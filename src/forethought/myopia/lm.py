@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, verify_checkpoint
-from forethought.core.config import field, load_config
+from forethought.core.config import at_least, field, load_config, positive
 from forethought.core.env import cache_dir
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
@@ -63,6 +63,12 @@ class LMDataConfig:
                                  "eval_sequences windows, the same ones at every evaluation)")
     cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
 
+    def validate(self) -> None:
+        # curve_sequences is checked by the commands that score a curve (myopia lm), not here: gradients ignores it
+        at_least(self, 1, "seq_len", "eval_sequences")
+        if not self.corpus.strip():
+            raise ForethoughtError("corpus must name a corpus, a .txt file or hf:<dataset>")
+
 
 @dataclass
 class LMConfig:
@@ -82,6 +88,8 @@ class LMConfig:
                                            weight_decay=0.1, checkpoint_every=500), "optimisation")
 
     def validate(self) -> None:
+        at_least(self, 0, "lora_r")
+        positive(self, "lora_alpha")
         for v in self.variants:
             if v not in VARIANTS:
                 raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")

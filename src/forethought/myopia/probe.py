@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import line_plot
@@ -43,6 +43,10 @@ class ProbeConfig:
             raise ForethoughtError("probe: give the run to probe with --lm_run runs/<myopia lm run>")
         if self.k_max < 1:
             raise ForethoughtError("probe: k_max must be >= 1")
+        at_least(self, 1, "fit_sequences", "eval_sequences")
+        at_least(self, 0, "ridge")
+        if any(layer < 0 for layer in self.layers):
+            raise ForethoughtError(f"layers must be >= 0 (0 = the embedding), got {self.layers}")
         from forethought.myopia.lm import VARIANTS
 
         for v in self.variants:

@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, finite
 from forethought.core.errors import ForethoughtError
 from forethought.core.plots import heatmaps, line_plot
 from forethought.core.run import Run, RunConfig
@@ -42,6 +42,11 @@ class TaskConfig:
     frequency: float = field(10.0, "the 10 in sin(10·x)")
     function: Literal["sin", "cos", "tanh", "square"] = field("sin", "f in the target")
 
+    def validate(self) -> None:
+        at_least(self, 1, "seq_len", "window")
+        at_least(self, 0, "shift")
+        finite(self, "frequency")
+
 
 @dataclass
 class ProbeSettings:
@@ -49,6 +54,10 @@ class ProbeSettings:
     train_sequences: int = field(2048, "sequences to fit the ridge probes on")
     test_sequences: int = field(1024, "held-out sequences to score R² on")
     ridge: float = field(1e-2, "ridge penalty (relative to the mean feature variance)")
+
+    def validate(self) -> None:
+        at_least(self, 0, "max_lag", "ridge")
+        at_least(self, 1, "train_sequences", "test_sequences")
 
 
 @dataclass
