@@ -165,6 +165,8 @@ def _accepts_str(t: Any) -> bool:
     origin = typing.get_origin(t)
     if origin in (typing.Union, types.UnionType):
         return str in typing.get_args(t)
+    if origin is typing.Literal:  # a choice of words: 'no' / 'null' stay words, not YAML's false / None
+        return all(isinstance(a, str) for a in typing.get_args(t))
     return t is str
 
 

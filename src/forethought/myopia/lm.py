@@ -47,7 +47,7 @@ from forethought.core.runtime import runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
 from forethought.models.gpt import GPT, GPTConfig
-from forethought.myopia.wrap import MyopiaSettings, make_myopic
+from forethought.myopia.wrap import Mode, MyopiaSettings, make_myopic
 
 VARIANTS = ("vanilla", "detach_hidden", "detach_kv", "local", "zero_past")
 
@@ -80,7 +80,7 @@ class LMConfig:
     gpt: GPTConfig = field(GPTConfig(n_positions=64, n_embd=256, n_layer=4, n_head=4), "our GPT (base: gpt)")
     lora_r: int = field(0, "HF base: LoRA rank through peft (0 = full fine-tuning)")
     lora_alpha: int = field(32, "HF base: LoRA alpha")
-    variants: list[str] = field(["vanilla", "detach_hidden", "local", "zero_past"], "what to train")
+    variants: list[Mode] = field(["vanilla", "detach_hidden", "local", "zero_past"], "what to train")
     myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
                                    "detach_kv)")
     data: LMDataConfig = field(LMDataConfig(), "corpus and tokenisation")

@@ -25,13 +25,14 @@ from forethought.core.plots import line_plot
 from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import runtime_for
 from forethought.models.gpt import GPT
+from forethought.myopia.wrap import Mode
 
 
 @dataclass
 class ProbeConfig:
     run: RunConfig = field(RunConfig(name="myopia-probe"), "run folder, seed, device")
     lm_run: str = field("", "a 'forethought myopia lm' run folder whose models to probe")
-    variants: list[str] = field(["vanilla", "detach_hidden"], "which of its trained variants")
+    variants: list[Mode] = field(["vanilla", "detach_hidden"], "which of its trained variants")
     layers: list[int] = field([], "layers to probe (0 = embedding; empty = all)")
     k_max: int = field(4, "predict tokens t+1 .. t+k_max")
     fit_sequences: int = field(512, "training-split windows to fit the probes on")

@@ -31,6 +31,8 @@ from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.probe import fit_ridge
 from forethought.myopia.wrap import MyopiaSettings, make_myopic
 
+# the models the synthetic task trains (not 'local': it needs a trained vanilla LM's states)
+SyntheticMode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past"]
 FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "square": torch.square}
 
 
@@ -65,7 +67,7 @@ class SyntheticConfig:
     run: RunConfig = field(RunConfig(name="myopia-synthetic"), "run folder, seed, device")
     task: TaskConfig = field(TaskConfig(), "the synthetic task")
     p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
-    modes: list[str] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
+    modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
     myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
                                    "detach_kv)")
     model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
