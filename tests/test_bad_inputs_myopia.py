@@ -62,7 +62,7 @@ def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path) -> str
     ([*SYNTH, "--myopia.horizon", "-1"], ["myopia.horizon must be >= 0", "-1"]),
     ([*LM, "--myopia.horizon", "-2"], ["myopia.horizon must be >= 0", "-2"]),
     ([*SYNTH, "--model.init", "nope"], ["model.init", "nope"]),
-    # every config class checks its ranges when the config loads (issue 33): sizes, rates, probabilities, NaN
+    # every config class checks its ranges when the config loads: sizes, rates, probabilities, NaN
     ([*LM, "--gpt.attention", "causl"], ["gpt.attention", "did you mean 'causal'"]),
     ([*LM, "--gpt.n_embd", "0"], ["gpt: n_embd must be at least 1", "0"]),
     ([*LM, "--gpt.n_head", "3"], ["gpt: n_embd (32) must be divisible by n_head (3)"]),

@@ -55,7 +55,7 @@ def _recipe_case(tmp_path: Path, env: dict[str, str], args: list[str], names: li
     (["--model.code_enters", "everywhere"], ["code_enters", "'query', 'inputs'", "'everywhere'"]),
     (["--model.code_mean_norm", "layer"], ["code_mean_norm", "'none', 'batch'"]),
     (["--prior.state_only_variant", "true"], ["prior.state_only_variant needs the codes stage"]),
-    # every section checks its ranges when the config loads (issue 33)
+    # every section checks its ranges when the config loads
     (["--model.n_embd", "0"], ["model: n_embd must be at least 1", "0"]),
     (["--model.vocab_size", "-1"], ["model: vocab_size must be at least 0"]),
     (["--model.free_bits", "nan"], ["model: free_bits must be a finite number", "nan"]),

@@ -69,7 +69,7 @@ class MyopiaSettings:
 
 @dataclass
 class MyopiaSpec:
-    mode: str = "detach_hidden"
+    mode: Mode = "detach_hidden"
     beta: float = 0.0
     implementation: Literal["fast", "reference"] = "fast"
     horizon: int = 0  # query t reads live K/V of positions t − horizon .. t (0 = myopic)
