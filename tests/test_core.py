@@ -372,3 +372,17 @@ def test_asking_for_cuda_without_it_is_an_error():
     with pytest.raises(ForethoughtError, match="unknown device 'tpu'"):
         check_device("tpu")
     assert pick_device("auto") == torch.device("cpu")
+
+
+def test_config_foundations_import_without_torch():
+    """The config loader, the run section and the optimisation section import no torch (nor numpy), so a
+    command's config can be read and checked before the heavy libraries load (a fresh interpreter: this one
+    already holds torch)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, forethought.core.config, forethought.core.run, forethought.core.train_config; "
+            "print(sorted(m for m in ('torch', 'numpy', 'transformers', 'accelerate') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
