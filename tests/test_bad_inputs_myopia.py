@@ -90,6 +90,7 @@ def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path) -> str
     ([*SYNTH, "--probe.ridge", "-1"], ["probe: ridge must be at least 0"]),
     ([*SYNTH, "--probe.test_sequences", "0"], ["probe: test_sequences must be at least 1"]),
     ([*SYNTH, "--p_values", "[0.5, 0]"], ["p_values must be in (0, 1]"]),
+    ([*SYNTH, "--probe.max_lag", "64"], ["task.seq_len (64) must exceed probe.max_lag"]),  # no position to probe
     (["myopia", "gradients", "--config", "tiny", "--mode", "detach_hiden"], ["mode", "did you mean 'detach_hidden'"]),
     (["myopia", "gradients", "--config", "tiny", "--experiment", "lm2"], ["experiment", "'synthetic', 'lm'"]),
     (["myopia", "gradients", "--config", "tiny", "--lora_alpha", "-2"], ["lora_alpha must be a positive number"]),

@@ -88,6 +88,10 @@ class SyntheticConfig:
             if m not in MODES or m == "local":
                 raise ForethoughtError(f"modes: unknown or unsupported mode '{m}' "
                                        "(vanilla, detach_hidden, detach_kv, zero_past)")
+        first = max(self.probe.max_lag, self.task.shift + self.task.window - 1)  # the probes' first position
+        if first >= self.task.seq_len:
+            raise ForethoughtError(f"task.seq_len ({self.task.seq_len}) must exceed probe.max_lag and task.shift + "
+                                   f"task.window - 1 (= {first}): the probes read positions from there on")
         if self.task.seq_len > self.model.n_positions:
             raise ForethoughtError("task.seq_len must be <= model.n_positions")
         if self.model.input_dim != 2 or self.model.output_dim != 1:
