@@ -30,7 +30,8 @@ def _case(tmp_path: Path, args: list[str], names: list[str]) -> str:
     ([*SYNTH, "--train.steps", "-5"], ["train: steps must not be negative", "-5"]),
     ([*SYNTH, "--train.lr", "-1e-3"], ["train: lr must be a positive number"]),
     (["myopia", "synthetic", "--config", "nosuchpreset"], ["neither a YAML file nor a preset", "nosuchpreset"]),
-    ([*SYNTH, "--modes", "[bogus]"], ["mode 'bogus'"]),
+    ([*SYNTH, "--modes", "[bogus]"], ["config key 'modes'", "got 'bogus'"]),
+    ([*SYNTH, "--modes", "[vanila]"], ["config key 'modes'", "did you mean 'vanilla'"]),
     (["myopia", "lm", "--config", "tiny", "--data.corpus", "no-such-corpus"], ["corpus", "no-such-corpus"]),
     ([*SYNTH, "--train.steps"], ["--train.steps", "needs a value"]),
 ])

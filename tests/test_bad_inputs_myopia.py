@@ -46,14 +46,15 @@ def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path) -> str
 
 
 @pytest.mark.parametrize("args,names", [
-    ([*LM, "--variants", "[vanilla, nope]"], ["unknown variant 'nope'"]),
+    ([*LM, "--variants", "[vanilla, nope]"], ["config key 'variants'", "'vanilla', 'detach_hidden'", "got 'nope'"]),
+    ([*LM, "--variants", "[vanila]"], ["config key 'variants'", "did you mean 'vanilla'"]),
     ([*LM, "--variants", "[local, vanilla]"], ["'local' needs 'vanilla' trained before it"]),
     ([*LM, "--gpt.activation", "nope"], ["gpt.activation", "nope"]),
     ([*LM, "--train.steps", "-3"], ["train: steps must not be negative", "-3"]),
     ([*LM, "--train.steps", "0"], ["train.steps must be at least 1"]),
     ([*LM, "--data.curve_sequences", "0"], ["data.curve_sequences must be at least 1"]),
-    ([*SYNTH, "--modes", "[vanilla, nope]"], ["mode 'nope'"]),
-    ([*SYNTH, "--modes", "[local]"], ["mode 'local'"]),
+    ([*SYNTH, "--modes", "[vanilla, nope]"], ["config key 'modes'", "got 'nope'"]),
+    ([*SYNTH, "--modes", "[local]"], ["config key 'modes'", "got 'local'"]),  # needs a trained vanilla LM
     ([*SYNTH, "--model.activation", "nope"], ["model.activation", "nope"]),
     ([*SYNTH, "--train.steps", "0"], ["train.steps must be at least 1"]),
     ([*SYNTH, "--curve_sequences", "0"], ["curve_sequences must be at least 1"]),
@@ -61,6 +62,43 @@ def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path) -> str
     ([*SYNTH, "--myopia.horizon", "-1"], ["myopia.horizon must be >= 0", "-1"]),
     ([*LM, "--myopia.horizon", "-2"], ["myopia.horizon must be >= 0", "-2"]),
     ([*SYNTH, "--model.init", "nope"], ["model.init", "nope"]),
+    # every config class checks its ranges when the config loads: sizes, rates, probabilities, NaN
+    ([*LM, "--gpt.attention", "causl"], ["gpt.attention", "did you mean 'causal'"]),
+    ([*LM, "--gpt.n_embd", "0"], ["gpt: n_embd must be at least 1", "0"]),
+    ([*LM, "--gpt.n_head", "3"], ["gpt: n_embd (32) must be divisible by n_head (3)"]),
+    ([*LM, "--gpt.dropout", "1"], ["gpt: dropout must be in [0, 1)", "1.0"]),
+    ([*LM, "--gpt.layer_norm_eps", "0"], ["gpt: layer_norm_eps must be a positive number"]),
+    ([*LM, "--gpt.vocab_size", "0"], ["gpt: vocab_size must be at least 1"]),
+    ([*LM, "--lora_r", "-1"], ["lora_r must be at least 0", "-1"]),
+    ([*LM, "--lora_alpha", "0"], ["lora_alpha must be a positive number"]),
+    ([*LM, "--data.seq_len", "0"], ["data: seq_len must be at least 1"]),
+    ([*LM, "--data.eval_sequences", "0"], ["data: eval_sequences must be at least 1"]),
+    ([*LM, "--data.corpus", " "], ["data: corpus must name a corpus"]),
+    ([*LM, "--train.weight_decay", "nan"], ["train: weight_decay must be a finite number", "nan"]),
+    ([*LM, "--train.min_lr_ratio", "1.5"], ["train: min_lr_ratio must be in [0, 1]"]),
+    ([*LM, "--train.beta2", "1"], ["train: beta2 must be in [0, 1)"]),
+    ([*LM, "--train.batch_size", "6", "--train.grad_accum", "4"], ["batch_size 6 is not divisible by grad_accum 4"]),
+    ([*LM, "--run.name", ".."], ["run: name must be a plain folder name", "'..'"]),
+    ([*LM, "--run.name", "a/b"], ["run: name must be a plain folder name", "'a/b'"]),
+    ([*LM, "--run.precision", "fp8"], ["run.precision", "'fp32', 'bf16', 'fp16'", "'fp8'"]),
+    ([*LM, "--run.log_with", "tensorbord"], ["run.log_with", "did you mean 'tensorboard'"]),
+    ([*LM, "--base_dtype", "bf17"], ["base_dtype", "did you mean 'bf16'"]),
+    ([*SYNTH, "--task.window", "0"], ["task: window must be at least 1"]),
+    ([*SYNTH, "--task.shift", "-1"], ["task: shift must be at least 0"]),
+    ([*SYNTH, "--task.frequency", "inf"], ["task: frequency must be a finite number"]),
+    ([*SYNTH, "--task.function", "sinh"], ["task.function", "did you mean 'sin'"]),
+    ([*SYNTH, "--probe.ridge", "-1"], ["probe: ridge must be at least 0"]),
+    ([*SYNTH, "--probe.test_sequences", "0"], ["probe: test_sequences must be at least 1"]),
+    ([*SYNTH, "--p_values", "[0.5, 0]"], ["p_values must be in (0, 1]"]),
+    ([*SYNTH, "--probe.max_lag", "64"], ["task.seq_len (64) must exceed probe.max_lag"]),  # no position to probe
+    (["myopia", "gradients", "--config", "tiny", "--mode", "detach_hiden"], ["mode", "did you mean 'detach_hidden'"]),
+    (["myopia", "gradients", "--config", "tiny", "--experiment", "lm2"], ["experiment", "'synthetic', 'lm'"]),
+    (["myopia", "gradients", "--config", "tiny", "--lora_alpha", "-2"], ["lora_alpha must be a positive number"]),
+    (["myopia", "gradients", "--config", "tiny", "--p", "0"], ["p must be in (0, 1]"]),
+    (["myopia", "probe", "--lm_run", "x", "--ridge", "-1"], ["ridge must be at least 0"]),
+    (["myopia", "probe", "--lm_run", "x", "--fit_sequences", "0"], ["fit_sequences must be at least 1"]),
+    (["myopia", "probe", "--lm_run", "x", "--layers", "[0, -1]"], ["layers must be >= 0"]),
+    (["myopia", "probe", "--lm_run", "x", "--k_max", "0"], ["k_max must be >= 1"]),
     pytest.param([*LM, "--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
     pytest.param([*SYNTH, "--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
 ])
@@ -140,7 +178,7 @@ def test_probe_on_a_folder_that_is_not_an_lm_run(tmp_path: Path, cache: Path, ma
 
 
 @pytest.mark.parametrize("extra,names", [
-    (["--variants", "[vanilla, nope]"], ["unknown variant 'nope'"]),
+    (["--variants", "[vanilla, nope]"], ["config key 'variants'", "got 'nope'"]),
     (["--variants", "[zero_past]"], ["no checkpoint for variant 'zero_past'"]),
     pytest.param(["--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
 ])

@@ -55,11 +55,41 @@ def _recipe_case(tmp_path: Path, env: dict[str, str], args: list[str], names: li
     (["--model.code_enters", "everywhere"], ["code_enters", "'query', 'inputs'", "'everywhere'"]),
     (["--model.code_mean_norm", "layer"], ["code_mean_norm", "'none', 'batch'"]),
     (["--prior.state_only_variant", "true"], ["prior.state_only_variant needs the codes stage"]),
+    # every section checks its ranges when the config loads
+    (["--model.n_embd", "0"], ["model: n_embd must be at least 1", "0"]),
+    (["--model.vocab_size", "-1"], ["model: vocab_size must be at least 0"]),
+    (["--model.free_bits", "nan"], ["model: free_bits must be a finite number", "nan"]),
+    (["--model.pool", "meen"], ["model.pool", "'mean', 'last'", "did you mean 'mean'"]),
+    (["--model.dropout", "1"], ["model", "dropout must be in [0, 1)"]),
+    (["--prior.model.n_embd", "0"], ["prior.model: n_embd must be at least 1"]),
+    (["--prior.model.time_mu", "nan"], ["prior.model: time_mu must be a finite number"]),
+    (["--prior.model.min_gap", "0"], ["prior.model", "min_gap must be in (0, 1]"]),
+    (["--ar.model.n_embd", "0"], ["ar.model: n_embd must be at least 1"]),
+    (["--baselines", "[ar, gpt]"], ["config key 'baselines'", "'ar'", "got 'gpt'"]),
+    (["--rollout.top_p", "0"], ["rollout", "top_p must be in (0, 1]"]),
+    (["--data.planted.stay_prob", "2", "--data.corpus", "planted"], ["planted", "stay_prob must be in [0, 1]"]),
+    (["--run.name", "a/b"], ["run: name must be a plain folder name", "'a/b'"]),
+    (["--prior.train.grad_clip", "nan"], ["prior.train: grad_clip must be a finite number"]),
 ])
 def test_bad_recipe_settings_write_nothing(tmp_path: Path, trained: tuple[Path, dict[str, str]], args: list[str],
                                            names: list[str]) -> None:
     _recipe_case(tmp_path, trained[1], args, names)
     assert not (tmp_path / "runs").exists()  # not even an empty run folder
+
+
+@pytest.mark.parametrize("args,names", [
+    (["psf", "eval", "--recipe_run", "x", "--models", "[psf, arr]"], ["config key 'models'", "did you mean 'ar'"]),
+    (["psf", "eval", "--recipe_run", "x", "--reference_spread", "evenly"], ["reference_spread", "did you mean 'even'"]),
+    (["psf", "eval", "--recipe_run", "x", "--length_quantile", "1"], ["length_quantile must be in [0, 1)"]),
+    (["psf", "eval", "--recipe_run", "x", "--sweep", "[[1.0, 0]]"], ["sweep: top_p must be in (0, 1]"]),
+    (["psf", "sample", "--recipe_run", "x", "--model", "gpt"], ["model", "'psf', 'ar'", "got 'gpt'"]),
+    (["psf", "sample", "--recipe_run", "x", "--top_p", "1.5"], ["top_p must be in (0, 1]"]),
+    (["psf", "diagnose", "--recipe_run", "x", "--ceiling_cut", "mask2"], ["ceiling_cut", "did you mean 'mask'"]),
+    (["psf", "diagnose", "--recipe_run", "x", "--eval_sequences", "1"], ["eval_sequences must be at least 2"]),
+])
+def test_bad_settings_fail_at_load(tmp_path: Path, args: list[str], names: list[str]) -> None:
+    """Checked when the config loads, before the run folder named by --recipe_run is even looked at."""
+    expect_clean_failure(args, tmp_path, tmp_path, names)
 
 
 @pytest.mark.parametrize("content", ["truncated", "{}"])

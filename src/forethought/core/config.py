@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -65,9 +66,12 @@ def _coerce(key: str, value: Any, t: Any) -> Any:
                 errors.append(str(e))
         raise ForethoughtError(errors[0] if errors else f"config key '{key}': bad value {value!r}")
     if origin is typing.Literal:
-        if value not in typing.get_args(t):
-            choices = ", ".join(repr(a) for a in typing.get_args(t))
-            raise ForethoughtError(f"config key '{key}' must be one of {choices}, got {value!r}")
+        allowed = typing.get_args(t)
+        if value not in allowed:
+            choices = ", ".join(repr(a) for a in allowed)
+            close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ForethoughtError(f"config key '{key}' must be one of {choices}, got {value!r}{hint}")
         return value
     if origin in (list, tuple):
         if isinstance(value, (str, int, float)):
@@ -161,6 +165,8 @@ def _accepts_str(t: Any) -> bool:
     origin = typing.get_origin(t)
     if origin in (typing.Union, types.UnionType):
         return str in typing.get_args(t)
+    if origin is typing.Literal:  # a choice of words: 'no' / 'null' stay words, not YAML's false / None
+        return all(isinstance(a, str) for a in typing.get_args(t))
     return t is str
 
 
@@ -258,6 +264,48 @@ def validate_all(cfg: Any, section: str = "") -> None:
             if not section:
                 raise
             raise ForethoughtError(f"{section.rstrip('.')}: {e}") from None
+
+
+# ---- range checks for the config classes' validate() methods ----------------------------------------------
+# One readable line per bad value, naming the key and what it must be; NaN fails every check (its comparisons
+# are all false), so a typo like "nan" never reaches training.
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def at_least(obj: Any, low: float, *names: str) -> None:
+    """Each named setting of ``obj`` is a finite number >= ``low``."""
+    for name in names:
+        value = getattr(obj, name)
+        if not (_number(value) and value >= low):
+            raise ForethoughtError(f"{name} must be at least {low:g}, got {value!r}")
+
+
+def positive(obj: Any, *names: str) -> None:
+    """Each named setting of ``obj`` is a finite number > 0."""
+    for name in names:
+        value = getattr(obj, name)
+        if not (_number(value) and value > 0):
+            raise ForethoughtError(f"{name} must be a positive number, got {value!r}")
+
+
+def within(obj: Any, low: float, high: float, *names: str, high_open: bool = False) -> None:
+    """Each named setting of ``obj`` is in [low, high] (or [low, high) with ``high_open``)."""
+    for name in names:
+        value = getattr(obj, name)
+        ok = _number(value) and low <= value and (value < high if high_open else value <= high)
+        if not ok:
+            raise ForethoughtError(f"{name} must be in [{low:g}, {high:g}{')' if high_open else ']'}, got {value!r}")
+
+
+def finite(obj: Any, *names: str) -> None:
+    """Each named setting of ``obj`` is a finite number (any sign)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not _number(value):
+            raise ForethoughtError(f"{name} must be a finite number, got {value!r}")
 
 
 def to_dict(cfg: Any) -> dict:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from forethought.core.config import field, save_yaml
 from forethought.core.env import resolved_models
+from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json, read_jsonl
 from forethought.core.trackers import check_tracker
 
@@ -79,6 +80,11 @@ class RunConfig:
         "(accelerate's trackers; the package must be installed)")
 
     def validate(self) -> None:
+        # the run folder is out_dir/name: '' or '..' would write into (or above) out_dir itself
+        if self.name in ("", ".", "..") or Path(self.name).name != self.name:
+            raise ForethoughtError(f"name must be a plain folder name (created under out_dir), got {self.name!r}")
+        if not self.out_dir.strip():
+            raise ForethoughtError("out_dir must name a folder ('.' = the current one)")
         check_tracker(self.log_with)
 
 

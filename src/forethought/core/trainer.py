@@ -22,16 +22,15 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from forethought.core.accumulate import accumulate_gradients, split_batch
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from forethought.core.config import field, to_dict
+from forethought.core.config import to_dict
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.memory import (
@@ -45,47 +44,7 @@ from forethought.core.plots import line_plot
 from forethought.core.run import Run
 from forethought.core.runtime import Runtime, rng_state, set_rng_state
 from forethought.core.trackers import log_row, start_trackers, stop_trackers
-
-
-@dataclass
-class TrainConfig:
-    steps: int = field(100, "optimizer steps")
-    batch_size: int = field(16, "global batch size per optimizer step (split evenly across processes, then into "
-                            "grad_accum micro-batches)")
-    grad_accum: int = field(1, "gradient accumulation: micro-batches per optimizer step (micro-batch = batch_size "
-                            "/ (grad_accum x processes)); the same update as one big batch, in less memory")
-    activation_checkpointing: bool = field(False, "recompute each transformer block in the backward pass instead "
-                                           "of keeping its activations (less memory, about a third more compute)")
-    lr: float = field(1e-3, "peak learning rate")
-    min_lr_ratio: float = field(0.1, "final learning rate as a fraction of lr (cosine schedule)")
-    warmup_steps: int = field(0, "linear warmup steps")
-    schedule: Literal["cosine", "constant"] = field("cosine", "learning-rate schedule after warmup")
-    weight_decay: float = field(0.0, "AdamW weight decay")
-    beta2: float = field(0.999, "AdamW beta2")
-    grad_clip: float = field(1.0, "max gradient norm (0 = off)")
-    checkpoint_every: int = field(0, "save a checkpoint every N steps (0 = only at the end)")
-    keep_checkpoints: int = field(2, "how many recent checkpoints to keep")
-    log_every: int = field(10, "log the training loss every N steps")
-    eval_every: int = field(0, "evaluate every N steps and at the last step, logged to metrics.jsonl and plotted "
-                            "to eval_curve.png (0 = off)")
-
-    def validate(self) -> None:
-        for name in ("batch_size", "log_every", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
-        # steps 0 is allowed: some recipes read it as "choose for me" (e.g. the PSF AR baseline's budget)
-        for name in ("steps", "warmup_steps", "checkpoint_every", "eval_every", "keep_checkpoints", "weight_decay",
-                     "grad_clip"):
-            if getattr(self, name) < 0:
-                raise ForethoughtError(f"{name} must not be negative, got {getattr(self, name)}")
-        if not self.lr > 0 or not math.isfinite(self.lr):
-            raise ForethoughtError(f"lr must be a positive number, got {self.lr}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ForethoughtError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if not 0 <= self.beta2 < 1:
-            raise ForethoughtError(f"beta2 must be in [0, 1), got {self.beta2}")
-        if self.batch_size % self.grad_accum:
-            raise ForethoughtError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
+from forethought.core.train_config import TrainConfig  # its home imports no torch; importable from here too
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, positive, within
 
 
 @dataclass
@@ -61,6 +61,12 @@ class GPTConfig:
     def validate(self) -> None:
         from forethought.core.errors import ForethoughtError
 
+        at_least(self, 1, "n_positions", "n_embd", "n_layer", "n_head")
+        at_least(self, 0, "input_dim", "output_dim", "block_size")
+        if self.input_dim == 0:  # token inputs: the embedding table needs a vocabulary
+            at_least(self, 1, "vocab_size")
+        within(self, 0, 1, "dropout", "attn_dropout", high_open=True)
+        positive(self, "layer_norm_eps")
         if self.n_embd % self.n_head:
             raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.attention == "block_causal" and self.block_size <= 0:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, positive
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import pyplot, save_figure
@@ -141,6 +141,8 @@ class GradientsConfig:
                                "optimisation of the vanilla model; eval_every = how often to measure")
 
     def validate(self) -> None:
+        at_least(self, 0, "lora_r")
+        positive(self, "lora_alpha")
         if self.measure_batches < 1:
             raise ForethoughtError(f"measure_batches must be at least 1, got {self.measure_batches}")
         if self.eval_sequences < 1:

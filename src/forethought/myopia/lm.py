@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, verify_checkpoint
-from forethought.core.config import field, load_config
+from forethought.core.config import at_least, field, load_config, positive
 from forethought.core.env import cache_dir
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
@@ -47,7 +47,7 @@ from forethought.core.runtime import runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
 from forethought.models.gpt import GPT, GPTConfig
-from forethought.myopia.wrap import MyopiaSettings, make_myopic
+from forethought.myopia.wrap import Mode, MyopiaSettings, make_myopic
 
 VARIANTS = ("vanilla", "detach_hidden", "detach_kv", "local", "zero_past")
 
@@ -63,6 +63,12 @@ class LMDataConfig:
                                  "eval_sequences windows, the same ones at every evaluation)")
     cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
 
+    def validate(self) -> None:
+        # curve_sequences is checked by the commands that score a curve (myopia lm), not here: gradients ignores it
+        at_least(self, 1, "seq_len", "eval_sequences")
+        if not self.corpus.strip():
+            raise ForethoughtError("corpus must name a corpus, a .txt file or hf:<dataset>")
+
 
 @dataclass
 class LMConfig:
@@ -74,7 +80,7 @@ class LMConfig:
     gpt: GPTConfig = field(GPTConfig(n_positions=64, n_embd=256, n_layer=4, n_head=4), "our GPT (base: gpt)")
     lora_r: int = field(0, "HF base: LoRA rank through peft (0 = full fine-tuning)")
     lora_alpha: int = field(32, "HF base: LoRA alpha")
-    variants: list[str] = field(["vanilla", "detach_hidden", "local", "zero_past"], "what to train")
+    variants: list[Mode] = field(["vanilla", "detach_hidden", "local", "zero_past"], "what to train")
     myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
                                    "detach_kv)")
     data: LMDataConfig = field(LMDataConfig(), "corpus and tokenisation")
@@ -82,6 +88,8 @@ class LMConfig:
                                            weight_decay=0.1, checkpoint_every=500), "optimisation")
 
     def validate(self) -> None:
+        at_least(self, 0, "lora_r")
+        positive(self, "lora_alpha")
         for v in self.variants:
             if v not in VARIANTS:
                 raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")

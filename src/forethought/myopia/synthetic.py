@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, finite
 from forethought.core.errors import ForethoughtError
 from forethought.core.plots import heatmaps, line_plot
 from forethought.core.run import Run, RunConfig
@@ -31,6 +31,8 @@ from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.probe import fit_ridge
 from forethought.myopia.wrap import MyopiaSettings, make_myopic
 
+# the models the synthetic task trains (not 'local': it needs a trained vanilla LM's states)
+SyntheticMode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past"]
 FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "square": torch.square}
 
 
@@ -42,6 +44,11 @@ class TaskConfig:
     frequency: float = field(10.0, "the 10 in sin(10·x)")
     function: Literal["sin", "cos", "tanh", "square"] = field("sin", "f in the target")
 
+    def validate(self) -> None:
+        at_least(self, 1, "seq_len", "window")
+        at_least(self, 0, "shift")
+        finite(self, "frequency")
+
 
 @dataclass
 class ProbeSettings:
@@ -50,13 +57,17 @@ class ProbeSettings:
     test_sequences: int = field(1024, "held-out sequences to score R² on")
     ridge: float = field(1e-2, "ridge penalty (relative to the mean feature variance)")
 
+    def validate(self) -> None:
+        at_least(self, 0, "max_lag", "ridge")
+        at_least(self, 1, "train_sequences", "test_sequences")
+
 
 @dataclass
 class SyntheticConfig:
     run: RunConfig = field(RunConfig(name="myopia-synthetic"), "run folder, seed, device")
     task: TaskConfig = field(TaskConfig(), "the synthetic task")
     p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
-    modes: list[str] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
+    modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
     myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
                                    "detach_kv)")
     model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
@@ -77,6 +88,10 @@ class SyntheticConfig:
             if m not in MODES or m == "local":
                 raise ForethoughtError(f"modes: unknown or unsupported mode '{m}' "
                                        "(vanilla, detach_hidden, detach_kv, zero_past)")
+        first = max(self.probe.max_lag, self.task.shift + self.task.window - 1)  # the probes' first position
+        if first >= self.task.seq_len:
+            raise ForethoughtError(f"task.seq_len ({self.task.seq_len}) must exceed probe.max_lag and task.shift + "
+                                   f"task.window - 1 (= {first}): the probes read positions from there on")
         if self.task.seq_len > self.model.n_positions:
             raise ForethoughtError("task.seq_len must be <= model.n_positions")
         if self.model.input_dim != 2 or self.model.output_dim != 1:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import sys
 import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -46,7 +47,9 @@ from forethought.myopia.attention import (
 )
 
 Mode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past", "local"]
-MODES: tuple[str, ...] = ("vanilla", "detach_hidden", "detach_kv", "zero_past", "local")
+# every model a myopia command can train (the configs' lists are checked against it when they load)
+Mode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past", "local"]
+MODES: tuple[str, ...] = typing.get_args(Mode)
 _ATTR = "_forethought_myopia"
 
 
@@ -66,7 +69,7 @@ class MyopiaSettings:
 
 @dataclass
 class MyopiaSpec:
-    mode: str = "detach_hidden"
+    mode: Mode = "detach_hidden"
     beta: float = 0.0
     implementation: Literal["fast", "reference"] = "fast"
     horizon: int = 0  # query t reads live K/V of positions t − horizon .. t (0 = myopic)

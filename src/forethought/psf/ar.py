@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.sampling import sample_tokens
@@ -31,6 +31,7 @@ class ARModelConfig:
             raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.n_layer < 1:
             raise ForethoughtError(f"n_layer must be at least 1, got {self.n_layer}")
+        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
         if not 0 <= self.dropout < 1:
             raise ForethoughtError(f"dropout must be in [0, 1), got {self.dropout}")
 

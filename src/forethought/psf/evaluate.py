@@ -118,10 +118,10 @@ KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain ODE sampler
 @dataclass
 class EvalConfig:
     recipe_run: str = field("", "the finished 'psf recipe' run to evaluate (required)")
-    models: list[str] = field([], "the run's own models: psf, psf_mean_trajectory (the PSF decoder on the prior's "
-                              "mean trajectory), psf_state_only (the same decoder, the state-only prior, zero "
-                              "codes: recipe prior.state_only_variant), ar ([] = all it has: ar only when it "
-                              "trained the AR baseline, psf_state_only only when it trained that prior)")
+    models: list[Literal["psf", "psf_mean_trajectory", "psf_state_only", "ar"]] = field(
+        [], "the run's own models: psf, psf_mean_trajectory (the PSF decoder on the prior's mean trajectory), "
+        "psf_state_only (the same decoder, the state-only prior, zero codes: recipe prior.state_only_variant), ar "
+        "([] = all it has: ar only when it trained the AR baseline, psf_state_only only when it trained that prior)")
     compare: list[str] = field([], "further run folders evaluated beside it, each named by its folder name: "
                                "'psf recipe' runs (their final PSF model and prior, e.g. the content-state "
                                "ablation) and token-flow runs (checkpoints of forethought.psf.token_flow); the "

@@ -48,7 +48,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, finite
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig, block_causal_mask
 from forethought.psf.sampling import randn, sample_tokens
@@ -114,6 +114,9 @@ class PSFModelConfig:
             raise ForethoughtError(f"max_blocks ({self.max_blocks}) must be >= blocks ({self.blocks})")
         if self.n_head < 1 or self.n_embd % self.n_head:
             raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
+        at_least(self, 0, "vocab_size")
+        finite(self, "free_bits", "kl_weight", "free_bits_block")  # NaN passes '< 0' below
         for key in ("enc_layers", "dec_layers", "code_dim"):
             if getattr(self, key) < 1:
                 raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")

@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, finite
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.sampling import randn
@@ -64,6 +64,8 @@ class PriorConfig:
     def validate(self) -> None:
         if self.n_head < 1 or self.n_embd % self.n_head:
             raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
+        finite(self, "time_mu")
         for key in ("n_layer", "steps", "stats_sequences"):
             if getattr(self, key) < 1:
                 raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")

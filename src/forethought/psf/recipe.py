@@ -137,7 +137,7 @@ class RecipeConfig:
     codes: StageConfig = field(StageConfig(), "stage 4: + realization codes")
     prior: PriorStageConfig = field(PriorStageConfig(), "stage 5: rectified-flow prior")
     longer_blocks: LongerBlocksConfig = field(LongerBlocksConfig(), "optional: longer blocks")
-    baselines: list[str] = field([], "baselines to train beside PSF: ar")
+    baselines: list[Literal["ar"]] = field([], "baselines to train beside PSF: ar")
     ar: ARStageConfig = field(ARStageConfig(), "autoregressive baseline")
 
     def validate(self) -> None:

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
-from forethought.core.config import field
+from forethought.core.config import at_least, field, finite, positive, within
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import read_json_object
 from forethought.core.runtime import pick_device, step_generator, unwrap
@@ -92,6 +92,18 @@ class TokenFlowConfig:
             raise ForethoughtError("token_flow.ce_weight > 0 needs token_flow.head=logits")
         if not 0.0 <= self.self_cond_prob <= 1.0:
             raise ForethoughtError(f"token_flow.self_cond_prob must be in [0, 1], got {self.self_cond_prob}")
+        try:
+            at_least(self, 1, "seq_len", "n_embd", "n_layer", "n_head", "time_dim", "steps")
+            if self.n_embd % self.n_head:
+                raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+            finite(self, "time_mu")
+            positive(self, "time_sigma")
+            within(self, 0, 1, "min_gap")
+            if self.min_gap == 0:
+                raise ForethoughtError("min_gap must be in (0, 1], got 0")
+            at_least(self, 0, "ce_weight")
+        except ForethoughtError as e:  # this section's messages name it, as the checks above do
+            raise ForethoughtError(f"token_flow.{e}") from None
 
 
 def embedding_table(model: nn.Module) -> torch.Tensor:
