@@ -48,7 +48,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from forethought import cli  # noqa: E402
 from forethought.core.io import atomic_write_json  # noqa: E402

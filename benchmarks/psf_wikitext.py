@@ -85,10 +85,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import subprocess_env  # noqa: E402
-from _stats import invocations  # noqa: E402
+
+from forethought.experiments import invocations, subprocess_env  # noqa: E402
 
 PRESETS = {
     "small": {"config": "small", "runs": ROOT / "runs" / "bench-psf-wikitext",
