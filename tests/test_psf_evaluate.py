@@ -15,17 +15,13 @@ from transformers import PreTrainedTokenizerFast
 
 from forethought import cli
 from forethought.core.errors import ForethoughtError
-from forethought.core.run import Run
-from forethought.core.runtime import compute_init
-from forethought.core.trainer import TrainConfig
 from forethought.data.corpora import eval_windows, generated_corpus, spread_windows
 from forethought.data.planted import build_generator, token_nll
 from forethought.data.tokenizers import EOT, train_byte_level_bpe
 from forethought.eval.diversity import ngram_repetition
 from forethought.psf.evaluate import EvalConfig, evaluate
-from forethought.psf.generate import load_data, load_recipe
+from forethought.psf.generate import load_recipe
 from forethought.psf.scores import Scores, metrics
-from forethought.psf.token_flow import TokenFlow, TokenFlowConfig, embedding_table, train_token_flow
 from forethought.testing import finite_numbers, tiny_gpt2
 
 PLANTED_TINY = [*TINY_PLANTED, "--data.planted.test_documents", "64"]  # + test documents to prompt from
@@ -49,15 +45,11 @@ def runs(tmp_path_factory):
                          "--landing.enabled", "false", "--self_realized.enabled", "false", "--codes.enabled",
                          "false", "--longer_blocks.blocks", "[]"]) == 0
         shutil.copytree(out / "pl", out / "pl_copy")
-        art = load_recipe(out / "pl")
-        docs = torch.from_numpy(load_data(art.cfg.data, 32)[0].astype(np.int64)).view(-1, 32)
-        torch.manual_seed(0)
-        tf = TokenFlow(TokenFlowConfig(seq_len=32, n_embd=32, n_layer=1, n_head=2, time_dim=8, steps=4),
-                       embedding_table(art.ar))
-        run = Run.create(out, "tf")
-        res = train_token_flow(tf, docs, TrainConfig(steps=4, batch_size=8, lr=3e-3, log_every=2), run,
-                               compute_init("cpu", 0))
-        run.write_results({"training_tokens": 4 * 8 * 32, "train_wall_s": res["wall_s"]})
+        # the token-flow baseline through its CLI verb: the pl run's AR table and batches, a tiny flow
+        assert cli.main(["psf", "token-flow", "--recipe_run", str(out / "pl"), "--name", "tf", "--size", "config",
+                         "--token_flow.n_embd", "32", "--token_flow.n_layer", "1", "--token_flow.n_head", "2",
+                         "--token_flow.time_dim", "8", "--token_flow.steps", "4", "--steps", "4",
+                         "--device", "cpu"]) == 0
         backend = train_byte_level_bpe(generated_corpus(20_000, seed=1), 300)
         tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOT, bos_token=EOT, unk_token=EOT,
                                       pad_token=EOT)
@@ -79,6 +71,23 @@ def check_point(p, keys):
     for k in keys:
         lo, hi = p["interval"][k]
         assert math.isfinite(p[k]) and lo <= hi, (k, p[k], lo, hi)
+
+
+def test_token_flow_verb_writes_a_run_on_the_recipe_batches(runs):
+    res = json.loads((runs / "tf" / "results.json").read_text())
+    assert res["recipe_run"] == str(runs / "pl") and res["steps"] == 4 and res["batch_size"] == 8
+    assert res["training_tokens"] == 4 * 8 * 32 and res["config"]["n_layer"] == 1
+    assert res["ratio"] == res["params"] / res["psf_encoder_decoder"]
+    assert (runs / "tf" / "config.yaml").is_file() and (runs / "tf" / "step-000004").is_dir()
+    # the one batch function of the recipe: planted windows start at document starts (multiples of L)
+    from forethought.core.config import load_config
+    from forethought.psf.recipe import RecipeConfig, recipe_batches
+
+    recipe = load_config(RecipeConfig, runs / "pl" / "config.yaml", [])
+    tokens = torch.arange(32 * 20)
+    batch = recipe_batches(recipe, tokens, 8)(3)["tokens"]  # (8, 32)
+    assert batch.shape == (8, 32) and bool((batch[:, 0] % 32 == 0).all())
+    assert torch.equal(batch, recipe_batches(recipe, tokens, 8)(3)["tokens"])  # a pure function of the step
 
 
 def test_eval_planted_with_compared_runs(cache_env, capsys):
