@@ -239,6 +239,33 @@ def test_ngram_repetition_by_hand():
     assert boot["repetition_4"][0] == 0.0 and np.isnan(boot["repetition_4"][1])
 
 
+def test_prompted_continuations_in_psf_eval(cache_env, tmp_path, capsys):
+    """--prompted_blocks: every PSF model continues planted test prompts; exact scores with intervals, paired
+    differences against the first model, the true continuations beside them."""
+    runs = cache_env
+    out = tmp_path / "ev"
+    assert cli.main(["psf", "eval", "--recipe_run", str(runs / "pl"), "--models", "[psf, psf_mean_trajectory]",
+                     "--compare", f"[{runs / 'pl_copy'}]", "--out", str(out), "--cost", "false",
+                     "--prompted_blocks", "[1, 3]", "--prompts", "12", *QUICK]) == 0
+    assert "prompted continuations" in capsys.readouterr().out
+    pr = json.loads((out / "results.json").read_text())["prompted"]
+    assert pr["prompts"] == 12 and pr["prompt_blocks"] == [1, 3] and 0 < pr["chance_stay"] < 1
+    for m in ("1", "3"):
+        row = pr["results"][m]
+        # the mean trajectory cannot be prompted; the copy of the run is a second PSF model
+        assert set(row) == {"true", "psf", "pl_copy", "differences"}
+        assert set(row["differences"]) == {"pl_copy - psf", "true - psf"}
+        for name in ("true", "psf", "pl_copy"):
+            e = row[name]["continuation_nll"]
+            assert e["mean"] > 0 and e["interval"][0] <= e["mean"] <= e["interval"][1]
+            assert 0 <= row[name]["junction_stay"]["mean"] <= 1
+        # m = 3 of K = 4 leaves one continued block: no pair to keep its topic
+        assert (row["psf"]["continuation_persistence"]["mean"] is None) == (m == "3")
+    # the same model sampled with the same seed: identical continuations, a zero difference
+    d = pr["results"]["1"]["differences"]["pl_copy - psf"]["continuation_nll"]
+    assert d["diff"] == 0.0
+
+
 def test_bad_inputs_fail_cleanly(cache_env, tmp_path):
     """Through the console script: one line, exit 2, the run folder untouched (the fork server's start, shared
     with the other bad-input tests, is most of this test's time)."""
@@ -262,7 +289,12 @@ def test_more_bad_inputs_raise_before_writing(cache_env, tmp_path):
            ({"compare": [str(runs / "missing")]}, "missing"), ({"compare": [str(runs / "cache")]}, "neither"),
            ({"compare": [str(runs / "tf"), str(runs / "tf")]}, "names another model"),
            ({"references": 100}, "64 documents"), ({"out": str(tmp_path / "a_file")}, "a file"),
-           ({"out": str(run / "base")}, "stage 'base'"), ({"recipe_run": str(tmp_path)}, "not a finished")]
+           ({"out": str(run / "base")}, "stage 'base'"), ({"recipe_run": str(tmp_path)}, "not a finished"),
+           ({"prompted_blocks": [4], "references": 8}, "every m must be in 1..3"),
+           ({"prompted_blocks": [1], "prompts": 1}, "prompts"),
+           ({"prompted_blocks": [1], "prompts": 1000, "references": 8}, "holds 64 documents"),
+           ({"prompted_blocks": [1, 1]}, "twice"),
+           ({"recipe_run": str(runs / "tx"), "prompted_blocks": [1], "references": 8}, "planted corpus")]
     for kw, message in bad:
         cfg = EvalConfig(**{"recipe_run": str(run), "cost": False, **kw})
         with pytest.raises(ForethoughtError, match=message):
