@@ -12,8 +12,8 @@ resumable and skipped when finished; ``--jobs`` single-threaded subprocesses at 
   baseline's batches (the recipe's batch function, its seed, batch size and steps), at PSF's width and the depth
   whose trained parameters are within ±20 % of PSF encoder + decoder; optimiser settings are the AR stage's.
 
-``psf`` and ``psf_content`` start together (``--jobs 2``); ``token_flow`` starts once ``psf`` (and so its AR
-model) is finished. All run as ``forethought.cli`` subprocesses, so two trainings share the two cores one thread each.
+``psf`` and ``psf_content`` start together (``--jobs 2``); ``token_flow`` starts once both (and so psf's AR
+model) are finished. All run as ``forethought.cli`` subprocesses, so two trainings share the two cores one thread each.
 
 Evaluation (in this process, ``--eval-threads`` torch threads) is ``forethought psf eval``
 (forethought.psf.evaluate, where every convention is stated) on ``psf/`` with ``--compare [psf_content,
@@ -84,7 +84,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from forethought.experiments import invocations, subprocess_env  # noqa: E402
+from forethought.experiments import Job, invocations, run_queue_or_exit, subprocess_env  # noqa: E402
 
 PRESETS = {
     "small": {"config": "small", "runs": ROOT / "runs" / "bench-psf-wikitext",
@@ -238,44 +238,19 @@ def token_flow_command(args: argparse.Namespace) -> list[str]:
 
 
 def train_all(args: argparse.Namespace) -> None:
-    """Run the pending pieces as subprocesses, ``args.jobs`` at a time; token_flow waits for psf."""
-    env = subprocess_env(args.threads)
-    args.runs.mkdir(parents=True, exist_ok=True)
-    commands = {"psf": lambda: recipe_command(args, "psf"), "psf_content": lambda: recipe_command(args, "psf_content"),
-                "token_flow": lambda: token_flow_command(args)}
-    jobs = {"psf": (commands["psf"], []), "psf_content": (commands["psf_content"], []),
-            "token_flow": (commands["token_flow"], ["psf"])}
-    done = {name for name in jobs if (args.runs / name / "results.json").is_file()}
-    for name in sorted(done):
-        print(f"{name}: finished, skipped")
-    pending = [n for n in jobs if n not in done]
-    running: dict[str, subprocess.Popen] = {}
-    logs: dict[str, Any] = {}
-    while pending or running:
-        for name in list(pending):
-            if len(running) >= args.jobs:
-                break
-            if all(dep in done for dep in jobs[name][1]):
-                pending.remove(name)
-                cmd = jobs[name][0]()
-                logs[name] = open(args.runs / f"{name}.log", "a")
-                print(f"{name}: started ({' '.join(cmd)}), log {args.runs / (name + '.log')}", flush=True)
-                running[name] = subprocess.Popen(cmd, env=env, stdout=logs[name], stderr=subprocess.STDOUT,
-                                                 cwd=ROOT)
-        if not running:
-            sys.exit(f"cannot start {pending}: a dependency did not finish")
-        time.sleep(0.5 if args.preset == "tiny" else 10)
-        for name, proc in list(running.items()):
-            if proc.poll() is not None:
-                del running[name]
-                logs.pop(name).close()
-                if proc.returncode != 0:
-                    for other in running.values():
-                        other.terminate()
-                    tail = (args.runs / f"{name}.log").read_text()[-3000:]
-                    sys.exit(f"{name} failed (exit {proc.returncode}); log tail:\n{tail}")
-                done.add(name)
-                print(f"{name}: finished", flush=True)
+    """The pending pieces as ``forethought.cli`` subprocesses (forethought.experiments.run_queue: ``args.jobs`` at
+    a time, logs in ``<runs>/<name>.log``, the others stopped when one fails): the two recipes, then the token
+    flow, which needs psf's AR model. A piece whose folder holds results.json is skipped."""
+    def finished(name: str) -> bool:
+        return (args.runs / name / "results.json").is_file()
+
+    for phase in ({"psf": recipe_command(args, "psf"), "psf_content": recipe_command(args, "psf_content")},
+                  {"token_flow": token_flow_command(args)}):
+        for r in run_queue_or_exit([Job(name, tuple(cmd)) for name, cmd in phase.items()], args.jobs, args.runs,
+                                   cwd=ROOT, threads=args.threads, done=finished,
+                                   poll_s=0.5 if args.preset == "tiny" else 10):
+            print(f"{r.name}: finished, skipped" if r.status == "skipped" else
+                  f"{r.name}: finished ({r.wall_s:.0f} s), log {r.log}", flush=True)
 
 
 def diagnose(run: Path, threads: int) -> dict:
