@@ -51,13 +51,11 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import psf_wikitext  # noqa: E402
-from _stats import invocations  # noqa: E402
+import psf_wikitext  # noqa: E402  (its sibling: the script's folder is first on sys.path)
 
 from forethought.eval.curves import ppl_at_entropy, value_at_entropy  # noqa: E402
 from forethought.eval.stats import seed_mean_difference, t_interval  # noqa: E402
+from forethought.experiments import invocations  # noqa: E402
 
 # toy size for the smoke test: recipe_tiny's model stages on a planted corpus of 4 blocks of 8 tokens
 TINY_CORPUS = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",

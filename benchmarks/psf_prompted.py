@@ -48,20 +48,19 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from forethought import cli  # noqa: E402
+from forethought.core.errors import ForethoughtError  # noqa: E402
 from forethought.core.io import atomic_write_json  # noqa: E402
 from forethought.core.run import environment  # noqa: E402
 from forethought.data.planted import build_generator, persistence, planted_split, token_nll  # noqa: E402
-from forethought.eval.stats import paired_bootstrap, percentile_interval, resample_indices, seed_mean_difference  # noqa: E402,E501
+from forethought.eval.stats import resample_indices, seed_mean_difference  # noqa: E402,E501
 from forethought.psf.generate import load_recipe, sample_psf  # noqa: E402
+from forethought.psf.prompted import METRICS, check_prompt_blocks, prompted_continuations, summary  # noqa: E402
 from forethought.psf.sampling import device_generator  # noqa: E402
-from forethought.psf.scores import prompted_scores  # noqa: E402
 
 CONDITIONING = ("none", "known_mask")
 METHODS = ("true", "replace", "conditioned", "conditioned_no_replace")
-METRICS = ("junction_stay", "continuation_nll", "continuation_persistence")
 # Recipe settings (on top of --config tiny), chosen before any result: the planted defaults (8 topics, 64 ids,
 # 8 blocks of 8 tokens), a small model that trains in minutes on one thread, the base stage only (states,
 # no landing or codes: the comparison is between priors), a prior of the benchmark's usual 50 Euler steps.
@@ -131,31 +130,20 @@ def train(args: argparse.Namespace) -> None:
                 raise SystemExit(f"training {run} failed")
 
 
-def summary(values: np.ndarray, idx: np.ndarray) -> dict[str, Any]:
-    """Mean over prompts and its bootstrap interval (nan entries left out)."""
-    with np.errstate(invalid="ignore"):
-        boot = np.nanmean(values[idx], axis=1) if np.isfinite(values).any() else np.full(len(idx), np.nan)
-    iv = percentile_interval(boot)
-    mean = float(np.nanmean(values)) if np.isfinite(values).any() else None
-    return {"mean": mean, "interval": list(iv) if iv else None}
-
-
-def nanmean_last(v: np.ndarray, _targets: Any = None) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        return np.nanmean(v, axis=-1)
-
-
 def evaluate_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     arts = {c: load_recipe(args.runs / f"seed{seed}-{c}") for c in CONDITIONING}
     a, b = arts["none"], arts["known_mask"]
     gen = build_generator(a.cfg.data.planted)
-    T, nb, K = gen.document_tokens, gen.block_tokens, gen.blocks
+    T = gen.document_tokens
+    try:
+        check_prompt_blocks(args.prompt_blocks, gen.blocks)
+    except ForethoughtError as e:
+        raise SystemExit(f"--prompt-blocks: {e}") from None
     docs = planted_split(a.cfg.data.planted, "test").reshape(-1, T).astype(np.int64)
     if len(docs) < args.prompts:
         raise SystemExit(f"the planted test split holds {len(docs)} documents, {args.prompts} prompts asked")
     docs = docs[:args.prompts]
-    rng = np.random.default_rng(seed)
-    idx = resample_indices(len(docs), args.n_boot, rng)
+    idx = resample_indices(len(docs), args.n_boot, np.random.default_rng(seed))  # as the prompted evaluation's
     out: dict[str, Any] = {"val_ce": a.results["stages"]["base"]["val_ce"], "true_val_nll": a.results["true_val_nll"],
                            "prior_val_flow_loss": {c: arts[c].results["stages"]["prior"]["val_flow_loss"]
                                                    for c in CONDITIONING},
@@ -164,29 +152,16 @@ def evaluate_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                                                for c in CONDITIONING}},
                            "prompted": {}, "unprompted": {}}
     t0 = time.perf_counter()
-    for m in args.prompt_blocks:
-        if not 1 <= m < K:
-            raise SystemExit(f"--prompt-blocks: m must be in 1..{K - 1}, got {m}")
-        prompt = torch.from_numpy(docs[:, :m * nb])
-        samplers = {"replace": (a, True), "conditioned": (b, True), "conditioned_no_replace": (b, False)}
-        ids = {"true": docs}
-        for name, (art, replace) in samplers.items():
-            g = device_generator(1000 * seed + m, torch.device("cpu"))
-            ids[name] = sample_psf(art.model, art.prior, len(docs), generator=g, prompt=prompt, replace=replace,
-                                   batch_size=args.batch_size).numpy()
-            assert np.array_equal(ids[name][:, :m * nb], docs[:, :m * nb])
-        scores = {name: prompted_scores(gen, x, m) for name, x in ids.items()}
-        row: dict[str, Any] = {name: {k: summary(v, idx) for k, v in s.items()} for name, s in scores.items()}
-        row["differences"] = {}
-        for name in METHODS[2:] + ("true",):
-            row["differences"][f"{name} - replace"] = {}
-            for k in METRICS:
-                va, vb = scores[name][k], scores["replace"][k]
-                if not np.isfinite(va).any():
-                    continue
-                pb = paired_bootstrap(nanmean_last, va, vb, n_boot=args.n_boot, seed=seed)
-                row["differences"][f"{name} - replace"][k] = {"diff": pb["observed"], "interval": list(pb["interval"])}
-        out["prompted"][str(m)] = row
+
+    def sampler(art: Any, replace: bool) -> Any:
+        return lambda prompt, g: sample_psf(art.model, art.prior, len(prompt), generator=g, prompt=prompt,
+                                            replace=replace, batch_size=args.batch_size)
+
+    # the package's prompted evaluation (psf eval --prompted_blocks): the first method is the reference of the
+    # paired differences, ``true`` the documents' own continuations
+    out["prompted"] = prompted_continuations(gen, docs, {"replace": sampler(a, True), "conditioned": sampler(b, True),
+                                                         "conditioned_no_replace": sampler(b, False)},
+                                             args.prompt_blocks, seed, args.n_boot)
     for c in CONDITIONING:
         g = device_generator(1000 * seed + 999, torch.device("cpu"))
         x = sample_psf(arts[c].model, arts[c].prior, len(docs), generator=g, batch_size=args.batch_size).numpy()

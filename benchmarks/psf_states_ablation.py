@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import subprocess_env  # noqa: E402
+
+from forethought.experiments import subprocess_env  # noqa: E402
 
 PRESET = "planted"
 LEAN = ["--prior.enabled", "false", "--baselines", "[]"]  # arms that leave the prior and the AR model unchanged

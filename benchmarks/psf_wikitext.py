@@ -7,15 +7,13 @@ resumable and skipped when finished; ``--jobs`` single-threaded subprocesses at 
 - ``psf/``         ``forethought psf recipe --config small`` (predictive states, ``baselines: [ar]``: the AR
   GPT trains in ``psf/ar/`` on the same windows and as many tokens as all PSF model stages together);
 - ``psf_content/`` the same recipe with ``--model.states content --baselines []`` (the ablation; no second AR);
-- ``token_flow/``  the ELF-style token flow (forethought.psf.token_flow, 32 Euler steps) over the trained AR
-  model's (frozen) token table. It gets exactly the AR baseline's batches: the recipe's batch function (same
-  seed, windows, batch size and steps), so the same training windows and tokens. Its width is PSF's width and
-  its depth is chosen so that its trained parameters are within ±20 % of PSF encoder + decoder (the ratio is
-  asserted and reported); optimiser settings are the AR stage's.
+- ``token_flow/``  ``forethought psf token-flow --recipe_run psf/`` (forethought.psf.token_flow_run): the
+  ELF-style token flow (32 Euler steps) over the trained AR model's (frozen) token table, on exactly the AR
+  baseline's batches (the recipe's batch function, its seed, batch size and steps), at PSF's width and the depth
+  whose trained parameters are within ±20 % of PSF encoder + decoder; optimiser settings are the AR stage's.
 
-``psf`` and ``psf_content`` start together (``--jobs 2``); ``token_flow`` starts once ``psf`` (and so its AR
-model) is finished. All run as subprocesses (``forethought.cli`` for the recipes, this script with
-``--train-token-flow`` for the flow), so two trainings share the two cores one thread each.
+``psf`` and ``psf_content`` start together (``--jobs 2``); ``token_flow`` starts once both (and so psf's AR
+model) are finished. All run as ``forethought.cli`` subprocesses, so two trainings share the two cores one thread each.
 
 Evaluation (in this process, ``--eval-threads`` torch threads) is ``forethought psf eval``
 (forethought.psf.evaluate, where every convention is stated) on ``psf/`` with ``--compare [psf_content,
@@ -85,10 +83,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _jobs import subprocess_env  # noqa: E402
-from _stats import invocations  # noqa: E402
+
+from forethought.experiments import Job, invocations, run_queue_or_exit, subprocess_env  # noqa: E402
 
 PRESETS = {
     "small": {"config": "small", "runs": ROOT / "runs" / "bench-psf-wikitext",
@@ -152,7 +148,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ar-layers", default="auto",
                     help="AR baseline depth: auto (the depth whose parameters are closest to PSF encoder + "
                          "decoder), preset (the config's ar.model.n_layer), or a number")
-    ap.add_argument("--train-token-flow", action="store_true", help=argparse.SUPPRESS)  # internal: one job
     ap.add_argument("overrides", nargs="*", help="extra overrides for both recipes (after --)")
     args = ap.parse_args(argv)
     preset_defaults(args, PRESETS[args.preset])
@@ -236,49 +231,26 @@ def ar_layers(args: argparse.Namespace) -> int | None:
 
 
 def token_flow_command(args: argparse.Namespace) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--train-token-flow", "--preset", args.preset,
-            "--runs", str(args.runs), "--out", str(args.out)]
+    """``forethought psf token-flow`` beside the finished psf run: its AR table and batches, matched size."""
+    return [sys.executable, "-m", "forethought.cli", "psf", "token-flow", "--recipe_run", str(args.runs / "psf"),
+            "--out_dir", str(args.runs), "--name", "token_flow", "--device", "cpu", "--param_tolerance",
+            str(PARAM_TOLERANCE), "--token_flow.steps", str(TOKEN_FLOW_STEPS), "--resume", "auto"]
 
 
 def train_all(args: argparse.Namespace) -> None:
-    """Run the pending pieces as subprocesses, ``args.jobs`` at a time; token_flow waits for psf."""
-    env = subprocess_env(args.threads)
-    args.runs.mkdir(parents=True, exist_ok=True)
-    commands = {"psf": lambda: recipe_command(args, "psf"), "psf_content": lambda: recipe_command(args, "psf_content"),
-                "token_flow": lambda: token_flow_command(args)}
-    jobs = {"psf": (commands["psf"], []), "psf_content": (commands["psf_content"], []),
-            "token_flow": (commands["token_flow"], ["psf"])}
-    done = {name for name in jobs if (args.runs / name / "results.json").is_file()}
-    for name in sorted(done):
-        print(f"{name}: finished, skipped")
-    pending = [n for n in jobs if n not in done]
-    running: dict[str, subprocess.Popen] = {}
-    logs: dict[str, Any] = {}
-    while pending or running:
-        for name in list(pending):
-            if len(running) >= args.jobs:
-                break
-            if all(dep in done for dep in jobs[name][1]):
-                pending.remove(name)
-                cmd = jobs[name][0]()
-                logs[name] = open(args.runs / f"{name}.log", "a")
-                print(f"{name}: started ({' '.join(cmd)}), log {args.runs / (name + '.log')}", flush=True)
-                running[name] = subprocess.Popen(cmd, env=env, stdout=logs[name], stderr=subprocess.STDOUT,
-                                                 cwd=ROOT)
-        if not running:
-            sys.exit(f"cannot start {pending}: a dependency did not finish")
-        time.sleep(0.5 if args.preset == "tiny" else 10)
-        for name, proc in list(running.items()):
-            if proc.poll() is not None:
-                del running[name]
-                logs.pop(name).close()
-                if proc.returncode != 0:
-                    for other in running.values():
-                        other.terminate()
-                    tail = (args.runs / f"{name}.log").read_text()[-3000:]
-                    sys.exit(f"{name} failed (exit {proc.returncode}); log tail:\n{tail}")
-                done.add(name)
-                print(f"{name}: finished", flush=True)
+    """The pending pieces as ``forethought.cli`` subprocesses (forethought.experiments.run_queue: ``args.jobs`` at
+    a time, logs in ``<runs>/<name>.log``, the others stopped when one fails): the two recipes, then the token
+    flow, which needs psf's AR model. A piece whose folder holds results.json is skipped."""
+    def finished(name: str) -> bool:
+        return (args.runs / name / "results.json").is_file()
+
+    for phase in ({"psf": recipe_command(args, "psf"), "psf_content": recipe_command(args, "psf_content")},
+                  {"token_flow": token_flow_command(args)}):
+        for r in run_queue_or_exit([Job(name, tuple(cmd)) for name, cmd in phase.items()], args.jobs, args.runs,
+                                   cwd=ROOT, threads=args.threads, done=finished,
+                                   poll_s=0.5 if args.preset == "tiny" else 10):
+            print(f"{r.name}: finished, skipped" if r.status == "skipped" else
+                  f"{r.name}: finished ({r.wall_s:.0f} s), log {r.log}", flush=True)
 
 
 def diagnose(run: Path, threads: int) -> dict:
@@ -293,81 +265,6 @@ def diagnose(run: Path, threads: int) -> dict:
             sys.exit(f"psf diagnose failed on {run} (exit {proc.returncode}):\n{proc.stdout[-2000:]}"
                      f"{proc.stderr[-2000:]}")
     return json.loads(diag.read_text())
-
-
-def token_flow_config(psf_model: Any, seq_len: int, table_dim: int, vocab: int) -> tuple[Any, dict]:
-    """Token-flow config at PSF's width, with the depth that brings its trained parameters closest to PSF
-    encoder + decoder (other widths, nearest first, only if no depth lands within the tolerance)."""
-    import torch
-
-    from forethought.psf.token_flow import TokenFlow, TokenFlowConfig
-
-    counts = psf_model.num_params()
-    target = counts["encoder"] + counts["decoder"]
-    d, heads = psf_model.config.n_embd, psf_model.config.n_head
-    widths = sorted({max(heads, round(d * f / heads) * heads) for f in (1.0, 0.75, 1.25, 0.5, 1.5, 2.0)},
-                    key=lambda w: abs(w - d))
-    table = torch.zeros(vocab, table_dim)
-    best = None
-    for width in widths:
-        for layers in range(1, 33):
-            cfg = TokenFlowConfig(seq_len=seq_len, n_embd=width, n_layer=layers, n_head=heads,
-                                  steps=TOKEN_FLOW_STEPS)
-            n = TokenFlow(cfg, table).num_params()
-            if best is None or abs(n / target - 1) < abs(best[1] / target - 1):
-                best = (cfg, n)
-            if n > target * (1 + PARAM_TOLERANCE):
-                break
-        if abs(best[1] / target - 1) <= PARAM_TOLERANCE:
-            break
-    cfg, n = best
-    ratio = n / target
-    if abs(ratio - 1) > PARAM_TOLERANCE:
-        raise SystemExit(f"no token-flow size within ±{PARAM_TOLERANCE:.0%} of PSF encoder+decoder ({target}); "
-                         f"closest {n} ({ratio:.3f})")
-    return cfg, {"params": n, "psf_encoder_decoder": target, "ratio": ratio}
-
-
-def train_token_flow_job(args: argparse.Namespace) -> None:
-    """Subprocess body: the token flow over the finished AR model's table, on the AR baseline's batches."""
-    import torch
-
-    from forethought.core.config import load_config
-    from forethought.core.run import Run
-    from forethought.core.runtime import compute_init, step_generator
-    from forethought.core.trainer import train
-    from forethought.data.corpora import random_windows
-    from forethought.psf.generate import load_data, load_recipe
-    from forethought.psf.recipe import RecipeConfig
-    from forethought.psf.token_flow import TokenFlow, embedding_table, token_flow_loss
-
-    art = load_recipe(args.runs / "psf")
-    if art.ar is None:
-        sys.exit("the psf run has no AR baseline")
-    ar_res = art.results["stages"]["ar"]
-    L = art.cfg.model.seq_len
-    table = embedding_table(art.ar)
-    cfg, sizes = token_flow_config(art.model, L, table.shape[1], table.shape[0])
-    tcfg = copy.deepcopy(load_config(RecipeConfig, args.runs / "psf" / "config.yaml").ar.train)
-    tcfg.steps = ar_res["steps"]  # the AR baseline's steps and batch size: the same windows and tokens
-    seed = art.cfg.seed
-    train_tokens = load_data(art.cfg.data, L)[0]
-    rt = compute_init("cpu", seed)
-    torch.manual_seed(seed)
-    model = TokenFlow(cfg, table)
-    run = Run.create(args.runs, "token_flow")
-
-    def batch_fn(step: int) -> dict:  # exactly the recipe's batch function (forethought.psf.recipe.run)
-        return {"tokens": random_windows(train_tokens, tcfg.batch_size, L, step_generator(seed, step)), "step": step}
-
-    out = train(model, lambda m, b: token_flow_loss(m, b["tokens"]), batch_fn, tcfg, run, rt, resume="auto",
-                desc="token-flow", model_config=model.config_dict())
-    res = {**sizes, "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "steps": tcfg.steps,
-           "batch_size": tcfg.batch_size, "training_tokens": tcfg.steps * tcfg.batch_size * L,
-           "ar_training_tokens": ar_res["training_tokens"], "train_wall_s": out["wall_s"],
-           "final_loss": out.get("final_loss"), "curve": out["curve"], "table": "psf/ar token table (frozen)"}
-    run.write_results(res)
-    print(json.dumps({k: res[k] for k in ("params", "psf_encoder_decoder", "ratio", "steps", "training_tokens")}))
 
 
 # ---- evaluation --------------------------------------------------------------------------------------------------
@@ -492,9 +389,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.preset != "tiny":
         _default_data_root()
-    if args.train_token_flow:
-        train_token_flow_job(args)
-        return
     t0 = time.time()
     if not args.collect_only and not args.prepare:
         train_all(args)

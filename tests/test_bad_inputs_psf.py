@@ -7,6 +7,7 @@ run, trained once for the module.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -130,3 +131,33 @@ def test_sample_on_cuda_without_cuda(run_copy: Path, tmp_path: Path, trained: tu
     line = expect_clean_failure(["psf", "sample", "--recipe_run", str(run_copy), "--device", "cuda"], tmp_path,
                                 run_copy, ["cuda", "not available", "--device"], trained[1])
     assert "--run.device" not in line  # psf sample has no such key
+
+
+@pytest.mark.parametrize("args,names", [
+    ([], ["--recipe_run"]),
+    (["--recipe_run", "{run}", "--size", "huge"], ["size", "'matched', 'config'", "'huge'"]),
+    (["--recipe_run", "{run}", "--param_tolerance", "0"], ["param_tolerance must be in (0, 1)"]),
+    (["--recipe_run", "{run}", "--steps", "-1"], ["steps must be >= 0"]),
+    (["--recipe_run", "{run}", "--size", "config", "--token_flow.n_head", "3"], ["token_flow.n_embd (256)",
+                                                                                 "n_head (3)"]),
+    (["--recipe_run", "{run}", "--token_flow.head", "embedding"], ["rounding=lm_head needs"]),
+    (["--recipe_run", "{run}/no-such-run"], ["no-such-run", "not a finished 'psf recipe' run"]),
+    (["--recipe_run", "{run}", "--param_tolerance", "0.001"], ["no token-flow size within", "size: config"]),
+])
+def test_bad_token_flow_settings_write_nothing(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
+                                               args: list[str], names: list[str]) -> None:
+    args = [a.replace("{run}", str(run_copy)) for a in args]
+    expect_clean_failure(["psf", "token-flow", *args, "--device", "cpu"], tmp_path, tmp_path / "runs", names,
+                         trained[1])
+    assert not (tmp_path / "runs" / "token_flow").exists()
+
+
+def test_token_flow_needs_the_ar_baseline(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]]
+                                          ) -> None:
+    res = run_copy / "results.json"
+    data = json.loads(res.read_text())
+    del data["stages"]["ar"]  # a recipe run trained without --baselines [ar]
+    res.write_text(json.dumps(data))
+    expect_clean_failure(["psf", "token-flow", "--recipe_run", str(run_copy)], tmp_path, tmp_path / "runs",
+                         ["no AR baseline", "--baselines [ar]"], trained[1])
+    assert not (tmp_path / "runs" / "token_flow").exists()

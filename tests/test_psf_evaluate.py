@@ -15,17 +15,13 @@ from transformers import PreTrainedTokenizerFast
 
 from forethought import cli
 from forethought.core.errors import ForethoughtError
-from forethought.core.run import Run
-from forethought.core.runtime import compute_init
-from forethought.core.trainer import TrainConfig
 from forethought.data.corpora import eval_windows, generated_corpus, spread_windows
 from forethought.data.planted import build_generator, token_nll
 from forethought.data.tokenizers import EOT, train_byte_level_bpe
 from forethought.eval.diversity import ngram_repetition
 from forethought.psf.evaluate import EvalConfig, evaluate
-from forethought.psf.generate import load_data, load_recipe
+from forethought.psf.generate import load_recipe
 from forethought.psf.scores import Scores, metrics
-from forethought.psf.token_flow import TokenFlow, TokenFlowConfig, embedding_table, train_token_flow
 from forethought.testing import finite_numbers, tiny_gpt2
 
 PLANTED_TINY = [*TINY_PLANTED, "--data.planted.test_documents", "64"]  # + test documents to prompt from
@@ -49,15 +45,11 @@ def runs(tmp_path_factory):
                          "--landing.enabled", "false", "--self_realized.enabled", "false", "--codes.enabled",
                          "false", "--longer_blocks.blocks", "[]"]) == 0
         shutil.copytree(out / "pl", out / "pl_copy")
-        art = load_recipe(out / "pl")
-        docs = torch.from_numpy(load_data(art.cfg.data, 32)[0].astype(np.int64)).view(-1, 32)
-        torch.manual_seed(0)
-        tf = TokenFlow(TokenFlowConfig(seq_len=32, n_embd=32, n_layer=1, n_head=2, time_dim=8, steps=4),
-                       embedding_table(art.ar))
-        run = Run.create(out, "tf")
-        res = train_token_flow(tf, docs, TrainConfig(steps=4, batch_size=8, lr=3e-3, log_every=2), run,
-                               compute_init("cpu", 0))
-        run.write_results({"training_tokens": 4 * 8 * 32, "train_wall_s": res["wall_s"]})
+        # the token-flow baseline through its CLI verb: the pl run's AR table and batches, a tiny flow
+        assert cli.main(["psf", "token-flow", "--recipe_run", str(out / "pl"), "--name", "tf", "--size", "config",
+                         "--token_flow.n_embd", "32", "--token_flow.n_layer", "1", "--token_flow.n_head", "2",
+                         "--token_flow.time_dim", "8", "--token_flow.steps", "4", "--steps", "4",
+                         "--device", "cpu"]) == 0
         backend = train_byte_level_bpe(generated_corpus(20_000, seed=1), 300)
         tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOT, bos_token=EOT, unk_token=EOT,
                                       pad_token=EOT)
@@ -79,6 +71,23 @@ def check_point(p, keys):
     for k in keys:
         lo, hi = p["interval"][k]
         assert math.isfinite(p[k]) and lo <= hi, (k, p[k], lo, hi)
+
+
+def test_token_flow_verb_writes_a_run_on_the_recipe_batches(runs):
+    res = json.loads((runs / "tf" / "results.json").read_text())
+    assert res["recipe_run"] == str(runs / "pl") and res["steps"] == 4 and res["batch_size"] == 8
+    assert res["training_tokens"] == 4 * 8 * 32 and res["config"]["n_layer"] == 1
+    assert res["ratio"] == res["params"] / res["psf_encoder_decoder"]
+    assert (runs / "tf" / "config.yaml").is_file() and (runs / "tf" / "step-000004").is_dir()
+    # the one batch function of the recipe: planted windows start at document starts (multiples of L)
+    from forethought.core.config import load_config
+    from forethought.psf.recipe import RecipeConfig, recipe_batches
+
+    recipe = load_config(RecipeConfig, runs / "pl" / "config.yaml", [])
+    tokens = torch.arange(32 * 20)
+    batch = recipe_batches(recipe, tokens, 8)(3)["tokens"]  # (8, 32)
+    assert batch.shape == (8, 32) and bool((batch[:, 0] % 32 == 0).all())
+    assert torch.equal(batch, recipe_batches(recipe, tokens, 8)(3)["tokens"])  # a pure function of the step
 
 
 def test_eval_planted_with_compared_runs(cache_env, capsys):
@@ -230,6 +239,33 @@ def test_ngram_repetition_by_hand():
     assert boot["repetition_4"][0] == 0.0 and np.isnan(boot["repetition_4"][1])
 
 
+def test_prompted_continuations_in_psf_eval(cache_env, tmp_path, capsys):
+    """--prompted_blocks: every PSF model continues planted test prompts; exact scores with intervals, paired
+    differences against the first model, the true continuations beside them."""
+    runs = cache_env
+    out = tmp_path / "ev"
+    assert cli.main(["psf", "eval", "--recipe_run", str(runs / "pl"), "--models", "[psf, psf_mean_trajectory]",
+                     "--compare", f"[{runs / 'pl_copy'}]", "--out", str(out), "--cost", "false",
+                     "--prompted_blocks", "[1, 3]", "--prompts", "12", *QUICK]) == 0
+    assert "prompted continuations" in capsys.readouterr().out
+    pr = json.loads((out / "results.json").read_text())["prompted"]
+    assert pr["prompts"] == 12 and pr["prompt_blocks"] == [1, 3] and 0 < pr["chance_stay"] < 1
+    for m in ("1", "3"):
+        row = pr["results"][m]
+        # the mean trajectory cannot be prompted; the copy of the run is a second PSF model
+        assert set(row) == {"true", "psf", "pl_copy", "differences"}
+        assert set(row["differences"]) == {"pl_copy - psf", "true - psf"}
+        for name in ("true", "psf", "pl_copy"):
+            e = row[name]["continuation_nll"]
+            assert e["mean"] > 0 and e["interval"][0] <= e["mean"] <= e["interval"][1]
+            assert 0 <= row[name]["junction_stay"]["mean"] <= 1
+        # m = 3 of K = 4 leaves one continued block: no pair to keep its topic
+        assert (row["psf"]["continuation_persistence"]["mean"] is None) == (m == "3")
+    # the same model sampled with the same seed: identical continuations, a zero difference
+    d = pr["results"]["1"]["differences"]["pl_copy - psf"]["continuation_nll"]
+    assert d["diff"] == 0.0
+
+
 def test_bad_inputs_fail_cleanly(cache_env, tmp_path):
     """Through the console script: one line, exit 2, the run folder untouched (the fork server's start, shared
     with the other bad-input tests, is most of this test's time)."""
@@ -253,7 +289,12 @@ def test_more_bad_inputs_raise_before_writing(cache_env, tmp_path):
            ({"compare": [str(runs / "missing")]}, "missing"), ({"compare": [str(runs / "cache")]}, "neither"),
            ({"compare": [str(runs / "tf"), str(runs / "tf")]}, "names another model"),
            ({"references": 100}, "64 documents"), ({"out": str(tmp_path / "a_file")}, "a file"),
-           ({"out": str(run / "base")}, "stage 'base'"), ({"recipe_run": str(tmp_path)}, "not a finished")]
+           ({"out": str(run / "base")}, "stage 'base'"), ({"recipe_run": str(tmp_path)}, "not a finished"),
+           ({"prompted_blocks": [4], "references": 8}, "every m must be in 1..3"),
+           ({"prompted_blocks": [1], "prompts": 1}, "prompts"),
+           ({"prompted_blocks": [1], "prompts": 1000, "references": 8}, "holds 64 documents"),
+           ({"prompted_blocks": [1, 1]}, "twice"),
+           ({"recipe_run": str(runs / "tx"), "prompted_blocks": [1], "references": 8}, "planted corpus")]
     for kw, message in bad:
         cfg = EvalConfig(**{"recipe_run": str(run), "cost": False, **kw})
         with pytest.raises(ForethoughtError, match=message):

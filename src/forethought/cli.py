@@ -56,6 +56,10 @@ COMMANDS = [
             "such as the content-state ablation or a token flow): sweeps of gen-PPL, unigram entropy, n-gram "
             "repetition, MAUVE (planted: exact NLL), bootstrap intervals, differences, matched entropy, cost",
             "forethought.psf.evaluate:evaluate", "forethought.psf.evaluate:EvalConfig"),
+    Command("psf", "token-flow", "train the token-level flow baseline (ELF-style, over all L token embeddings) "
+            "beside a finished 'psf recipe' run with the AR baseline: its frozen token table, the recipe's batches, "
+            "parameters matched to PSF encoder + decoder; 'psf eval --compare' evaluates the folder",
+            "forethought.psf.token_flow_run:run", "forethought.psf.token_flow_run:TokenFlowRunConfig"),
     Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
             "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head; --method base "
             "evaluates the untrained base model zero-shot",

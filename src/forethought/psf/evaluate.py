@@ -55,6 +55,7 @@ atomically, at the end.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 import time
@@ -94,6 +95,7 @@ from forethought.psf.ar import sample_ar
 from forethought.psf.generate import RecipeArtifacts, load_recipe, sample_psf
 from forethought.psf.model import PSFModel
 from forethought.psf.prior import FlowPrior
+from forethought.psf.prompted import Sampler, check_prompt_blocks, prompted_continuations, prompted_table
 from forethought.psf.sampling import device_generator
 from forethought.psf.scores import (
     LEVEL,
@@ -156,10 +158,19 @@ class EvalConfig:
     cache_dir: str = field("", "sample sets and judge passes are kept here so an interrupted evaluation resumes "
                            "('' = <out>/cache)")
     prepare_only: bool = field(False, "only sample and judge into the cache; write no results")
+    prompted_blocks: list[int] = field([], "planted corpus: also prompted continuations (forethought.psf.prompted): "
+                                       "for each m here, the first m blocks of `prompts` test documents are the "
+                                       "prompt of every PSF model (and of a conditioned prior without "
+                                       "replacement, <name>_no_replace); exact scores, intervals over prompts")
+    prompts: int = field(256, "prompted_blocks: test documents used as prompts")
 
     def validate(self) -> None:
         if not self.recipe_run:
             raise ForethoughtError("psf eval needs --recipe_run <folder of a finished 'psf recipe' run>")
+        if self.prompted_blocks and self.prompts < 2:
+            raise ForethoughtError(f"prompts must be at least 2 (bootstrap intervals over prompts), got {self.prompts}")
+        if len(set(self.prompted_blocks)) != len(self.prompted_blocks):
+            raise ForethoughtError(f"prompted_blocks lists a prompt length twice: {self.prompted_blocks}")
         for key in ("samples", "references"):
             if getattr(self, key) < 2:
                 raise ForethoughtError(f"{key} must be at least 2 (bootstrap intervals, MAUVE), got "
@@ -214,6 +225,9 @@ class Candidate:
     analytic: int  # analytic FLOPs per document
     params: int
     info: dict[str, Any]  # sizes, training facts and settings, copied into the results row
+    # PSF models: (prompt (n, m·L/K), generator, replace) -> (n, L) continuations; None for the others
+    prompted: Callable[[torch.Tensor, torch.Generator, bool], torch.Tensor] | None = None
+    conditioned: bool = False  # its prior takes the prompt's states as input (conditioning known_mask)
 
 
 def analytic_psf(model: PSFModel, prior: FlowPrior, steps: int, mean: bool) -> int:
@@ -285,9 +299,15 @@ def psf_candidate(name: str, art: RecipeArtifacts, run: Path, trajectory: Litera
         info["note"] = "the psf model and prior (no training of its own)"
     if enc_dec != info["params_encoder_decoder"]:
         info["params_ratio_to_psf_encoder_decoder"] = info["params_encoder_decoder"] / enc_dec
+    def prompted(prompt: torch.Tensor, g: torch.Generator, replace: bool = True) -> torch.Tensor:
+        dev = next(model.parameters()).device
+        return sample_psf(model, prior, len(prompt), steps=steps, generator=g, prompt=prompt.to(dev),
+                          replace=replace, batch_size=cfg.batch_size)
+
     return Candidate(name, "psf_mean_trajectory" if mean else "psf", run, points_of(cfg.sweep), sample,
                      {"temperature": 1.0, "top_p": 1.0}, ([] if mean else [prior]) + [model.decoder],
-                     analytic_psf(model, prior, steps, mean), counts["total"] + n_prior, info)
+                     analytic_psf(model, prior, steps, mean), counts["total"] + n_prior, info,
+                     None if mean else prompted, bool(getattr(prior, "conditioned", False)))
 
 
 def ar_candidate(art: RecipeArtifacts, run: Path, cfg: EvalConfig, enc_dec: int) -> Candidate:
@@ -438,6 +458,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     out, cache = output_dirs(cfg, art)
     planted = art.cfg.data.corpus == PLANTED
     refs = draw_references(art, cfg)
+    prompt_docs = check_prompted(cfg, art, planted)
     judge = jtok = None
     if not planted:
         if cfg.mauve and not cfg.prepare_only:
@@ -513,6 +534,14 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     rows, differences, target, ref_row = score_models(cands, sets, scores, ref_scores, cfg, use_mauve)
     timings["scores_and_bootstrap"] = time.perf_counter() - t0
 
+    prompted = None
+    if cfg.prompted_blocks:
+        t0 = time.perf_counter()
+        methods = prompt_methods(cands)
+        prompted = prompted_continuations(build_generator(art.cfg.data.planted), prompt_docs, methods,
+                                          cfg.prompted_blocks, cfg.seed, cfg.n_boot, device)
+        timings["prompted"] = time.perf_counter() - t0
+
     if cfg.cost:
         for name, c in cands.items():
             t0 = time.perf_counter()
@@ -540,6 +569,15 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         "conventions": conventions(planted),
         "settings": asdict(cfg), "timings": timings, "cache_hits": hits,
     }
+    if prompted is not None:
+        res["prompted"] = {"prompts": len(prompt_docs), "split": "test", "prompt_blocks": cfg.prompted_blocks,
+                           "stay_prob": art.cfg.data.planted.stay_prob,
+                           "chance_stay": 1.0 / art.cfg.data.planted.topics,
+                           "sampling": "temperature 1, top-p 1, the prior's own Euler steps; prompt length m uses "
+                                       "seed 1000·seed + m for every method",
+                           "interval": "95 % percentile bootstrap over prompts; differences: paired (the same "
+                                       "prompts), each method minus the first",
+                           "results": prompted}
     if planted:
         res["floor"] = {"entropy_rate": floor, "se": floor_se,
                         "note": "H(X)/T of the true generator: the lowest expected NLL per token"}
@@ -558,8 +596,39 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         atomic_write_json(out / "results.json", res)
         print(f"psf eval: the plot was not drawn ({res['plot_error']}); results.json is complete", file=sys.stderr)
     print(report_table(res))
+    if prompted is not None:
+        print("\nprompted continuations (planted test prompts):\n" + prompted_table(prompted))
     print(f"\nwrote {out / 'results.json'}" + (f" and {png}" if res["curves_png"] else ""))
     return res
+
+
+def check_prompted(cfg: EvalConfig, art: RecipeArtifacts, planted: bool) -> np.ndarray | None:
+    """The prompts (n, T) of ``prompted_blocks`` (None without it), checked before anything is written."""
+    if not cfg.prompted_blocks:
+        return None
+    if not planted:
+        raise ForethoughtError("prompted_blocks scores continuations with the planted corpus's true generator; "
+                               f"{cfg.recipe_run} trained on '{art.cfg.data.corpus}'")
+    check_prompt_blocks(cfg.prompted_blocks, art.model.blocks)
+    T = art.cfg.model.seq_len
+    docs = planted_split(art.cfg.data.planted, "test").reshape(-1, T).astype(np.int64)
+    if len(docs) < cfg.prompts:
+        raise ForethoughtError(f"prompts: the planted test split holds {len(docs)} documents, {cfg.prompts} asked "
+                               "(data.planted.test_documents)")
+    return docs[:cfg.prompts]
+
+
+def prompt_methods(cands: dict[str, Candidate]) -> dict[str, Sampler]:
+    """Every PSF model's prompted sampler (the prompt's states replaced in x_t); a conditioned prior also without
+    replacement (``<name>_no_replace``: the prompt's states as its input only)."""
+    methods: dict[str, Sampler] = {}
+    for name, c in cands.items():
+        if c.prompted is None:
+            continue
+        methods[name] = functools.partial(c.prompted, replace=True)
+        if c.conditioned:
+            methods[f"{name}_no_replace"] = functools.partial(c.prompted, replace=False)
+    return methods
 
 
 def point_row(s: Scores, boot: dict[str, np.ndarray]) -> dict[str, Any]:

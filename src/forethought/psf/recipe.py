@@ -35,6 +35,7 @@ import copy
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -348,11 +349,8 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
                                  step_generator(cfg.run.seed, 0, salt=3), align)
     t0 = time.perf_counter()
 
-    def batch_fn_for(batch_size: int) -> Any:
-        def batch_fn(step: int) -> dict:
-            return {"tokens": random_windows(train_tokens, batch_size, L, step_generator(cfg.run.seed, step), align),
-                    "step": step}
-        return batch_fn
+    def batch_fn_for(batch_size: int) -> Callable[[int], dict]:
+        return recipe_batches(cfg, train_tokens, batch_size)
 
     results: dict[str, Any] = {"corpus": cfg.data.corpus, "tokenizer": "token ids" if planted else cfg.data.tokenizer,
                                "vocab_size": vocab, "bos_id": tokenizer.eos_token_id, "seq_len": L, "blocks": K,
@@ -399,6 +397,19 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
         atomic_write_text(parent.path("report.md"), report_markdown(results))
         print(report_markdown(results))
     return results
+
+
+def recipe_batches(cfg: RecipeConfig, train_tokens: torch.Tensor, batch_size: int) -> Callable[[int], dict]:
+    """The training batches of every stage of a recipe run (and of the token-flow baseline trained beside it,
+    forethought.psf.token_flow_run): step s -> ``{"tokens": (batch_size, L), "step": s}``, windows drawn by
+    ``step_generator(seed, s)``, a pure function of the step, so models trained for the same steps and batch
+    size see exactly the same windows."""
+    L, seed, align = cfg.model.seq_len, cfg.run.seed, window_align(cfg)
+
+    def batch_fn(step: int) -> dict:
+        return {"tokens": random_windows(train_tokens, batch_size, L, step_generator(seed, step), align),
+                "step": step}
+    return batch_fn
 
 
 def window_align(cfg: RecipeConfig) -> int:

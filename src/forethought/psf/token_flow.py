@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -300,11 +301,18 @@ def train_token_flow(model: TokenFlow, tokens: torch.Tensor, cfg: TrainConfig, r
     if int(tokens.max()) >= model.vocab_size:
         raise ForethoughtError(f"token id {int(tokens.max())} is outside the embedding table ({model.vocab_size})")
 
-    def batch_fn(step: int) -> torch.Tensor:
+    def batch_fn(step: int) -> dict:
         idx = torch.randint(len(tokens), (cfg.batch_size,), generator=step_generator(seed, step))
-        return tokens[idx]  # (B, L)
+        return {"tokens": tokens[idx], "step": step}  # (B, L)
 
+    return train_token_flow_batches(model, batch_fn, cfg, run, rt, resume=resume)
+
+
+def train_token_flow_batches(model: TokenFlow, batch_fn: Callable[[int], dict], cfg: TrainConfig, run: Run,
+                             rt: Runtime, *, resume: str | None = None) -> dict[str, Any]:
+    """Train with the shared trainer on ``batch_fn(step)["tokens"]`` (B, L), e.g. a recipe run's own batches
+    (forethought.psf.recipe.recipe_batches); returns the trainer's summary."""
     from forethought.core.trainer import train  # the training loop, only when training
 
-    return train(model, lambda m, batch: token_flow_loss(m, batch), batch_fn, cfg, run, rt, resume=resume,
-                 desc="token-flow", model_config=model.config_dict())
+    return train(model, lambda m, batch: token_flow_loss(m, batch["tokens"]), batch_fn, cfg, run, rt,
+                 resume=resume, desc="token-flow", model_config=model.config_dict())

@@ -1,0 +1,149 @@
+"""``forethought psf token-flow``: train the token-level flow baseline (forethought.psf.token_flow) beside a
+finished ``psf recipe`` run that trained the AR baseline (``baselines: [ar]``).
+
+- **Space**: the AR baseline's token table, frozen (the flow models the tokens the AR model embeds).
+- **Batches**: exactly the AR baseline's: the recipe's own batch function (forethought.psf.recipe.recipe_batches:
+  the same seed, window alignment and batch size), for the AR stage's number of steps unless ``steps`` is set,
+  so the flow sees the same training windows and tokens. Optimiser settings are the AR stage's.
+- **Size**: ``size: matched`` (default) takes PSF's width and head count and the depth whose trained parameters
+  are closest to PSF encoder + decoder; other widths (nearest first) only when no depth lands within
+  ``param_tolerance``, and an error when none does. ``size: config`` takes ``token_flow.*`` as given.
+- **Output**: a normal run folder (``<out_dir>/<name>``, default beside the recipe run) with checkpoints,
+  metrics.jsonl and results.json (sizes, the parameter ratio, training tokens, the loss curve), which
+  ``forethought psf eval --compare [<folder>]`` evaluates beside the recipe's models. ``--resume auto`` continues.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from forethought.core.config import field, load_config
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import read_json_object
+from forethought.psf.token_flow import TokenFlowConfig
+
+
+@dataclass
+class TokenFlowRunConfig:
+    recipe_run: str = field("", "the finished 'psf recipe' run with the AR baseline (baselines: [ar]) whose token "
+                            "table, batches and AR optimiser settings the flow takes (required)")
+    out_dir: str = field("", "where the run folder is written ('' = beside recipe_run)")
+    name: str = field("token_flow", "run folder name under out_dir")
+    device: str = field("auto", "auto | cpu | cuda | mps")
+    size: Literal["matched", "config"] = field(
+        "matched", "matched: PSF's width and the depth whose trained parameters are closest to PSF encoder + "
+        "decoder; config: token_flow.n_embd / n_layer / n_head as given")
+    param_tolerance: float = field(0.2, "size matched: the parameter ratio to PSF encoder + decoder must be within "
+                                   "1 ± this")
+    steps: int = field(0, "training steps (0 = the AR baseline's: the same windows and tokens)")
+    token_flow: TokenFlowConfig = field(TokenFlowConfig(), "the flow (seq_len is the recipe's L; n_embd, n_layer "
+                                        "and n_head are used with size: config only)")
+
+    def validate(self) -> None:
+        if not self.recipe_run:
+            raise ForethoughtError("psf token-flow needs --recipe_run <folder of a finished 'psf recipe' run with "
+                                   "baselines: [ar]>")
+        if not self.name or "/" in self.name:
+            raise ForethoughtError(f"name must be a folder name, got {self.name!r}")
+        if not 0 < self.param_tolerance < 1:
+            raise ForethoughtError(f"param_tolerance must be in (0, 1), got {self.param_tolerance}")
+        if self.steps < 0:
+            raise ForethoughtError(f"steps must be >= 0 (0 = the AR baseline's), got {self.steps}")
+        for key in ("n_embd", "n_layer", "n_head", "steps", "time_dim"):
+            if getattr(self.token_flow, key) < 1:
+                raise ForethoughtError(f"token_flow.{key} must be at least 1, got {getattr(self.token_flow, key)}")
+        if self.token_flow.n_embd % self.token_flow.n_head:
+            raise ForethoughtError(f"token_flow.n_embd ({self.token_flow.n_embd}) must be a multiple of "
+                                   f"token_flow.n_head ({self.token_flow.n_head})")
+        self.token_flow.validate()
+
+
+def check_recipe_run(folder: Path) -> dict:
+    """The recipe run's results.json, or one readable error: not a finished recipe run, or no AR baseline."""
+    if not (folder / "config.yaml").is_file() or not (folder / "results.json").is_file():
+        raise ForethoughtError(f"{folder} is not a finished 'psf recipe' run folder (config.yaml, results.json)")
+    results = read_json_object(folder / "results.json", ("stages",))
+    if "ar" not in results["stages"]:
+        raise ForethoughtError(f"{folder} has no AR baseline (train the recipe with --baselines [ar]); the token "
+                               "flow needs its token table and batches")
+    return results
+
+
+def matched_size(base: TokenFlowConfig, width: int, heads: int, target: int, dim: int, vocab: int,
+                 tolerance: float) -> tuple[TokenFlowConfig, int]:
+    """The flow config whose trained parameters are closest to ``target`` (PSF encoder + decoder): PSF's width
+    and head count, depth 1..32; other widths (multiples of ``heads``, nearest first) only when no depth lands
+    within ``tolerance``. Returns (config, parameter count); raises when nothing lands within it."""
+    import torch
+
+    from forethought.psf.token_flow import TokenFlow
+
+    widths = sorted({max(heads, round(width * f / heads) * heads) for f in (1.0, 0.75, 1.25, 0.5, 1.5, 2.0)},
+                    key=lambda w: abs(w - width))
+    table = torch.zeros(vocab, dim)  # the count does not depend on the table's values (a buffer)
+    best: tuple[TokenFlowConfig, int] | None = None
+    for w in widths:
+        for layers in range(1, 33):
+            cfg = replace(base, n_embd=w, n_layer=layers, n_head=heads)
+            n = TokenFlow(cfg, table).num_params()
+            if best is None or abs(n / target - 1) < abs(best[1] / target - 1):
+                best = (cfg, n)
+            if n > target * (1 + tolerance):
+                break
+        if abs(best[1] / target - 1) <= tolerance:
+            return best
+    assert best is not None
+    raise ForethoughtError(f"no token-flow size within ±{tolerance:.0%} of PSF encoder + decoder ({target} "
+                           f"parameters); closest {best[1]} ({best[1] / target:.3f}); use size: config")
+
+
+def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
+    cfg.validate()  # also when the config was built in Python rather than loaded
+    folder = Path(cfg.recipe_run)
+    recipe_results = check_recipe_run(folder)  # before any model loads or anything is written
+
+    import torch
+
+    from forethought.core.run import Run
+    from forethought.core.runtime import compute_init
+    from forethought.psf.generate import load_data, load_recipe
+    from forethought.psf.recipe import RecipeConfig, recipe_batches
+    from forethought.psf.token_flow import TokenFlow, embedding_table, train_token_flow_batches
+
+    recipe = load_config(RecipeConfig, folder / "config.yaml", [])
+    art = load_recipe(folder)
+    if art.ar is None:
+        raise ForethoughtError(f"{folder} has no AR baseline checkpoint")
+    L, seed = recipe.model.seq_len, recipe.run.seed
+    table = embedding_table(art.ar)  # (V, D) frozen
+    counts = art.model.num_params()
+    target = counts["encoder"] + counts["decoder"]
+    base = replace(cfg.token_flow, seq_len=L)
+    if cfg.size == "matched":
+        fcfg, n = matched_size(base, art.model.config.n_embd, art.model.config.n_head, target, table.shape[1],
+                               table.shape[0], cfg.param_tolerance)
+    else:
+        fcfg, n = base, TokenFlow(base, table).num_params()
+    tcfg = copy.deepcopy(recipe.ar.train)
+    ar_res = recipe_results["stages"]["ar"]
+    tcfg.steps = cfg.steps or int(ar_res["steps"])  # the AR baseline's steps and batch size: its windows and tokens
+    train_tokens = load_data(recipe.data, L)[0]
+    rt = compute_init(cfg.device, seed)
+    torch.manual_seed(seed)
+    model = TokenFlow(fcfg, table)
+    out_dir = cfg.out_dir or str(folder.parent)
+    run_ = Run.create(out_dir, cfg.name, cfg)
+    out = train_token_flow_batches(model, recipe_batches(recipe, train_tokens, tcfg.batch_size), tcfg, run_, rt,
+                                   resume=resume)
+    res = {"recipe_run": str(folder), "params": n, "psf_encoder_decoder": target, "ratio": n / target,
+           "size": cfg.size, "config": asdict(fcfg), "steps": tcfg.steps, "batch_size": tcfg.batch_size,
+           "training_tokens": tcfg.steps * tcfg.batch_size * L, "ar_training_tokens": ar_res.get("training_tokens"),
+           "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
+           "table": f"{folder.name}/ar token table (frozen)", "batches": "the recipe's (recipe_batches, its seed)"}
+    run_.write_results(res)
+    print(f"token flow: {n} parameters ({n / target:.3f} of PSF encoder + decoder), {tcfg.steps} steps; "
+          f"wrote {run_.dir}")
+    return res
