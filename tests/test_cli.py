@@ -42,7 +42,7 @@ def test_help_into_a_closed_pipe_prints_no_traceback(argv):
     (["myopia", "synthetic", "--train.stepz", "3"], "unknown config key 'train.stepz'"),
     (["myopia", "nope"], "unknown command 'myopia nope'"),
     (["myopia", "synthetic", "--config", "nosuchpreset"], "neither a YAML file nor a preset"),
-    (["myopia", "synthetic", "--modes", "[bogus]"], "unknown or unsupported mode 'bogus'"),
+    (["myopia", "synthetic", "--modes", "[bogus]"], "config key 'modes' must be one of 'vanilla', 'detach_hidden', 'detach_kv', 'zero_past', got 'bogus'"),
     (["myopia", "lm", "--data.corpus", "no-such-corpus"], "unknown corpus"),
     (["myopia", "probe"], "--lm_run"),
 ])
