@@ -104,7 +104,7 @@ def _per_pos_loss(logits, ids):  # (T-1,) summed over the batch
 
 
 def exactness(build: Callable[[], torch.nn.Module]) -> dict:
-    from forethought.myopia.wrap import attention_modules, make_myopic
+    from forethought.myopia.wrap import detach_before, make_myopic
 
     ids = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(1))
     vanilla = build().double()
@@ -119,16 +119,7 @@ def exactness(build: Callable[[], torch.nn.Module]) -> dict:
     params = list(vanilla.parameters())
     oracle = [torch.zeros_like(p) for p in params]
     for t in range(T - 1):
-        handles = []
-        for _, m in attention_modules(vanilla):
-            def hook(mod, args, kwargs, t=t):
-                x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-                x = torch.cat([x[:, :t].detach(), x[:, t:]], dim=1)
-                if "hidden_states" in kwargs:
-                    kwargs["hidden_states"] = x
-                    return args, kwargs
-                return (x, *args[1:]), kwargs
-            handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
+        handles = detach_before(vanilla, t)
         logits, _ = _forward(vanilla, ids)
         for h in handles:
             h.remove()

@@ -19,7 +19,7 @@ from transformers import (
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.attention import myopic_attention, reference_myopic_attention, vanilla_attention
-from forethought.myopia.wrap import attention_modules, make_myopic
+from forethought.myopia.wrap import detach_before, make_myopic
 from forethought.testing import tiny_gpt_neox, tiny_opt, tiny_phi
 
 T, V = 7, 37
@@ -155,21 +155,6 @@ def test_no_gradient_into_earlier_states(arch, impl):
             _close(arch, b[:, t], a[:, t], rtol=1e-10, atol=1e-12)
 
 
-def _detach_before(model, t):
-    """Hooks making every attention layer see positions < t as constants (the per-position oracle)."""
-    handles = []
-    for kind, m in attention_modules(model):
-        def hook(mod, args, kwargs):
-            x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            x = torch.cat([x[:, :t].detach(), x[:, t:]], dim=1)
-            if "hidden_states" in kwargs:
-                kwargs["hidden_states"] = x
-                return args, kwargs
-            return (x, *args[1:]), kwargs
-        handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
-    return handles
-
-
 @pytest.mark.parametrize("arch", list(BUILDERS))
 def test_param_grads_equal_sum_of_per_position_passes(arch):
     ids = _ids()
@@ -177,7 +162,7 @@ def test_param_grads_equal_sum_of_per_position_passes(arch):
     params = [p for p in model.parameters() if p.requires_grad]
     oracle = [torch.zeros_like(p) for p in params]
     for t in range(T - 1):
-        hs = _detach_before(model, t)
+        hs = detach_before(model, t)
         logits, _ = _forward(model, ids)
         for h in hs:
             h.remove()

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from forethought.cli import main
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.attention import myopic_attention, reference_myopic_attention, vanilla_attention
-from forethought.myopia.wrap import attention_modules, make_myopic
+from forethought.myopia.wrap import detach_before, make_myopic
 from forethought.testing import tiny_gpt_neox, tiny_llama
 
 T, V = 9, 29
@@ -89,21 +89,6 @@ def test_horizon_zero_is_myopic_and_full_horizon_is_vanilla(arch):
     assert max((a - b).abs().max().item() for a, b in zip(gm, gv) if a is not None) > 1e-4  # they do differ
 
 
-def _detach_before(model, t):
-    """Every attention layer sees positions < t as constants (the per-position oracle)."""
-    handles = []
-    for _, m in attention_modules(model):
-        def hook(mod, args, kwargs):
-            x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            x = torch.cat([x[:, :t].detach(), x[:, t:]], dim=1)
-            if "hidden_states" in kwargs:
-                kwargs["hidden_states"] = x
-                return args, kwargs
-            return (x, *args[1:]), kwargs
-        handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
-    return handles
-
-
 @pytest.mark.parametrize("arch", list(BUILDERS))
 @pytest.mark.parametrize("horizon", [1, 3])
 def test_one_layer_equals_sum_of_per_position_passes(arch, horizon):
@@ -114,7 +99,7 @@ def test_one_layer_equals_sum_of_per_position_passes(arch, horizon):
     params = list(model.parameters())
     oracle = [torch.zeros_like(p) for p in params]
     for t in range(T - 1):
-        hs = _detach_before(model, max(t - horizon, 0))
+        hs = detach_before(model, max(t - horizon, 0))
         logits, _ = _forward(model, ids)
         for h in hs:
             h.remove()

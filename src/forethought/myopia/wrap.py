@@ -405,3 +405,17 @@ def _remove_frozen_hook(model: nn.Module) -> None:
     if h is not None:
         h.remove()
     model.__dict__.pop("_forethought_frozen", None)
+
+
+def detach_before(model: nn.Module, t: int) -> list[torch.utils.hooks.RemovableHandle]:
+    """The slow per-position oracle: hooks making every attention layer read positions < t as constants, so a
+    backward of position t's loss alone is what myopic training gives that position. Remove the handles after."""
+    def hook(mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]  # (B, T, C)
+        x = torch.cat([x[:, :t].detach(), x[:, t:]], dim=1)
+        if "hidden_states" in kwargs:
+            kwargs["hidden_states"] = x
+            return args, kwargs
+        return (x, *args[1:]), kwargs
+
+    return [m.register_forward_pre_hook(hook, with_kwargs=True) for _, m in attention_modules(model)]
