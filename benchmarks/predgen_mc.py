@@ -143,6 +143,7 @@ def collect(command: str, args: argparse.Namespace, archive: Path) -> dict:
             for seed in args.seeds:
                 rec = finished_run(args.runs_dir / f"{task}-{v}-s{seed}", archive)
                 if rec is not None:
+                    res["wall_s"] = res.get("wall_s", 0.0) + rec["finished"] - rec["started"]  # train + evaluate
                     results.setdefault(v, {})[seed] = rec["results"]
                     preds.setdefault(v, {})[seed] = rec["predictions"]
         for v, per_seed in results.items():
