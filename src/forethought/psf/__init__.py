@@ -5,14 +5,25 @@ over the K states -> block-causal decoder writing all blocks in parallel; plus t
 For benchmarks: :func:`load_recipe` rebuilds a finished ``psf recipe`` run; :func:`sample_psf` and
 :func:`sample_ar` return (n, L) token ids. Importing this package (and sampling) does not import the training
 loop; training lives in :mod:`forethought.psf.recipe` and :func:`forethought.psf.token_flow.train_token_flow`, the
-evaluation (``psf eval``: sweeps, judge, MAUVE, intervals, cost) in :mod:`forethought.psf.evaluate`.
+evaluation (``psf eval``: sweeps, judge, MAUVE, intervals, cost) in :mod:`forethought.psf.evaluate`. Every
+command's config lives in :mod:`forethought.psf.config`, which imports no torch; so that it stays so, the names
+below are imported from their modules when first used (PEP 562), not when the package is.
 """
 
-from forethought.psf.ar import sample_ar
-from forethought.psf.generate import RecipeArtifacts, load_recipe, sample_psf
-from forethought.psf.model import PSFModel, PSFModelConfig, generate_blocks
-from forethought.psf.prior import FlowPrior, PriorConfig, sample_prior
-from forethought.psf.sampling import sample_tokens, top_p_probs
+from __future__ import annotations
 
-__all__ = ["FlowPrior", "PSFModel", "PSFModelConfig", "PriorConfig", "RecipeArtifacts", "generate_blocks",
-           "load_recipe", "sample_ar", "sample_prior", "sample_psf", "sample_tokens", "top_p_probs"]
+import importlib
+from typing import Any
+
+_HOMES = {"sample_ar": "ar", "RecipeArtifacts": "generate", "load_recipe": "generate", "sample_psf": "generate",
+          "PSFModel": "model", "generate_blocks": "model", "FlowPrior": "prior", "sample_prior": "prior",
+          "PSFModelConfig": "config", "PriorConfig": "config", "sample_tokens": "sampling",
+          "top_p_probs": "sampling"}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -7,33 +7,14 @@ our token arrays), the targets are ``x_1 .. x_L``. Serial depth of sampling: L d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from forethought.core.config import at_least, field
-from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
+from forethought.psf.config import ARModelConfig
 from forethought.psf.sampling import sample_tokens
-
-
-@dataclass
-class ARModelConfig:
-    n_embd: int = field(768, "width")
-    n_layer: int = field(12, "transformer blocks")
-    n_head: int = field(12, "attention heads")
-    dropout: float = field(0.0, "dropout")
-
-    def validate(self) -> None:
-        if self.n_head < 1 or self.n_embd % self.n_head:
-            raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.n_layer < 1:
-            raise ForethoughtError(f"n_layer must be at least 1, got {self.n_layer}")
-        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
-        if not 0 <= self.dropout < 1:
-            raise ForethoughtError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
 def build_ar(cfg: ARModelConfig, vocab_size: int, seq_len: int) -> GPT:

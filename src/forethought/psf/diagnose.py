@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 from forethought.core.runtime import pick_device
@@ -62,49 +61,13 @@ from forethought.eval.diversity import distinct_ngrams
 from forethought.eval.judge import unigram_entropy
 from forethought.eval.stats import paired_bootstrap
 from forethought.psf.ar import ar_token_nll
+from forethought.psf.config import DiagnoseConfig
 from forethought.psf.generate import load_recipe, load_stage_model, sample_states, stage_kind
 from forethought.psf.model import PSFModel, generate_blocks
 from forethought.psf.prior import FlowPrior
 from forethought.psf.sampling import device_generator
 
 GROUPS = ("first", "rest", "all")  # the first token of every block, the other tokens, every token
-
-
-@dataclass
-class DiagnoseConfig:
-    recipe_run: str = field("", "the finished 'psf recipe' run folder to diagnose (required)")
-    stage: str = field("", "PSF model stage ('' = the final one): shuffle cost, ceiling blocks, decoding")
-    all_stages: bool = field(False, "also measure the state-shuffle cost of every other model stage of the run")
-    eval_sequences: int = field(256, "the first N validation windows are measured")
-    permutations: int = field(4, "derangements of the documents averaged in the state-shuffle cost")
-    ceiling_cut: Literal["restart", "mask"] = field(
-        "restart", "how the AR model's context is cut at block boundaries: restart = every block its own "
-        "sequence [bos, ...] at positions 0..n-1; mask = true positions, bos at each block start, block-diagonal "
-        "attention")
-    samples: int = field(64, "documents decoded from each source (at most the validation windows measured)")
-    temperature: float = field(1.0, "decoder temperature of the decoding comparison (0 = greedy)")
-    top_p: float = field(1.0, "decoder nucleus, in (0, 1]")
-    prior_steps: int = field(0, "Euler steps (0 = the prior's configured steps)")
-    n_boot: int = field(2000, "bootstrap resamples (documents) of the 95% intervals")
-    batch_size: int = field(32, "documents per forward pass")
-    seed: int = field(0, "seed of the permutations, the bootstrap and the samples")
-    device: str = field("auto", "auto | cpu | cuda | mps")
-
-    def validate(self) -> None:
-        if not self.recipe_run:
-            raise ForethoughtError("psf diagnose needs --recipe_run <folder of a finished 'psf recipe' run>")
-        if self.eval_sequences < 2:
-            raise ForethoughtError(f"eval_sequences must be at least 2 (states are swapped across documents), got "
-                                   f"{self.eval_sequences}")
-        for key in ("permutations", "samples", "n_boot", "batch_size"):
-            if getattr(self, key) < 1:
-                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
-        if self.prior_steps < 0:
-            raise ForethoughtError(f"prior_steps must not be negative, got {self.prior_steps}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ForethoughtError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ForethoughtError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------

@@ -67,7 +67,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from forethought.core.config import field
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json
 from forethought.core.runtime import pick_device
@@ -92,6 +91,7 @@ from forethought.eval.mauve import mauve_available, mauve_score
 from forethought.eval.stats import resample_indices
 from forethought.eval.text import decode_samples, reference_set
 from forethought.psf.ar import sample_ar
+from forethought.psf.config import OWN_MODELS, EvalConfig
 from forethought.psf.generate import RecipeArtifacts, load_recipe, sample_psf
 from forethought.psf.model import PSFModel
 from forethought.psf.prior import FlowPrior
@@ -113,100 +113,7 @@ from forethought.psf.scores import (
 )
 from forethought.psf.token_flow import TokenFlow, check_knobs, is_token_flow_run, load_token_flow, sample_token_flow
 
-OWN_MODELS = ("psf", "psf_mean_trajectory", "psf_state_only", "ar")
 KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain ODE sampler
-
-
-@dataclass
-class EvalConfig:
-    recipe_run: str = field("", "the finished 'psf recipe' run to evaluate (required)")
-    models: list[Literal["psf", "psf_mean_trajectory", "psf_state_only", "ar"]] = field(
-        [], "the run's own models: psf, psf_mean_trajectory (the PSF decoder on the prior's mean trajectory), "
-        "psf_state_only (the same decoder, the state-only prior, zero codes: recipe prior.state_only_variant), ar "
-        "([] = all it has: ar only when it trained the AR baseline, psf_state_only only when it trained that prior)")
-    compare: list[str] = field([], "further run folders evaluated beside it, each named by its folder name: "
-                               "'psf recipe' runs (their final PSF model and prior, e.g. the content-state "
-                               "ablation) and token-flow runs (checkpoints of forethought.psf.token_flow); the "
-                               "same corpus, tokenizer and L")
-    samples: int = field(256, "samples per model and sweep point")
-    references: int = field(256, "reference windows of L tokens from the test split")
-    reference_spread: Literal["even", "random", "first"] = field(
-        "even", "where the references lie in the test split: evenly spaced over all of it, a seeded random subset, "
-        "or its first windows")
-    sweep: list[list[float]] = field([[1.2, 1.0], [1.0, 1.0], [0.8, 0.9], [0.7, 0.9]],
-                                     "[temperature, top_p] sweep points of the PSF and AR decoders")
-    token_flow_knob: Literal["step_temperature", "noise"] = field(
-        "step_temperature", "the token flow's entropy knob: the softmax temperature at every Euler step "
-        "(> 1 lowers the entropy, < 1 raises it) or the SDE noise scale (> 0 lowers it)")
-    token_flow_sweep: list[float] = field([0.7, 1.0, 1.5, 2.0], "the knob's values, one sweep point each")
-    token_flow_temperature: float = field(1.0, "the token flow's rounding temperature on its final logits "
-                                          "(0 = argmax)")
-    judge: str = field("smollm2-135m", "text corpora: the judge causal LM (alias, HF id or folder); the planted "
-                       "corpus is judged by its true generator")
-    judge_batch: int = field(16, "texts per judge forward pass")
-    length_quantile: float = field(0.05, "judge-token cap of every text = this quantile of all their judge lengths "
-                                   "(matched lengths for MAUVE)")
-    mauve: bool = field(True, "text corpora: MAUVE of every sweep point against the references (mauve-text)")
-    mauve_boot: int = field(100, "bootstrap resamples of MAUVE (one k-means fit each; 0 = no MAUVE interval)")
-    n_boot: int = field(1000, "bootstrap resamples of every other interval")
-    cost: bool = field(True, "measure FLOPs per sample, serial depth and samples/s at batch 1 and 32")
-    batch_size: int = field(32, "samples per sampling batch")
-    seed: int = field(0, "sweep point i samples with seed + i (every model alike); also seeds the bootstrap, MAUVE "
-                      "and a random reference spread")
-    device: str = field("auto", "auto | cpu | cuda | mps")
-    out: str = field("", "output folder for results.json and curves.png ('' = <recipe_run>/eval)")
-    cache_dir: str = field("", "sample sets and judge passes are kept here so an interrupted evaluation resumes "
-                           "('' = <out>/cache)")
-    prepare_only: bool = field(False, "only sample and judge into the cache; write no results")
-    prompted_blocks: list[int] = field([], "planted corpus: also prompted continuations (forethought.psf.prompted): "
-                                       "for each m here, the first m blocks of `prompts` test documents are the "
-                                       "prompt of every PSF model (and of a conditioned prior without "
-                                       "replacement, <name>_no_replace); exact scores, intervals over prompts")
-    prompts: int = field(256, "prompted_blocks: test documents used as prompts")
-
-    def validate(self) -> None:
-        if not self.recipe_run:
-            raise ForethoughtError("psf eval needs --recipe_run <folder of a finished 'psf recipe' run>")
-        if self.prompted_blocks and self.prompts < 2:
-            raise ForethoughtError(f"prompts must be at least 2 (bootstrap intervals over prompts), got {self.prompts}")
-        if len(set(self.prompted_blocks)) != len(self.prompted_blocks):
-            raise ForethoughtError(f"prompted_blocks lists a prompt length twice: {self.prompted_blocks}")
-        for key in ("samples", "references"):
-            if getattr(self, key) < 2:
-                raise ForethoughtError(f"{key} must be at least 2 (bootstrap intervals, MAUVE), got "
-                                       f"{getattr(self, key)}")
-        for key in ("n_boot", "judge_batch", "batch_size"):
-            if getattr(self, key) < 1:
-                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
-        if not 0 <= self.mauve_boot <= self.n_boot:
-            raise ForethoughtError(f"mauve_boot must be in 0..n_boot ({self.n_boot}), got {self.mauve_boot}")
-        if not 0 <= self.length_quantile < 1:
-            raise ForethoughtError(f"length_quantile must be in [0, 1), got {self.length_quantile}")
-        if not self.sweep:
-            raise ForethoughtError("sweep needs at least one [temperature, top_p] point")
-        for point in self.sweep:
-            if len(point) != 2:
-                raise ForethoughtError(f"every sweep point is [temperature, top_p], got {point}")
-            temp, top_p = point
-            if not (math.isfinite(temp) and temp >= 0):
-                raise ForethoughtError(f"sweep: temperature must be a number >= 0 (0 = greedy), got {temp}")
-            if not 0 < top_p <= 1:
-                raise ForethoughtError(f"sweep: top_p must be in (0, 1], got {top_p}")
-        if not self.token_flow_sweep:
-            raise ForethoughtError("token_flow_sweep needs at least one value of the token flow's knob")
-        for v in self.token_flow_sweep:
-            bad = not math.isfinite(v) or (v <= 0 if self.token_flow_knob == "step_temperature" else v < 0)
-            if bad:
-                need = "> 0" if self.token_flow_knob == "step_temperature" else ">= 0"
-                raise ForethoughtError(f"token_flow_sweep: {self.token_flow_knob} must be a number {need}, got {v}")
-        if not (math.isfinite(self.token_flow_temperature) and self.token_flow_temperature >= 0):
-            raise ForethoughtError(f"token_flow_temperature must be a number >= 0, got {self.token_flow_temperature}")
-        unknown = [m for m in self.models if m not in OWN_MODELS]
-        if unknown:
-            raise ForethoughtError(f"models: unknown {', '.join(unknown)}; the run's own models are "
-                                   f"{', '.join(OWN_MODELS)} (other runs go in compare)")
-        if len(set(self.models)) != len(self.models):
-            raise ForethoughtError(f"models lists a model twice: {self.models}")
 
 
 # ---- the models ----------------------------------------------------------------------------------------------

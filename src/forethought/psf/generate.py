@@ -8,7 +8,6 @@ is checked, so a corrupt or truncated one is a one-line error naming it, never a
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 import yaml
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
-from forethought.core.config import field, yaml_problem
+from forethought.core.config import yaml_problem
 from forethought.core.env import cache_dir
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_text, read_json_object
@@ -29,46 +28,21 @@ from forethought.data.corpora import eval_windows, load_token_splits
 from forethought.data.planted import PLANTED, PlantedConfig, PlantedTokenizer, planted_split
 from forethought.models.gpt import GPT
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
+from forethought.psf.config import (
+    STATE_ONLY_PRIOR,
+    PSFDataConfig,
+    SampleConfig,
+    check_planted_shape,
+)
 from forethought.psf.model import PSFModel, PSFModelConfig, generate_blocks
 from forethought.psf.prior import FlowPrior, PriorConfig, leading_known_mask, sample_prior
 from forethought.psf.sampling import device_generator
 
-MODEL_STAGES = ("base", "landing", "self_realized", "codes")
-STATE_ONLY_PRIOR = "prior_state_only"  # the state-only variant's prior (recipe prior.state_only_variant)
 # What later steps read from each kind of stage result (the recipe's report and resume, load_recipe).
 STAGE_KEYS = {"model": ("blocks", "features", "steps", "train_wall_s"),
               "prior": ("params", "blocks", "dim", "steps", "train_wall_s"),
               "ar": ("steps", "training_tokens", "train_wall_s")}
 RUN_KEYS = ("stages", "final_stage", "vocab_size", "bos_id")
-
-
-@dataclass
-class PSFDataConfig:
-    corpus: str = field("wikitext-2", "corpus name (wikitext-2, tinyshakespeare, tinystories, generated, planted), "
-                        "a .txt path, or hf:<dataset>")
-    tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id (not used by the planted corpus)")
-    eval_sequences: int = field(256, "validation windows (non-overlapping, from the start of the valid split)")
-    cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
-    planted: PlantedConfig = field(PlantedConfig(), "corpus 'planted': token ids from a topic HMM over blocks with "
-                                   "an exact likelihood (documents of blocks x block_tokens = model.seq_len tokens)")
-
-    def validate(self) -> None:
-        if self.eval_sequences < 1:
-            raise ForethoughtError(f"eval_sequences must be at least 1, got {self.eval_sequences}")
-        if self.corpus == PLANTED:
-            try:
-                self.planted.validate()
-            except ForethoughtError as e:
-                raise ForethoughtError(f"planted: {e}") from None
-
-
-def check_planted_shape(cfg: PSFDataConfig, seq_len: int, blocks: int) -> None:
-    """With the planted corpus, PSF's windows must be whole documents and its blocks the planted blocks."""
-    p = cfg.planted
-    if cfg.corpus == PLANTED and (seq_len != p.document_tokens or blocks != p.blocks):
-        raise ForethoughtError(f"data.planted: a document is {p.blocks} blocks of {p.block_tokens} tokens, and PSF's "
-                               f"windows and blocks must be its documents and blocks: set model.seq_len "
-                               f"{p.document_tokens} and model.blocks {p.blocks} (got {seq_len} and {blocks})")
 
 
 def load_data(cfg: PSFDataConfig, seq_len: int) -> tuple[np.ndarray, np.ndarray, Any]:
@@ -328,46 +302,6 @@ def sample_states(model: PSFModel, prior: FlowPrior, n: int, *, steps: int | Non
     if model.use_codes:
         codes = traj[..., S:] if prior.dim > S else torch.zeros(n, K, model.code_dim, device=dev)
     return states, codes, force, force_blocks
-
-
-@dataclass
-class SampleConfig:
-    recipe_run: str = field("", "the 'psf recipe' run folder to sample from (required)")
-    name: str = field("samples", "output folder name inside the recipe run")
-    model: Literal["psf", "ar"] = field("psf", "which model writes the samples")
-    stage: str = field("", "PSF model stage ('' = the final one)")
-    n: int = field(16, "number of samples")
-    batch_size: int = field(16, "samples per batch")
-    temperature: float = field(1.0, "decoder temperature (0 = greedy)")
-    top_p: float = field(1.0, "decoder nucleus, in (0, 1]")
-    prior_steps: int = field(0, "Euler steps (0 = the prior's configured steps)")
-    trajectory: Literal["prior", "mean"] = field("prior", "sampled state trajectories, or the mean one (ablation)")
-    prior: Literal["main", "state_only"] = field(
-        "main", "which prior writes the trajectories: main (states + codes when the run trained codes), or "
-        "state_only (the run's prior_state_only, recipe prior.state_only_variant: states only, zero codes)")
-    prompt_blocks: int = field(0, "prompted generation: the first m blocks of validation windows are given")
-    prompt_replace: bool = field(True, "prompted: also set the known entries of x_t to their interpolant at every "
-                                 "Euler step (replacement); false needs a prior trained with conditioning "
-                                 "known_mask, whose input then alone carries the prompt")
-    seed: int = field(0, "sampling seed")
-    device: str = field("auto", "auto | cpu | cuda | mps")
-
-    def validate(self) -> None:
-        if not self.recipe_run:
-            raise ForethoughtError("psf sample needs --recipe_run <folder of a 'psf recipe' run>")
-        for key in ("n", "batch_size"):
-            if getattr(self, key) < 1:
-                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
-        for key in ("prior_steps", "prompt_blocks"):
-            if getattr(self, key) < 0:
-                raise ForethoughtError(f"{key} must not be negative, got {getattr(self, key)}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ForethoughtError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ForethoughtError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.name in ("", ".", "..") or Path(self.name).name != self.name:
-            raise ForethoughtError(f"name must be a plain folder name (it is created inside the recipe run), "
-                                   f"got {self.name!r}")
 
 
 def sample(cfg: SampleConfig, resume: str | None = None) -> dict:

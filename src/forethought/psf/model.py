@@ -41,102 +41,16 @@ planted corpus it did not; README, "What made the states matter").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from forethought.core.config import at_least, field, finite
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig, block_causal_mask
+from forethought.psf.config import PSFModelConfig, check_blocks
 from forethought.psf.sampling import randn, sample_tokens
-
-
-@dataclass
-class PSFModelConfig:
-    vocab_size: int = field(0, "token vocabulary (0 = from the tokenizer at run time)")
-    seq_len: int = field(1024, "L: tokens per sequence")
-    blocks: int = field(8, "K: blocks per sequence (block length L/K)")
-    max_blocks: int = field(0, "largest K the model will be used with (sizes the decoder's position table); "
-                            "0 = blocks")
-    n_embd: int = field(768, "width of encoder and decoder")
-    enc_layers: int = field(6, "encoder transformer blocks")
-    dec_layers: int = field(6, "decoder transformer blocks")
-    n_head: int = field(12, "attention heads")
-    dropout: float = field(0.0, "dropout in encoder and decoder")
-    input_dropout: float = field(0.0, "in training, this fraction of the decoder's own input tokens (x_k,1..n-1 "
-                                 "of every branch) is replaced (input_dropout_with), so that the decoder must "
-                                 "lean on its states; never at evaluation or sampling")
-    input_dropout_with: Literal["mask", "random"] = field(
-        "mask", "what replaces a dropped input token: mask = a learned vector (starts at zero), random = a token "
-        "drawn uniformly from the vocabulary")
-    state_dim: int = field(0, "state size (0 = n_embd)")
-    pool: Literal["mean", "last"] = field("mean", "how a block's token features become its state")
-    states: Literal["predictive", "content"] = field("predictive", "predictive: s_k sums up blocks < k "
-                                                     "(s_1 learned); content (ablation): s_k encodes block k")
-    state_norm: Literal["batch", "none"] = field(
-        "batch", "batch: standardise each block index's summaries over the batch (running estimates at evaluation); "
-        "without it the decoder learns to read the states as a constant")
-    state_norm_momentum: float = field(0.05, "update rate of the running estimates of state_norm")
-    code_dim: int = field(64, "realization code size")
-    free_bits: float = field(1.0, "KL budget in nats per token (free bits, per block)")
-    code_in_init: Literal["zero", "normal"] = field(
-        "zero", "the decoder's code input when the codes stage starts: zero (the previous stage's function "
-        "unchanged; with the code head also at zero neither gets an expected gradient, a saddle) or normal "
-        "(std 0.02: the code head gets a gradient from the first step)")
-    kl_weight: float = field(1.0, "weight of the (free-bits) KL term")
-    # The code channel's ablation options (issue 31); each default keeps the model as it was.
-    code_init_sigma: float = field(
-        1.0, "the code posterior's sigma when the codes stage starts (the code head's log-variance bias set to "
-        "2 log sigma); 1 = N(0, I), the prior itself. Small sigma: the code carries its mean from the first step")
-    code_warmup_steps: int = field(
-        0, "codes stage: for its first N steps the decoder gets the posterior mean (no noise), a deterministic "
-        "warm-up; the KL is charged as usual")
-    code_enters: Literal["query", "inputs"] = field(
-        "query", "where branch k's code enters the decoder: query = its query slot only; inputs = the query slot "
-        "and every input position x_k,1..n-1 of the branch (added to the token embedding)")
-    code_lr_factor: float = field(1.0, "learning-rate factor of the code layers (code head, code input, and the "
-                                  "BN-VAE shift) in every stage that trains codes")
-    free_bits_block: float = field(0.0, "> 0: the KL budget per block in nats (e.g. log of the number of a "
-                                   "block's plans), instead of free_bits x block length")
-    code_mean_norm: Literal["none", "batch"] = field(
-        "none", "batch (BN-VAE, Zhu et al. 2020): standardise each block index's posterior means over the batch, "
-        "then scale by the fixed code_mean_gamma and shift by a learned vector, so that the expected KL per "
-        "dimension stays >= gamma^2/2 and the posterior cannot collapse onto the prior")
-    code_mean_gamma: float = field(0.5, "code_mean_norm batch: the fixed scale of the standardised means")
-
-    def validate(self) -> None:
-        """Messages name keys within this section; the recipe prefixes the section (``model: ...``)."""
-        check_blocks(self.seq_len, self.blocks)
-        if self.max_blocks and self.max_blocks < self.blocks:
-            raise ForethoughtError(f"max_blocks ({self.max_blocks}) must be >= blocks ({self.blocks})")
-        if self.n_head < 1 or self.n_embd % self.n_head:
-            raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
-        at_least(self, 0, "vocab_size")
-        finite(self, "free_bits", "kl_weight", "free_bits_block")  # NaN passes '< 0' below
-        for key in ("enc_layers", "dec_layers", "code_dim"):
-            if getattr(self, key) < 1:
-                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
-        for key in ("state_dim", "free_bits", "kl_weight", "code_warmup_steps", "free_bits_block"):
-            if getattr(self, key) < 0:
-                raise ForethoughtError(f"{key} must not be negative, got {getattr(self, key)}")
-        for key in ("dropout", "input_dropout"):
-            if not 0 <= getattr(self, key) < 1:
-                raise ForethoughtError(f"{key} must be in [0, 1), got {getattr(self, key)}")
-        for key in ("code_init_sigma", "code_lr_factor", "code_mean_gamma"):
-            value = getattr(self, key)
-            if not (math.isfinite(value) and value > 0):
-                raise ForethoughtError(f"{key} must be a number > 0, got {value}")
-        if not 0 < self.state_norm_momentum <= 1:
-            raise ForethoughtError(f"state_norm_momentum must be in (0, 1], got {self.state_norm_momentum}")
-
-
-def check_blocks(L: int, K: int) -> None:
-    if K <= 0 or L <= 0 or L % K:
-        raise ForethoughtError(f"sequence length L={L} must be a positive multiple of the block count K={K}")
 
 
 def pool_blocks(x: torch.Tensor, K: int, how: str) -> torch.Tensor:

@@ -32,48 +32,15 @@ such a prior is the all-zero mask.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from forethought.core.config import at_least, field, finite
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
+from forethought.psf.config import PriorConfig
 from forethought.psf.sampling import randn
-
-
-@dataclass
-class PriorConfig:
-    n_embd: int = field(256, "prior transformer width")
-    n_layer: int = field(4, "prior transformer blocks")
-    n_head: int = field(4, "prior attention heads")
-    time_mu: float = field(0.0, "logit-normal time: mean of the logit (t = 1 is data)")
-    time_sigma: float = field(1.0, "logit-normal time: std of the logit")
-    min_gap: float = field(0.05, "clamp 1 - t below at this value in the velocity loss")
-    steps: int = field(50, "Euler steps at sampling")
-    state_only: bool = field(False, "model states only; the decoder then gets zero codes")
-    stats_sequences: int = field(256, "training sequences for the standardisation statistics and mean trajectory")
-    conditioning: Literal["none", "known_mask"] = field(
-        "none", "none: unconditional, prompts fixed by replacement only; known_mask: trained with a random number "
-        "of known leading blocks (uniform 0..most) given as input channels [x_t, known·mask, mask], loss on the "
-        "unknown entries only")
-
-    def validate(self) -> None:
-        if self.n_head < 1 or self.n_embd % self.n_head:
-            raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
-        finite(self, "time_mu")
-        for key in ("n_layer", "steps", "stats_sequences"):
-            if getattr(self, key) < 1:
-                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
-        if not 0 < self.min_gap <= 1:
-            raise ForethoughtError(f"min_gap must be in (0, 1], got {self.min_gap}")
-        if not self.time_sigma > 0:
-            raise ForethoughtError(f"time_sigma must be > 0, got {self.time_sigma}")
-
 
 # ---- pure functions ----------------------------------------------------------------------------------------
 

@@ -44,150 +44,33 @@ import numpy as np
 import torch
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, load_weights
-from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text, read_json_object
-from forethought.core.run import Run, RunConfig
+from forethought.core.run import Run
 from forethought.core.runtime import Runtime, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, random_windows, vocab_size_for
 from forethought.data.planted import PLANTED, build_generator, token_nll
-from forethought.psf.ar import ARModelConfig, ar_loss, build_ar
+from forethought.psf.ar import ar_loss, build_ar
+from forethought.psf.config import MODEL_STAGES, STATE_ONLY_PRIOR, RecipeConfig, StageConfig
 from forethought.psf.generate import (
-    MODEL_STAGES,
     STAGE_KEYS,
-    STATE_ONLY_PRIOR,
-    PSFDataConfig,
     build_psf,
-    check_planted_shape,
     configure,
     load_data,
     prior_for,
 )
 from forethought.psf.model import (
     PSFModel,
-    PSFModelConfig,
     calibrate_states,
-    check_blocks,
     realized_summaries,
     start_codes,
 )
 from forethought.psf.prior import FlowPrior, PriorConfig
 from forethought.psf.sampling import device_generator
 
-BASELINES = ("ar",)
 # Validation windows evaluated during training (eval_every): a small fixed set, the first of the valid split.
 EVAL_WINDOWS = 64
-
-
-@dataclass
-class StageConfig:
-    enabled: bool = field(True, "train this stage (its feature stays on in later stages either way)")
-    train: TrainConfig = field(TrainConfig(steps=100, batch_size=16, lr=1e-3, log_every=10), "optimisation")
-
-
-@dataclass
-class RolloutConfig:
-    prob: float = field(0.5, "per block: probability of feeding the self-realized state instead of the clean one")
-    temperature: float = field(0.65, "rollout sampling temperature (0 = greedy)")
-    top_p: float = field(0.95, "rollout nucleus, in (0, 1]")
-
-    def validate(self) -> None:
-        if not 0 <= self.prob <= 1:
-            raise ForethoughtError(f"prob must be in [0, 1], got {self.prob}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ForethoughtError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ForethoughtError(f"top_p must be in (0, 1], got {self.top_p}")
-
-
-@dataclass
-class PriorStageConfig:
-    enabled: bool = field(True, "train the flow prior")
-    model: PriorConfig = field(PriorConfig(), "prior network, time sampling, sampler")
-    train: TrainConfig = field(TrainConfig(steps=200, batch_size=32, lr=1e-3, log_every=10), "optimisation")
-    state_only_variant: bool = field(
-        False, "also train a second prior, over the states only, on the same code-trained decoder (stage "
-        "prior_state_only; the decoder then gets zero codes): the paper's state-only configuration beside the "
-        "main one (prior over states + codes). Needs the codes stage and no longer_blocks")
-
-
-@dataclass
-class LongerBlocksConfig:
-    blocks: list[int] = field([], "after the main stages, retrain at these block counts K' (< K: longer blocks)")
-    train: TrainConfig = field(TrainConfig(steps=100, batch_size=16, lr=5e-4, log_every=10), "model stages")
-    prior_train: TrainConfig = field(TrainConfig(steps=100, batch_size=32, lr=5e-4, log_every=10), "prior stages")
-
-
-@dataclass
-class ARStageConfig:
-    model: ARModelConfig = field(ARModelConfig(), "autoregressive GPT")
-    train: TrainConfig = field(TrainConfig(steps=0, batch_size=16, lr=1e-3, log_every=10),
-                               "optimisation (steps 0 = as many training tokens as the PSF model stages)")
-
-
-@dataclass
-class RecipeConfig:
-    run: RunConfig = field(RunConfig(name="psf-recipe"), "run folder, seed, device")
-    data: PSFDataConfig = field(PSFDataConfig(), "corpus and tokenisation")
-    model: PSFModelConfig = field(PSFModelConfig(), "PSF encoder/decoder (vocab_size from the tokenizer)")
-    rollout: RolloutConfig = field(RolloutConfig(), "self-realized prefix rollouts")
-    base: StageConfig = field(StageConfig(), "stage 1: base model")
-    landing: StageConfig = field(StageConfig(), "stage 2: + landing targets")
-    self_realized: StageConfig = field(StageConfig(), "stage 3: + self-realized prefix")
-    codes: StageConfig = field(StageConfig(), "stage 4: + realization codes")
-    prior: PriorStageConfig = field(PriorStageConfig(), "stage 5: rectified-flow prior")
-    longer_blocks: LongerBlocksConfig = field(LongerBlocksConfig(), "optional: longer blocks")
-    baselines: list[Literal["ar"]] = field([], "baselines to train beside PSF: ar")
-    ar: ARStageConfig = field(ARStageConfig(), "autoregressive baseline")
-
-    def validate(self) -> None:
-        """Every stage's settings (models, optimisation, sampling), so that a bad one fails before anything
-        trains or is written — not when its stage comes. Messages name the section (``prior.model: ...``)."""
-        sections: dict[str, Any] = {"data": self.data, "model": self.model, "rollout": self.rollout,
-                                    "prior.model": self.prior.model, "ar.model": self.ar.model}
-        sections.update({f"{s}.train": getattr(self, s).train for s in MODEL_STAGES})
-        sections.update({"prior.train": self.prior.train, "longer_blocks.train": self.longer_blocks.train,
-                         "longer_blocks.prior_train": self.longer_blocks.prior_train, "ar.train": self.ar.train})
-        longer = bool(self.longer_blocks.blocks)
-        trained = {**{f"{s}.train": getattr(self, s).enabled for s in MODEL_STAGES}, "prior.train": self.prior.enabled,
-                   "longer_blocks.train": longer, "longer_blocks.prior_train": longer and self.prior.enabled,
-                   "ar.train": "ar" in self.baselines}
-        for key, section in sections.items():
-            check = getattr(section, "validate", None)
-            try:
-                if check is not None:
-                    check()
-                least = 0 if key == "ar.train" else 1  # ar: 0 = as many tokens as the model stages
-                if trained.get(key) and section.steps < least:
-                    raise ForethoughtError(f"steps must be at least {least}, got {section.steps}")
-            except ForethoughtError as e:
-                raise ForethoughtError(f"{key}: {e}") from None
-        check_planted_shape(self.data, self.model.seq_len, self.model.blocks)
-        planted = self.data.planted.blocks if self.data.corpus == PLANTED else 0
-        for k in self.longer_blocks.blocks:
-            if planted and k > 0 and planted % k:
-                raise ForethoughtError(f"longer_blocks.blocks: K'={k} must divide data.planted.blocks ({planted}), "
-                                       "so that each longer block is whole planted blocks")
-            try:
-                check_blocks(self.model.seq_len, k)
-            except ForethoughtError as e:
-                raise ForethoughtError(f"longer_blocks.blocks: {e}") from None
-            if k > max(self.model.max_blocks, self.model.blocks):
-                raise ForethoughtError(f"longer_blocks.blocks: K'={k} exceeds model.blocks; set model.max_blocks "
-                                       f">= {k} to size the decoder for it")
-        for b in self.baselines:
-            if b not in BASELINES:
-                raise ForethoughtError(f"baselines: unknown baseline '{b}' (choose from {', '.join(BASELINES)})")
-        if not any(getattr(self, s).enabled for s in MODEL_STAGES):
-            raise ForethoughtError("every PSF model stage is disabled; enable at least one")
-        if self.prior.state_only_variant:
-            if not (self.prior.enabled and self.codes.enabled) or self.prior.model.state_only:
-                raise ForethoughtError("prior.state_only_variant needs the codes stage and the prior enabled, "
-                                       "and prior.model.state_only false (the main prior models states + codes)")
-            if self.longer_blocks.blocks:
-                raise ForethoughtError("prior.state_only_variant is not supported with longer_blocks.blocks "
-                                       "(the variant's prior belongs to the codes stage); set longer_blocks.blocks []")
 
 
 # ---- the plan ------------------------------------------------------------------------------------------------

@@ -44,20 +44,20 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
-from forethought.core.config import at_least, field, finite, positive, within
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import read_json_object
 from forethought.core.runtime import pick_device, step_generator, unwrap
 from forethought.models.gpt import GPT, GPTConfig
+from forethought.psf.config import TokenFlowConfig
 from forethought.psf.prior import euler_step, flow_loss, interpolate, logit_normal_t, time_embedding
 from forethought.psf.sampling import randn, sample_tokens
 
@@ -67,44 +67,6 @@ if TYPE_CHECKING:  # sampling and loading a flow never import the training loop
     from forethought.core.trainer import TrainConfig
 
 MODEL_TYPE = "forethought-token-flow"  # config.json of its checkpoints
-
-
-@dataclass
-class TokenFlowConfig:
-    seq_len: int = field(64, "tokens per sequence L")
-    n_embd: int = field(256, "denoiser width")
-    n_layer: int = field(4, "denoiser transformer blocks")
-    n_head: int = field(4, "denoiser attention heads")
-    head: Literal["logits", "embedding"] = field("logits", "logits: LM head, x̂ = softmax·E; embedding: x̂ directly")
-    rounding: Literal["lm_head", "nearest"] = field("lm_head", "final x̂ -> tokens: LM head argmax or nearest embedding")
-    self_cond: bool = field(True, "self-conditioning on the previous x̂")
-    self_cond_prob: float = field(0.5, "training: fraction of examples that get a self-conditioning estimate")
-    time_dim: int = field(32, "sinusoidal time features concatenated to every position's input")
-    time_mu: float = field(0.0, "logit-normal time: mean of the logit (t = 1 is data)")
-    time_sigma: float = field(1.0, "logit-normal time: std of the logit")
-    min_gap: float = field(0.05, "clamp 1 - t below at this value in the velocity loss")
-    ce_weight: float = field(0.0, "weight of an extra cross-entropy loss on the logits (head=logits only)")
-    steps: int = field(32, "Euler steps at sampling")
-
-    def validate(self) -> None:
-        if self.rounding == "lm_head" and self.head != "logits":
-            raise ForethoughtError("token_flow.rounding=lm_head needs token_flow.head=logits; use rounding=nearest")
-        if self.ce_weight and self.head != "logits":
-            raise ForethoughtError("token_flow.ce_weight > 0 needs token_flow.head=logits")
-        if not 0.0 <= self.self_cond_prob <= 1.0:
-            raise ForethoughtError(f"token_flow.self_cond_prob must be in [0, 1], got {self.self_cond_prob}")
-        try:
-            at_least(self, 1, "seq_len", "n_embd", "n_layer", "n_head", "time_dim", "steps")
-            if self.n_embd % self.n_head:
-                raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-            finite(self, "time_mu")
-            positive(self, "time_sigma")
-            within(self, 0, 1, "min_gap")
-            if self.min_gap == 0:
-                raise ForethoughtError("min_gap must be in (0, 1], got 0")
-            at_least(self, 0, "ce_weight")
-        except ForethoughtError as e:  # this section's messages name it, as the checks above do
-            raise ForethoughtError(f"token_flow.{e}") from None
 
 
 def embedding_table(model: nn.Module) -> torch.Tensor:

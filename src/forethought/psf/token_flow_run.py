@@ -16,49 +16,14 @@ finished ``psf recipe`` run that trained the AR baseline (``baselines: [ar]``).
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from forethought.core.config import field, load_config
+from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import read_json_object
-from forethought.psf.token_flow import TokenFlowConfig
-
-
-@dataclass
-class TokenFlowRunConfig:
-    recipe_run: str = field("", "the finished 'psf recipe' run with the AR baseline (baselines: [ar]) whose token "
-                            "table, batches and AR optimiser settings the flow takes (required)")
-    out_dir: str = field("", "where the run folder is written ('' = beside recipe_run)")
-    name: str = field("token_flow", "run folder name under out_dir")
-    device: str = field("auto", "auto | cpu | cuda | mps")
-    size: Literal["matched", "config"] = field(
-        "matched", "matched: PSF's width and the depth whose trained parameters are closest to PSF encoder + "
-        "decoder; config: token_flow.n_embd / n_layer / n_head as given")
-    param_tolerance: float = field(0.2, "size matched: the parameter ratio to PSF encoder + decoder must be within "
-                                   "1 ± this")
-    steps: int = field(0, "training steps (0 = the AR baseline's: the same windows and tokens)")
-    token_flow: TokenFlowConfig = field(TokenFlowConfig(), "the flow (seq_len is the recipe's L; n_embd, n_layer "
-                                        "and n_head are used with size: config only)")
-
-    def validate(self) -> None:
-        if not self.recipe_run:
-            raise ForethoughtError("psf token-flow needs --recipe_run <folder of a finished 'psf recipe' run with "
-                                   "baselines: [ar]>")
-        if not self.name or "/" in self.name:
-            raise ForethoughtError(f"name must be a folder name, got {self.name!r}")
-        if not 0 < self.param_tolerance < 1:
-            raise ForethoughtError(f"param_tolerance must be in (0, 1), got {self.param_tolerance}")
-        if self.steps < 0:
-            raise ForethoughtError(f"steps must be >= 0 (0 = the AR baseline's), got {self.steps}")
-        for key in ("n_embd", "n_layer", "n_head", "steps", "time_dim"):
-            if getattr(self.token_flow, key) < 1:
-                raise ForethoughtError(f"token_flow.{key} must be at least 1, got {getattr(self.token_flow, key)}")
-        if self.token_flow.n_embd % self.token_flow.n_head:
-            raise ForethoughtError(f"token_flow.n_embd ({self.token_flow.n_embd}) must be a multiple of "
-                                   f"token_flow.n_head ({self.token_flow.n_head})")
-        self.token_flow.validate()
+from forethought.psf.config import TokenFlowConfig, TokenFlowRunConfig
 
 
 def check_recipe_run(folder: Path) -> dict:

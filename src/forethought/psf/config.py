@@ -1,0 +1,577 @@
+"""Every configuration of ``forethought psf``, in a module that imports no torch: a command's config is loaded
+and checked (and ``--help`` printed) before the heavy libraries load. The modules that use these classes
+re-export them under their old names (``forethought.psf.recipe:RecipeConfig`` and so on).
+
+- the models: :class:`PSFModelConfig`, :class:`PriorConfig`, :class:`ARModelConfig`, :class:`TokenFlowConfig`,
+  and :class:`StageFeatures` (the switches a recipe stage turns on in the PSF model);
+- the data: :class:`PSFDataConfig`;
+- the commands: :class:`RecipeConfig` (``psf recipe``, with its stage sections), :class:`SampleConfig`
+  (``psf sample``), :class:`DiagnoseConfig` (``psf diagnose``), :class:`EvalConfig` (``psf eval``),
+  :class:`TokenFlowRunConfig` (``psf token-flow``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from forethought.core.config import at_least, field, finite, positive, within
+from forethought.core.errors import ForethoughtError
+from forethought.core.run import RunConfig
+from forethought.core.train_config import TrainConfig
+from forethought.data.planted import PLANTED, PlantedConfig
+
+MODEL_STAGES = ("base", "landing", "self_realized", "codes")
+STATE_ONLY_PRIOR = "prior_state_only"  # the state-only variant's prior (recipe prior.state_only_variant)
+BASELINES = ("ar",)
+OWN_MODELS = ("psf", "psf_mean_trajectory", "psf_state_only", "ar")  # psf eval: a recipe run's own models
+
+
+# ---- models -------------------------------------------------------------------------------------------------
+
+@dataclass
+class PSFModelConfig:
+    vocab_size: int = field(0, "token vocabulary (0 = from the tokenizer at run time)")
+    seq_len: int = field(1024, "L: tokens per sequence")
+    blocks: int = field(8, "K: blocks per sequence (block length L/K)")
+    max_blocks: int = field(0, "largest K the model will be used with (sizes the decoder's position table); "
+                            "0 = blocks")
+    n_embd: int = field(768, "width of encoder and decoder")
+    enc_layers: int = field(6, "encoder transformer blocks")
+    dec_layers: int = field(6, "decoder transformer blocks")
+    n_head: int = field(12, "attention heads")
+    dropout: float = field(0.0, "dropout in encoder and decoder")
+    input_dropout: float = field(0.0, "in training, this fraction of the decoder's own input tokens (x_k,1..n-1 "
+                                 "of every branch) is replaced (input_dropout_with), so that the decoder must "
+                                 "lean on its states; never at evaluation or sampling")
+    input_dropout_with: Literal["mask", "random"] = field(
+        "mask", "what replaces a dropped input token: mask = a learned vector (starts at zero), random = a token "
+        "drawn uniformly from the vocabulary")
+    state_dim: int = field(0, "state size (0 = n_embd)")
+    pool: Literal["mean", "last"] = field("mean", "how a block's token features become its state")
+    states: Literal["predictive", "content"] = field("predictive", "predictive: s_k sums up blocks < k "
+                                                     "(s_1 learned); content (ablation): s_k encodes block k")
+    state_norm: Literal["batch", "none"] = field(
+        "batch", "batch: standardise each block index's summaries over the batch (running estimates at evaluation); "
+        "without it the decoder learns to read the states as a constant")
+    state_norm_momentum: float = field(0.05, "update rate of the running estimates of state_norm")
+    code_dim: int = field(64, "realization code size")
+    free_bits: float = field(1.0, "KL budget in nats per token (free bits, per block)")
+    code_in_init: Literal["zero", "normal"] = field(
+        "zero", "the decoder's code input when the codes stage starts: zero (the previous stage's function "
+        "unchanged; with the code head also at zero neither gets an expected gradient, a saddle) or normal "
+        "(std 0.02: the code head gets a gradient from the first step)")
+    kl_weight: float = field(1.0, "weight of the (free-bits) KL term")
+    # The code channel's ablation options (issue 31); each default keeps the model as it was.
+    code_init_sigma: float = field(
+        1.0, "the code posterior's sigma when the codes stage starts (the code head's log-variance bias set to "
+        "2 log sigma); 1 = N(0, I), the prior itself. Small sigma: the code carries its mean from the first step")
+    code_warmup_steps: int = field(
+        0, "codes stage: for its first N steps the decoder gets the posterior mean (no noise), a deterministic "
+        "warm-up; the KL is charged as usual")
+    code_enters: Literal["query", "inputs"] = field(
+        "query", "where branch k's code enters the decoder: query = its query slot only; inputs = the query slot "
+        "and every input position x_k,1..n-1 of the branch (added to the token embedding)")
+    code_lr_factor: float = field(1.0, "learning-rate factor of the code layers (code head, code input, and the "
+                                  "BN-VAE shift) in every stage that trains codes")
+    free_bits_block: float = field(0.0, "> 0: the KL budget per block in nats (e.g. log of the number of a "
+                                   "block's plans), instead of free_bits x block length")
+    code_mean_norm: Literal["none", "batch"] = field(
+        "none", "batch (BN-VAE, Zhu et al. 2020): standardise each block index's posterior means over the batch, "
+        "then scale by the fixed code_mean_gamma and shift by a learned vector, so that the expected KL per "
+        "dimension stays >= gamma^2/2 and the posterior cannot collapse onto the prior")
+    code_mean_gamma: float = field(0.5, "code_mean_norm batch: the fixed scale of the standardised means")
+
+    def validate(self) -> None:
+        """Messages name keys within this section; the recipe prefixes the section (``model: ...``)."""
+        check_blocks(self.seq_len, self.blocks)
+        if self.max_blocks and self.max_blocks < self.blocks:
+            raise ForethoughtError(f"max_blocks ({self.max_blocks}) must be >= blocks ({self.blocks})")
+        if self.n_head < 1 or self.n_embd % self.n_head:
+            raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
+        at_least(self, 0, "vocab_size")
+        finite(self, "free_bits", "kl_weight", "free_bits_block")  # NaN passes '< 0' below
+        for key in ("enc_layers", "dec_layers", "code_dim"):
+            if getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
+        for key in ("state_dim", "free_bits", "kl_weight", "code_warmup_steps", "free_bits_block"):
+            if getattr(self, key) < 0:
+                raise ForethoughtError(f"{key} must not be negative, got {getattr(self, key)}")
+        for key in ("dropout", "input_dropout"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be in [0, 1), got {getattr(self, key)}")
+        for key in ("code_init_sigma", "code_lr_factor", "code_mean_gamma"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value > 0):
+                raise ForethoughtError(f"{key} must be a number > 0, got {value}")
+        if not 0 < self.state_norm_momentum <= 1:
+            raise ForethoughtError(f"state_norm_momentum must be in (0, 1], got {self.state_norm_momentum}")
+
+
+def check_blocks(L: int, K: int) -> None:
+    if K <= 0 or L <= 0 or L % K:
+        raise ForethoughtError(f"sequence length L={L} must be a positive multiple of the block count K={K}")
+
+
+@dataclass(frozen=True)
+class StageFeatures:
+    """The switches of a PSF model that the recipe turns on stage by stage (cumulative: a stage has its own
+    feature and every earlier stage's): landing inputs, realization codes, and the block count K it decodes
+    now (``blocks`` 0 = the config's). The model's parameters exist whatever they say, so that every stage loads
+    the previous stage's checkpoint unchanged; they are given to the model (:meth:`PSFModel.configure`, or its
+    constructor), never set on it attribute by attribute. Self-realized prefixes are a training choice and live
+    in the recipe."""
+
+    landing: bool = False
+    codes: bool = False
+    blocks: int = 0
+
+    def validate(self, cfg: PSFModelConfig) -> None:
+        """Against the model they switch: K must cut its sequence into equal blocks and fit its decoder."""
+        K = self.blocks or cfg.blocks
+        check_blocks(cfg.seq_len, K)
+        if K > max(cfg.max_blocks, cfg.blocks):
+            raise ForethoughtError(f"K={K} exceeds model.max_blocks; raise model.max_blocks")
+
+    @classmethod
+    def from_results(cls, entry: dict[str, Any]) -> StageFeatures:
+        """A model stage's entry of a recipe run's results.json (``features`` and ``blocks``)."""
+        f = entry["features"]
+        return cls(landing=bool(f["landing"]), codes=bool(f["codes"]), blocks=int(entry["blocks"]))
+
+
+@dataclass
+class PriorConfig:
+    n_embd: int = field(256, "prior transformer width")
+    n_layer: int = field(4, "prior transformer blocks")
+    n_head: int = field(4, "prior attention heads")
+    time_mu: float = field(0.0, "logit-normal time: mean of the logit (t = 1 is data)")
+    time_sigma: float = field(1.0, "logit-normal time: std of the logit")
+    min_gap: float = field(0.05, "clamp 1 - t below at this value in the velocity loss")
+    steps: int = field(50, "Euler steps at sampling")
+    state_only: bool = field(False, "model states only; the decoder then gets zero codes")
+    stats_sequences: int = field(256, "training sequences for the standardisation statistics and mean trajectory")
+    conditioning: Literal["none", "known_mask"] = field(
+        "none", "none: unconditional, prompts fixed by replacement only; known_mask: trained with a random number "
+        "of known leading blocks (uniform 0..most) given as input channels [x_t, known·mask, mask], loss on the "
+        "unknown entries only")
+
+    def validate(self) -> None:
+        if self.n_head < 1 or self.n_embd % self.n_head:
+            raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
+        finite(self, "time_mu")
+        for key in ("n_layer", "steps", "stats_sequences"):
+            if getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
+        if not 0 < self.min_gap <= 1:
+            raise ForethoughtError(f"min_gap must be in (0, 1], got {self.min_gap}")
+        if not self.time_sigma > 0:
+            raise ForethoughtError(f"time_sigma must be > 0, got {self.time_sigma}")
+
+
+@dataclass
+class ARModelConfig:
+    n_embd: int = field(768, "width")
+    n_layer: int = field(12, "transformer blocks")
+    n_head: int = field(12, "attention heads")
+    dropout: float = field(0.0, "dropout")
+
+    def validate(self) -> None:
+        if self.n_head < 1 or self.n_embd % self.n_head:
+            raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.n_layer < 1:
+            raise ForethoughtError(f"n_layer must be at least 1, got {self.n_layer}")
+        at_least(self, 1, "n_embd")  # 0 passes the divisibility check
+        if not 0 <= self.dropout < 1:
+            raise ForethoughtError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class TokenFlowConfig:
+    seq_len: int = field(64, "tokens per sequence L")
+    n_embd: int = field(256, "denoiser width")
+    n_layer: int = field(4, "denoiser transformer blocks")
+    n_head: int = field(4, "denoiser attention heads")
+    head: Literal["logits", "embedding"] = field("logits", "logits: LM head, x̂ = softmax·E; embedding: x̂ directly")
+    rounding: Literal["lm_head", "nearest"] = field("lm_head", "final x̂ -> tokens: LM head argmax or nearest embedding")
+    self_cond: bool = field(True, "self-conditioning on the previous x̂")
+    self_cond_prob: float = field(0.5, "training: fraction of examples that get a self-conditioning estimate")
+    time_dim: int = field(32, "sinusoidal time features concatenated to every position's input")
+    time_mu: float = field(0.0, "logit-normal time: mean of the logit (t = 1 is data)")
+    time_sigma: float = field(1.0, "logit-normal time: std of the logit")
+    min_gap: float = field(0.05, "clamp 1 - t below at this value in the velocity loss")
+    ce_weight: float = field(0.0, "weight of an extra cross-entropy loss on the logits (head=logits only)")
+    steps: int = field(32, "Euler steps at sampling")
+
+    def validate(self) -> None:
+        if self.rounding == "lm_head" and self.head != "logits":
+            raise ForethoughtError("token_flow.rounding=lm_head needs token_flow.head=logits; use rounding=nearest")
+        if self.ce_weight and self.head != "logits":
+            raise ForethoughtError("token_flow.ce_weight > 0 needs token_flow.head=logits")
+        if not 0.0 <= self.self_cond_prob <= 1.0:
+            raise ForethoughtError(f"token_flow.self_cond_prob must be in [0, 1], got {self.self_cond_prob}")
+        try:
+            at_least(self, 1, "seq_len", "n_embd", "n_layer", "n_head", "time_dim", "steps")
+            if self.n_embd % self.n_head:
+                raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+            finite(self, "time_mu")
+            positive(self, "time_sigma")
+            within(self, 0, 1, "min_gap")
+            if self.min_gap == 0:
+                raise ForethoughtError("min_gap must be in (0, 1], got 0")
+            at_least(self, 0, "ce_weight")
+        except ForethoughtError as e:  # this section's messages name it, as the checks above do
+            raise ForethoughtError(f"token_flow.{e}") from None
+
+
+# ---- data ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class PSFDataConfig:
+    corpus: str = field("wikitext-2", "corpus name (wikitext-2, tinyshakespeare, tinystories, generated, planted), "
+                        "a .txt path, or hf:<dataset>")
+    tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id (not used by the planted corpus)")
+    eval_sequences: int = field(256, "validation windows (non-overlapping, from the start of the valid split)")
+    cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
+    planted: PlantedConfig = field(PlantedConfig(), "corpus 'planted': token ids from a topic HMM over blocks with "
+                                   "an exact likelihood (documents of blocks x block_tokens = model.seq_len tokens)")
+
+    def validate(self) -> None:
+        if self.eval_sequences < 1:
+            raise ForethoughtError(f"eval_sequences must be at least 1, got {self.eval_sequences}")
+        if self.corpus == PLANTED:
+            try:
+                self.planted.validate()
+            except ForethoughtError as e:
+                raise ForethoughtError(f"planted: {e}") from None
+
+
+def check_planted_shape(cfg: PSFDataConfig, seq_len: int, blocks: int) -> None:
+    """With the planted corpus, PSF's windows must be whole documents and its blocks the planted blocks."""
+    p = cfg.planted
+    if cfg.corpus == PLANTED and (seq_len != p.document_tokens or blocks != p.blocks):
+        raise ForethoughtError(f"data.planted: a document is {p.blocks} blocks of {p.block_tokens} tokens, and PSF's "
+                               f"windows and blocks must be its documents and blocks: set model.seq_len "
+                               f"{p.document_tokens} and model.blocks {p.blocks} (got {seq_len} and {blocks})")
+
+
+# ---- psf recipe ---------------------------------------------------------------------------------------------
+
+@dataclass
+class StageConfig:
+    enabled: bool = field(True, "train this stage (its feature stays on in later stages either way)")
+    train: TrainConfig = field(TrainConfig(steps=100, batch_size=16, lr=1e-3, log_every=10), "optimisation")
+
+
+@dataclass
+class RolloutConfig:
+    prob: float = field(0.5, "per block: probability of feeding the self-realized state instead of the clean one")
+    temperature: float = field(0.65, "rollout sampling temperature (0 = greedy)")
+    top_p: float = field(0.95, "rollout nucleus, in (0, 1]")
+
+    def validate(self) -> None:
+        if not 0 <= self.prob <= 1:
+            raise ForethoughtError(f"prob must be in [0, 1], got {self.prob}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ForethoughtError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ForethoughtError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class PriorStageConfig:
+    enabled: bool = field(True, "train the flow prior")
+    model: PriorConfig = field(PriorConfig(), "prior network, time sampling, sampler")
+    train: TrainConfig = field(TrainConfig(steps=200, batch_size=32, lr=1e-3, log_every=10), "optimisation")
+    state_only_variant: bool = field(
+        False, "also train a second prior, over the states only, on the same code-trained decoder (stage "
+        "prior_state_only; the decoder then gets zero codes): the paper's state-only configuration beside the "
+        "main one (prior over states + codes). Needs the codes stage and no longer_blocks")
+
+
+@dataclass
+class LongerBlocksConfig:
+    blocks: list[int] = field([], "after the main stages, retrain at these block counts K' (< K: longer blocks)")
+    train: TrainConfig = field(TrainConfig(steps=100, batch_size=16, lr=5e-4, log_every=10), "model stages")
+    prior_train: TrainConfig = field(TrainConfig(steps=100, batch_size=32, lr=5e-4, log_every=10), "prior stages")
+
+
+@dataclass
+class ARStageConfig:
+    model: ARModelConfig = field(ARModelConfig(), "autoregressive GPT")
+    train: TrainConfig = field(TrainConfig(steps=0, batch_size=16, lr=1e-3, log_every=10),
+                               "optimisation (steps 0 = as many training tokens as the PSF model stages)")
+
+
+@dataclass
+class RecipeConfig:
+    run: RunConfig = field(RunConfig(name="psf-recipe"), "run folder, seed, device")
+    data: PSFDataConfig = field(PSFDataConfig(), "corpus and tokenisation")
+    model: PSFModelConfig = field(PSFModelConfig(), "PSF encoder/decoder (vocab_size from the tokenizer)")
+    rollout: RolloutConfig = field(RolloutConfig(), "self-realized prefix rollouts")
+    base: StageConfig = field(StageConfig(), "stage 1: base model")
+    landing: StageConfig = field(StageConfig(), "stage 2: + landing targets")
+    self_realized: StageConfig = field(StageConfig(), "stage 3: + self-realized prefix")
+    codes: StageConfig = field(StageConfig(), "stage 4: + realization codes")
+    prior: PriorStageConfig = field(PriorStageConfig(), "stage 5: rectified-flow prior")
+    longer_blocks: LongerBlocksConfig = field(LongerBlocksConfig(), "optional: longer blocks")
+    baselines: list[Literal["ar"]] = field([], "baselines to train beside PSF: ar")
+    ar: ARStageConfig = field(ARStageConfig(), "autoregressive baseline")
+
+    def validate(self) -> None:
+        """Every stage's settings (models, optimisation, sampling), so that a bad one fails before anything
+        trains or is written — not when its stage comes. Messages name the section (``prior.model: ...``)."""
+        sections: dict[str, Any] = {"data": self.data, "model": self.model, "rollout": self.rollout,
+                                    "prior.model": self.prior.model, "ar.model": self.ar.model}
+        sections.update({f"{s}.train": getattr(self, s).train for s in MODEL_STAGES})
+        sections.update({"prior.train": self.prior.train, "longer_blocks.train": self.longer_blocks.train,
+                         "longer_blocks.prior_train": self.longer_blocks.prior_train, "ar.train": self.ar.train})
+        longer = bool(self.longer_blocks.blocks)
+        trained = {**{f"{s}.train": getattr(self, s).enabled for s in MODEL_STAGES}, "prior.train": self.prior.enabled,
+                   "longer_blocks.train": longer, "longer_blocks.prior_train": longer and self.prior.enabled,
+                   "ar.train": "ar" in self.baselines}
+        for key, section in sections.items():
+            check = getattr(section, "validate", None)
+            try:
+                if check is not None:
+                    check()
+                least = 0 if key == "ar.train" else 1  # ar: 0 = as many tokens as the model stages
+                if trained.get(key) and section.steps < least:
+                    raise ForethoughtError(f"steps must be at least {least}, got {section.steps}")
+            except ForethoughtError as e:
+                raise ForethoughtError(f"{key}: {e}") from None
+        check_planted_shape(self.data, self.model.seq_len, self.model.blocks)
+        planted = self.data.planted.blocks if self.data.corpus == PLANTED else 0
+        for k in self.longer_blocks.blocks:
+            if planted and k > 0 and planted % k:
+                raise ForethoughtError(f"longer_blocks.blocks: K'={k} must divide data.planted.blocks ({planted}), "
+                                       "so that each longer block is whole planted blocks")
+            try:
+                check_blocks(self.model.seq_len, k)
+            except ForethoughtError as e:
+                raise ForethoughtError(f"longer_blocks.blocks: {e}") from None
+            if k > max(self.model.max_blocks, self.model.blocks):
+                raise ForethoughtError(f"longer_blocks.blocks: K'={k} exceeds model.blocks; set model.max_blocks "
+                                       f">= {k} to size the decoder for it")
+        for b in self.baselines:
+            if b not in BASELINES:
+                raise ForethoughtError(f"baselines: unknown baseline '{b}' (choose from {', '.join(BASELINES)})")
+        if not any(getattr(self, s).enabled for s in MODEL_STAGES):
+            raise ForethoughtError("every PSF model stage is disabled; enable at least one")
+        if self.prior.state_only_variant:
+            if not (self.prior.enabled and self.codes.enabled) or self.prior.model.state_only:
+                raise ForethoughtError("prior.state_only_variant needs the codes stage and the prior enabled, "
+                                       "and prior.model.state_only false (the main prior models states + codes)")
+            if self.longer_blocks.blocks:
+                raise ForethoughtError("prior.state_only_variant is not supported with longer_blocks.blocks "
+                                       "(the variant's prior belongs to the codes stage); set longer_blocks.blocks []")
+
+
+# ---- psf sample, diagnose, eval, token-flow -----------------------------------------------------------------
+
+@dataclass
+class SampleConfig:
+    recipe_run: str = field("", "the 'psf recipe' run folder to sample from (required)")
+    name: str = field("samples", "output folder name inside the recipe run")
+    model: Literal["psf", "ar"] = field("psf", "which model writes the samples")
+    stage: str = field("", "PSF model stage ('' = the final one)")
+    n: int = field(16, "number of samples")
+    batch_size: int = field(16, "samples per batch")
+    temperature: float = field(1.0, "decoder temperature (0 = greedy)")
+    top_p: float = field(1.0, "decoder nucleus, in (0, 1]")
+    prior_steps: int = field(0, "Euler steps (0 = the prior's configured steps)")
+    trajectory: Literal["prior", "mean"] = field("prior", "sampled state trajectories, or the mean one (ablation)")
+    prior: Literal["main", "state_only"] = field(
+        "main", "which prior writes the trajectories: main (states + codes when the run trained codes), or "
+        "state_only (the run's prior_state_only, recipe prior.state_only_variant: states only, zero codes)")
+    prompt_blocks: int = field(0, "prompted generation: the first m blocks of validation windows are given")
+    prompt_replace: bool = field(True, "prompted: also set the known entries of x_t to their interpolant at every "
+                                 "Euler step (replacement); false needs a prior trained with conditioning "
+                                 "known_mask, whose input then alone carries the prompt")
+    seed: int = field(0, "sampling seed")
+    device: str = field("auto", "auto | cpu | cuda | mps")
+
+    def validate(self) -> None:
+        if not self.recipe_run:
+            raise ForethoughtError("psf sample needs --recipe_run <folder of a 'psf recipe' run>")
+        for key in ("n", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
+        for key in ("prior_steps", "prompt_blocks"):
+            if getattr(self, key) < 0:
+                raise ForethoughtError(f"{key} must not be negative, got {getattr(self, key)}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ForethoughtError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ForethoughtError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.name in ("", ".", "..") or Path(self.name).name != self.name:
+            raise ForethoughtError(f"name must be a plain folder name (it is created inside the recipe run), "
+                                   f"got {self.name!r}")
+
+
+@dataclass
+class DiagnoseConfig:
+    recipe_run: str = field("", "the finished 'psf recipe' run folder to diagnose (required)")
+    stage: str = field("", "PSF model stage ('' = the final one): shuffle cost, ceiling blocks, decoding")
+    all_stages: bool = field(False, "also measure the state-shuffle cost of every other model stage of the run")
+    eval_sequences: int = field(256, "the first N validation windows are measured")
+    permutations: int = field(4, "derangements of the documents averaged in the state-shuffle cost")
+    ceiling_cut: Literal["restart", "mask"] = field(
+        "restart", "how the AR model's context is cut at block boundaries: restart = every block its own "
+        "sequence [bos, ...] at positions 0..n-1; mask = true positions, bos at each block start, block-diagonal "
+        "attention")
+    samples: int = field(64, "documents decoded from each source (at most the validation windows measured)")
+    temperature: float = field(1.0, "decoder temperature of the decoding comparison (0 = greedy)")
+    top_p: float = field(1.0, "decoder nucleus, in (0, 1]")
+    prior_steps: int = field(0, "Euler steps (0 = the prior's configured steps)")
+    n_boot: int = field(2000, "bootstrap resamples (documents) of the 95% intervals")
+    batch_size: int = field(32, "documents per forward pass")
+    seed: int = field(0, "seed of the permutations, the bootstrap and the samples")
+    device: str = field("auto", "auto | cpu | cuda | mps")
+
+    def validate(self) -> None:
+        if not self.recipe_run:
+            raise ForethoughtError("psf diagnose needs --recipe_run <folder of a finished 'psf recipe' run>")
+        if self.eval_sequences < 2:
+            raise ForethoughtError(f"eval_sequences must be at least 2 (states are swapped across documents), got "
+                                   f"{self.eval_sequences}")
+        for key in ("permutations", "samples", "n_boot", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
+        if self.prior_steps < 0:
+            raise ForethoughtError(f"prior_steps must not be negative, got {self.prior_steps}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ForethoughtError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ForethoughtError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class EvalConfig:
+    recipe_run: str = field("", "the finished 'psf recipe' run to evaluate (required)")
+    models: list[Literal["psf", "psf_mean_trajectory", "psf_state_only", "ar"]] = field(
+        [], "the run's own models: psf, psf_mean_trajectory (the PSF decoder on the prior's mean trajectory), "
+        "psf_state_only (the same decoder, the state-only prior, zero codes: recipe prior.state_only_variant), ar "
+        "([] = all it has: ar only when it trained the AR baseline, psf_state_only only when it trained that prior)")
+    compare: list[str] = field([], "further run folders evaluated beside it, each named by its folder name: "
+                               "'psf recipe' runs (their final PSF model and prior, e.g. the content-state "
+                               "ablation) and token-flow runs (checkpoints of forethought.psf.token_flow); the "
+                               "same corpus, tokenizer and L")
+    samples: int = field(256, "samples per model and sweep point")
+    references: int = field(256, "reference windows of L tokens from the test split")
+    reference_spread: Literal["even", "random", "first"] = field(
+        "even", "where the references lie in the test split: evenly spaced over all of it, a seeded random subset, "
+        "or its first windows")
+    sweep: list[list[float]] = field([[1.2, 1.0], [1.0, 1.0], [0.8, 0.9], [0.7, 0.9]],
+                                     "[temperature, top_p] sweep points of the PSF and AR decoders")
+    token_flow_knob: Literal["step_temperature", "noise"] = field(
+        "step_temperature", "the token flow's entropy knob: the softmax temperature at every Euler step "
+        "(> 1 lowers the entropy, < 1 raises it) or the SDE noise scale (> 0 lowers it)")
+    token_flow_sweep: list[float] = field([0.7, 1.0, 1.5, 2.0], "the knob's values, one sweep point each")
+    token_flow_temperature: float = field(1.0, "the token flow's rounding temperature on its final logits "
+                                          "(0 = argmax)")
+    judge: str = field("smollm2-135m", "text corpora: the judge causal LM (alias, HF id or folder); the planted "
+                       "corpus is judged by its true generator")
+    judge_batch: int = field(16, "texts per judge forward pass")
+    length_quantile: float = field(0.05, "judge-token cap of every text = this quantile of all their judge lengths "
+                                   "(matched lengths for MAUVE)")
+    mauve: bool = field(True, "text corpora: MAUVE of every sweep point against the references (mauve-text)")
+    mauve_boot: int = field(100, "bootstrap resamples of MAUVE (one k-means fit each; 0 = no MAUVE interval)")
+    n_boot: int = field(1000, "bootstrap resamples of every other interval")
+    cost: bool = field(True, "measure FLOPs per sample, serial depth and samples/s at batch 1 and 32")
+    batch_size: int = field(32, "samples per sampling batch")
+    seed: int = field(0, "sweep point i samples with seed + i (every model alike); also seeds the bootstrap, MAUVE "
+                      "and a random reference spread")
+    device: str = field("auto", "auto | cpu | cuda | mps")
+    out: str = field("", "output folder for results.json and curves.png ('' = <recipe_run>/eval)")
+    cache_dir: str = field("", "sample sets and judge passes are kept here so an interrupted evaluation resumes "
+                           "('' = <out>/cache)")
+    prepare_only: bool = field(False, "only sample and judge into the cache; write no results")
+    prompted_blocks: list[int] = field([], "planted corpus: also prompted continuations (forethought.psf.prompted): "
+                                       "for each m here, the first m blocks of `prompts` test documents are the "
+                                       "prompt of every PSF model (and of a conditioned prior without "
+                                       "replacement, <name>_no_replace); exact scores, intervals over prompts")
+    prompts: int = field(256, "prompted_blocks: test documents used as prompts")
+
+    def validate(self) -> None:
+        if not self.recipe_run:
+            raise ForethoughtError("psf eval needs --recipe_run <folder of a finished 'psf recipe' run>")
+        if self.prompted_blocks and self.prompts < 2:
+            raise ForethoughtError(f"prompts must be at least 2 (bootstrap intervals over prompts), got {self.prompts}")
+        if len(set(self.prompted_blocks)) != len(self.prompted_blocks):
+            raise ForethoughtError(f"prompted_blocks lists a prompt length twice: {self.prompted_blocks}")
+        for key in ("samples", "references"):
+            if getattr(self, key) < 2:
+                raise ForethoughtError(f"{key} must be at least 2 (bootstrap intervals, MAUVE), got "
+                                       f"{getattr(self, key)}")
+        for key in ("n_boot", "judge_batch", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
+        if not 0 <= self.mauve_boot <= self.n_boot:
+            raise ForethoughtError(f"mauve_boot must be in 0..n_boot ({self.n_boot}), got {self.mauve_boot}")
+        if not 0 <= self.length_quantile < 1:
+            raise ForethoughtError(f"length_quantile must be in [0, 1), got {self.length_quantile}")
+        if not self.sweep:
+            raise ForethoughtError("sweep needs at least one [temperature, top_p] point")
+        for point in self.sweep:
+            if len(point) != 2:
+                raise ForethoughtError(f"every sweep point is [temperature, top_p], got {point}")
+            temp, top_p = point
+            if not (math.isfinite(temp) and temp >= 0):
+                raise ForethoughtError(f"sweep: temperature must be a number >= 0 (0 = greedy), got {temp}")
+            if not 0 < top_p <= 1:
+                raise ForethoughtError(f"sweep: top_p must be in (0, 1], got {top_p}")
+        if not self.token_flow_sweep:
+            raise ForethoughtError("token_flow_sweep needs at least one value of the token flow's knob")
+        for v in self.token_flow_sweep:
+            bad = not math.isfinite(v) or (v <= 0 if self.token_flow_knob == "step_temperature" else v < 0)
+            if bad:
+                need = "> 0" if self.token_flow_knob == "step_temperature" else ">= 0"
+                raise ForethoughtError(f"token_flow_sweep: {self.token_flow_knob} must be a number {need}, got {v}")
+        if not (math.isfinite(self.token_flow_temperature) and self.token_flow_temperature >= 0):
+            raise ForethoughtError(f"token_flow_temperature must be a number >= 0, got {self.token_flow_temperature}")
+        unknown = [m for m in self.models if m not in OWN_MODELS]
+        if unknown:
+            raise ForethoughtError(f"models: unknown {', '.join(unknown)}; the run's own models are "
+                                   f"{', '.join(OWN_MODELS)} (other runs go in compare)")
+        if len(set(self.models)) != len(self.models):
+            raise ForethoughtError(f"models lists a model twice: {self.models}")
+
+
+@dataclass
+class TokenFlowRunConfig:
+    recipe_run: str = field("", "the finished 'psf recipe' run with the AR baseline (baselines: [ar]) whose token "
+                            "table, batches and AR optimiser settings the flow takes (required)")
+    out_dir: str = field("", "where the run folder is written ('' = beside recipe_run)")
+    name: str = field("token_flow", "run folder name under out_dir")
+    device: str = field("auto", "auto | cpu | cuda | mps")
+    size: Literal["matched", "config"] = field(
+        "matched", "matched: PSF's width and the depth whose trained parameters are closest to PSF encoder + "
+        "decoder; config: token_flow.n_embd / n_layer / n_head as given")
+    param_tolerance: float = field(0.2, "size matched: the parameter ratio to PSF encoder + decoder must be within "
+                                   "1 ± this")
+    steps: int = field(0, "training steps (0 = the AR baseline's: the same windows and tokens)")
+    token_flow: TokenFlowConfig = field(TokenFlowConfig(), "the flow (seq_len is the recipe's L; n_embd, n_layer "
+                                        "and n_head are used with size: config only)")
+
+    def validate(self) -> None:
+        if not self.recipe_run:
+            raise ForethoughtError("psf token-flow needs --recipe_run <folder of a finished 'psf recipe' run with "
+                                   "baselines: [ar]>")
+        if not self.name or "/" in self.name:
+            raise ForethoughtError(f"name must be a folder name, got {self.name!r}")
+        if not 0 < self.param_tolerance < 1:
+            raise ForethoughtError(f"param_tolerance must be in (0, 1), got {self.param_tolerance}")
+        if self.steps < 0:
+            raise ForethoughtError(f"steps must be >= 0 (0 = the AR baseline's), got {self.steps}")
+        for key in ("n_embd", "n_layer", "n_head", "steps", "time_dim"):
+            if getattr(self.token_flow, key) < 1:
+                raise ForethoughtError(f"token_flow.{key} must be at least 1, got {getattr(self.token_flow, key)}")
+        if self.token_flow.n_embd % self.token_flow.n_head:
+            raise ForethoughtError(f"token_flow.n_embd ({self.token_flow.n_embd}) must be a multiple of "
+                                   f"token_flow.n_head ({self.token_flow.n_head})")
+        self.token_flow.validate()
