@@ -59,10 +59,9 @@ import functools
 import math
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,24 +76,15 @@ from forethought.data.planted import (
     entropy_rate,
     planted_split,
 )
-from forethought.eval.cost import (
-    analytic_cached_decode,
-    analytic_flops,
-    count_forward_calls,
-    flops_per_document,
-    matmul_params,
-    samples_per_second,
-)
+from forethought.eval.cost import count_forward_calls, flops_per_document, samples_per_second
 from forethought.eval.curves import plot_entropy_curves
 from forethought.eval.judge import load_judge, matched_length, score_texts
 from forethought.eval.mauve import mauve_available, mauve_score
 from forethought.eval.stats import resample_indices
 from forethought.eval.text import decode_samples, reference_set
-from forethought.psf.ar import sample_ar
-from forethought.psf.config import OWN_MODELS, EvalConfig
-from forethought.psf.generate import RecipeArtifacts, load_recipe, sample_psf
-from forethought.psf.model import PSFModel
-from forethought.psf.prior import FlowPrior
+from forethought.psf.config import EvalConfig
+from forethought.psf.eval_models import Candidate, build_candidates
+from forethought.psf.generate import RecipeArtifacts
 from forethought.psf.prompted import Sampler, check_prompt_blocks, prompted_continuations, prompted_table
 from forethought.psf.sampling import device_generator
 from forethought.psf.scores import (
@@ -111,200 +101,6 @@ from forethought.psf.scores import (
     planted_scores,
     run_fingerprint,
 )
-from forethought.psf.token_flow import TokenFlow, check_knobs, is_token_flow_run, load_token_flow, sample_token_flow
-
-KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain ODE sampler
-
-
-# ---- the models ----------------------------------------------------------------------------------------------
-
-@dataclass
-class Candidate:
-    """One evaluated model: ``sample(n, point, generator)`` -> (n, L) ids at one sweep point, and its cost facts."""
-
-    name: str
-    kind: Literal["psf", "psf_mean_trajectory", "ar", "token_flow"]
-    run: Path  # its run folder (its results.json keys the cache)
-    points: list[dict[str, float]]  # the sweep point settings
-    sample: Callable[[int, dict[str, float], torch.Generator], torch.Tensor]
-    neutral: dict[str, float]  # the setting at which cost is measured
-    depth_modules: list[torch.nn.Module]  # modules whose forward calls are the sequential steps of sampling
-    analytic: int  # analytic FLOPs per document
-    params: int
-    info: dict[str, Any]  # sizes, training facts and settings, copied into the results row
-    # PSF models: (prompt (n, m·L/K), generator, replace) -> (n, L) continuations; None for the others
-    prompted: Callable[[torch.Tensor, torch.Generator, bool], torch.Tensor] | None = None
-    conditioned: bool = False  # its prior takes the prompt's states as input (conditioning known_mask)
-
-
-def analytic_psf(model: PSFModel, prior: FlowPrior, steps: int, mean: bool) -> int:
-    """Analytic FLOPs of one PSF document: the prior's ``steps`` passes over K states (none for the mean
-    trajectory), the state / code / landing projections, and K KV-cached decodes of K + 1 prefix slots and
-    L/K - 1 further steps."""
-    K, n, d = model.blocks, model.block_len, model.config.n_embd
-    dec = model.decoder
-    flops = K * analytic_cached_decode(matmul_params(dec), dec.config.n_layer, d, K + 1, n - 1)
-    flops += 2 * model.state_in.weight.numel() * K  # states -> memory slots
-    if model.use_codes:
-        flops += 2 * model.code_in.weight.numel() * K
-    if model.landing:
-        flops += 2 * model.land_proj.weight.numel() * (K - 1)
-    if not mean:
-        pc = prior.config
-        per_step = analytic_flops(matmul_params(prior.net), K, pc.n_layer, pc.n_embd)
-        per_step += 2 * matmul_params(prior.time_mlp)  # the time MLP runs once per document and step
-        flops += steps * per_step
-    return int(flops)
-
-
-def analytic_ar(ar: torch.nn.Module, L: int) -> int:
-    """Analytic FLOPs of one KV-cached AR document of L tokens."""
-    return analytic_cached_decode(matmul_params(ar), ar.config.n_layer, ar.config.n_embd, 0, L)
-
-
-def analytic_token_flow(tf: TokenFlow) -> int:
-    """Analytic FLOPs of one token-flow document: ``steps`` dense passes over L positions (+ softmax·E)."""
-    c = tf.config
-    per_step = analytic_flops(matmul_params(tf.net), c.seq_len, c.n_layer, c.n_embd)
-    if c.head == "logits":
-        per_step += 2 * c.seq_len * tf.vocab_size * tf.dim  # x̂ = softmax(logits) · E
-    return int(c.steps * per_step)
-
-
-def psf_training(results: dict) -> dict[str, Any]:
-    """Training facts of a recipe run's PSF model: tokens of all model stages, wall time of all PSF stages."""
-    stages = {k: v for k, v in results["stages"].items() if k != "ar"}
-    return {"train_tokens": results.get("model_training_tokens"),
-            "train_wall_s": sum(v["train_wall_s"] for v in stages.values()),
-            "prior_train_steps": sum(v["steps"] for k, v in stages.items() if k.startswith("prior")),
-            "stages": list(stages)}
-
-
-def psf_candidate(name: str, art: RecipeArtifacts, run: Path, trajectory: Literal["prior", "mean"],
-                  cfg: EvalConfig, enc_dec: int, state_only: bool = False) -> Candidate:
-    prior = art.state_only_prior if state_only else art.prior
-    if prior is None:
-        what = ("state-only prior (recipe prior.state_only_variant)" if state_only
-                else "prior (the recipe's prior stage)")
-        raise ForethoughtError(f"{name}: stage '{art.stage}' of {run} has no trained {what}, so PSF cannot sample")
-    model, steps = art.model, prior.config.steps
-
-    def sample(n: int, point: dict[str, float], g: torch.Generator) -> torch.Tensor:
-        return sample_psf(model, prior, n, temperature=point["temperature"], top_p=point["top_p"], steps=steps,
-                          generator=g, trajectory=trajectory, batch_size=cfg.batch_size)
-
-    counts = model.num_params()
-    n_prior = sum(p.numel() for p in prior.parameters())
-    mean = trajectory == "mean"
-    info = {"params_encoder_decoder": counts["encoder"] + counts["decoder"],
-            "params_breakdown": {**counts, "prior": n_prior}, "prior_steps": 0 if mean else steps,
-            "blocks": model.blocks, "block_len": model.block_len, "states": model.config.states,
-            "trajectory": trajectory, "final_stage": art.stage, **psf_training(art.results),
-            "codes": "none" if not model.use_codes else "zero (state-only prior)" if prior.dim == model.state_dim
-            else "sampled with the states"}
-    if mean:
-        info["note"] = "the psf model and prior (no training of its own)"
-    if enc_dec != info["params_encoder_decoder"]:
-        info["params_ratio_to_psf_encoder_decoder"] = info["params_encoder_decoder"] / enc_dec
-    def prompted(prompt: torch.Tensor, g: torch.Generator, replace: bool = True) -> torch.Tensor:
-        dev = next(model.parameters()).device
-        return sample_psf(model, prior, len(prompt), steps=steps, generator=g, prompt=prompt.to(dev),
-                          replace=replace, batch_size=cfg.batch_size)
-
-    return Candidate(name, "psf_mean_trajectory" if mean else "psf", run, points_of(cfg.sweep), sample,
-                     {"temperature": 1.0, "top_p": 1.0}, ([] if mean else [prior]) + [model.decoder],
-                     analytic_psf(model, prior, steps, mean), counts["total"] + n_prior, info,
-                     None if mean else prompted, bool(getattr(prior, "conditioned", False)))
-
-
-def ar_candidate(art: RecipeArtifacts, run: Path, cfg: EvalConfig, enc_dec: int) -> Candidate:
-    ar, L, b = art.ar, art.cfg.model.seq_len, cfg.batch_size
-
-    def sample(n: int, point: dict[str, float], g: torch.Generator) -> torch.Tensor:
-        return torch.cat([sample_ar(ar, min(b, n - i), L, art.bos_id, temperature=point["temperature"],
-                                    top_p=point["top_p"], generator=g) for i in range(0, n, b)])
-
-    res = art.results["stages"]["ar"]
-    info = {"kv_cache": True, "params_ratio_to_psf_encoder_decoder": ar.num_params() / enc_dec,
-            "train_tokens": res["training_tokens"], "train_wall_s": res["train_wall_s"]}
-    return Candidate("ar", "ar", run, points_of(cfg.sweep), sample, {"temperature": 1.0, "top_p": 1.0}, [ar],
-                     analytic_ar(ar, L), ar.num_params(), info)
-
-
-def token_flow_candidate(name: str, tf: TokenFlow, results: dict, run: Path, cfg: EvalConfig,
-                         enc_dec: int) -> Candidate:
-    knob, b = cfg.token_flow_knob, cfg.batch_size
-    for v in cfg.token_flow_sweep:  # before anything is sampled: e.g. step_temperature needs a logits head
-        check_knobs(tf, **{**KNOB_NEUTRAL, knob: v})
-
-    def sample(n: int, point: dict[str, float], g: torch.Generator) -> torch.Tensor:
-        return sample_token_flow(tf, n, None, g, temperature=cfg.token_flow_temperature, batch_size=b,
-                                 **{knob: point[knob]})
-
-    info = {"steps": tf.config.steps, "params_ratio_to_psf_encoder_decoder": tf.num_params() / enc_dec,
-            "config": asdict(tf.config), "knob": knob, "rounding_temperature": cfg.token_flow_temperature,
-            "top_p": "none (no nucleus)", "frozen_table_params": tf.table.numel(),
-            "train_tokens": results.get("training_tokens"), "train_wall_s": results.get("train_wall_s")}
-    return Candidate(name, "token_flow", run, [{knob: float(v)} for v in cfg.token_flow_sweep], sample,
-                     {knob: KNOB_NEUTRAL[knob]}, [tf], analytic_token_flow(tf), tf.num_params(), info)
-
-
-def points_of(sweep: list[list[float]]) -> list[dict[str, float]]:
-    return [{"temperature": float(t), "top_p": float(p)} for t, p in sweep]
-
-
-def data_signature(art: RecipeArtifacts) -> dict[str, Any]:
-    """What a run models: the corpus, its tokenizer (planted: the generator's settings), L and the vocabulary."""
-    d = art.cfg.data
-    return {"corpus": d.corpus, "tokenizer": asdict(d.planted) if d.corpus == PLANTED else d.tokenizer,
-            "seq_len": art.cfg.model.seq_len, "vocab_size": art.results["vocab_size"]}
-
-
-def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtifacts, dict[str, Candidate]]:
-    """The evaluated run and every model to evaluate, checked (nothing is written)."""
-    run = Path(cfg.recipe_run)
-    names = [Path(f).resolve().name for f in cfg.compare]
-    for folder, name in zip(cfg.compare, names):
-        if not Path(folder).is_dir():
-            raise ForethoughtError(f"compare: {folder} is not a folder")
-        if name in OWN_MODELS or names.count(name) > 1:
-            raise ForethoughtError(f"compare: the folder name '{name}' of {folder} names another model too (models "
-                                   f"are named by their folders; {', '.join(OWN_MODELS)} are the run's own)")
-    art = load_recipe(run, device=device)
-    counts = art.model.num_params()
-    enc_dec = counts["encoder"] + counts["decoder"]
-    has = {"ar": art.ar is not None, "psf_state_only": art.state_only_prior is not None}
-    wanted = list(cfg.models) or [m for m in OWN_MODELS if has.get(m, True)]
-    if "ar" in wanted and art.ar is None:
-        raise ForethoughtError(f"models: {run} has no AR baseline (train it with baselines: [ar])")
-    cands: dict[str, Candidate] = {}
-    for name in wanted:
-        if name == "ar":
-            cands[name] = ar_candidate(art, run, cfg, enc_dec)
-        else:
-            cands[name] = psf_candidate(name, art, run, "mean" if name == "psf_mean_trajectory" else "prior", cfg,
-                                        enc_dec, state_only=name == "psf_state_only")
-    L, vocab = art.cfg.model.seq_len, art.results["vocab_size"]
-    for folder, name in zip(cfg.compare, names):
-        path = Path(folder)
-        if is_token_flow_run(path):
-            tf, results = load_token_flow(path, device)
-            if tf.vocab_size != vocab or tf.config.seq_len != L:
-                raise ForethoughtError(f"compare: the token flow {path} models {tf.config.seq_len} tokens over "
-                                       f"{tf.vocab_size} ids, the run {L} over {vocab}")
-            cands[name] = token_flow_candidate(name, tf, results, path, cfg, enc_dec)
-        elif (path / "config.yaml").is_file() and (path / "results.json").is_file():
-            other = load_recipe(path, device=device)
-            mine, theirs = data_signature(art), data_signature(other)
-            if mine != theirs:
-                diff = "; ".join(f"{k} {theirs[k]} vs {mine[k]}" for k in mine if mine[k] != theirs[k])
-                raise ForethoughtError(f"compare: {path} models other data than {run} ({diff})")
-            cands[name] = psf_candidate(name, other, path, "prior", cfg, enc_dec)
-        else:
-            raise ForethoughtError(f"compare: {path} is neither a finished 'psf recipe' run (config.yaml, "
-                                   "results.json) nor a token-flow run (a step-NNNNNN/ token-flow checkpoint)")
-    return art, cands
-
 
 # ---- references ----------------------------------------------------------------------------------------------
 
