@@ -19,6 +19,7 @@ from forethought.core.checkpoint import latest_checkpoint
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
+from forethought.psf.config import StageFeatures
 from forethought.psf.generate import load_recipe, sample_psf
 from forethought.psf.model import (
     PSFModel,
@@ -133,7 +134,7 @@ def test_branch_reads_only_states_up_to_its_block():
 
 def test_landing_target_conditioning():
     m = tiny_psf()
-    m.landing = True
+    m.configure(StageFeatures(landing=True))
     tokens = torch.randint(0, V, (1, 12))
     s = torch.randn(1, 4, m.state_dim, dtype=torch.float64)
     base = m.decode_logits(tokens, s)  # (B, K, n, V)
@@ -155,7 +156,7 @@ def test_training_logits_equal_sampling_logits(landing, codes, enters):
     branch's step-1 token; with ``code_enters inputs`` the code at every input position too)."""
     m = tiny_psf()
     m.config.code_enters = enters
-    m.landing, m.use_codes = landing, codes
+    m.configure(StageFeatures(landing=landing, codes=codes))
     tokens = torch.randint(0, V, (3, 12))
     s = m.states(tokens)
     c = torch.randn(3, 4, 4, dtype=torch.float64) if codes else None
@@ -172,7 +173,7 @@ def test_training_logits_equal_sampling_logits(landing, codes, enters):
 def test_forward_loss_codes_kl_and_self_realized():
     m = tiny_psf().float()
     m.train()
-    m.landing = m.use_codes = True
+    m.configure(StageFeatures(landing=True, codes=True))
     tokens = torch.randint(0, V, (2, 12))
     mu, logvar = m.posterior(m.encode(tokens)[1])
     per_block = (0.5 * (mu.pow(2) + logvar.exp() - 1 - logvar).sum(-1)).mean(0).detach()  # (K,) batch-mean KL
@@ -197,7 +198,7 @@ def test_realized_summaries_are_standardised_with_the_clean_batch_statistics():
     """Issue 14: the rollout's re-encoded summaries are standardised with the clean batch's mean and variance
     (not their own), and only the clean pass moves the running estimates."""
     m = tiny_psf().train()
-    m.landing = True
+    m.configure(StageFeatures(landing=True))
     tokens = torch.randint(0, V, (6, 12))
     fresh = copy.deepcopy(m)
     real = realized_summaries(m, tokens, generator=torch.Generator().manual_seed(1))
@@ -389,7 +390,7 @@ def test_ar_cached_sampling_equals_uncached():
 
 def test_sample_psf_unconditional_prompted_and_mean():
     m = tiny_psf().float()
-    m.landing = m.use_codes = True
+    m.configure(StageFeatures(landing=True, codes=True))
     prior = FlowPrior(PriorConfig(n_embd=16, n_layer=1, n_head=2, steps=3), dim=m.state_dim + 4, blocks=4)
     g = torch.Generator().manual_seed(0)
     ids = sample_psf(m, prior, 5, generator=g, batch_size=2)
@@ -576,7 +577,7 @@ def test_zero_code_layers_are_a_saddle_that_a_normal_code_input_breaks():
     torch.manual_seed(0)
     m = PSFModel(PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, n_embd=16, enc_layers=2, dec_layers=2,
                                 n_head=2, code_dim=4)).double().train()
-    m.use_codes = True
+    m.configure(StageFeatures(codes=True))
     tokens = torch.randint(0, V, (3, 12))
     m(tokens)["loss"].backward()
     assert m.code_head.weight.grad is None or not m.code_head.weight.grad.any()
@@ -600,7 +601,7 @@ def test_realized_state_never_sees_its_own_block_with_codes_and_landing(train):
     not change when block k (its tokens, hence its posterior code) or any later block changes. Before the fix,
     block k's code shaped the landing token generated block k-1 reads."""
     m = tiny_psf().train(train)
-    m.landing = m.use_codes = True
+    m.configure(StageFeatures(landing=True, codes=True))
     with torch.no_grad():  # codes that move every branch's first token
         m.code_in.weight.mul_(30)
         m.code_head.weight.mul_(10)
@@ -631,7 +632,7 @@ def test_evaluation_draws_codes_from_a_seeded_generator():
     """Issue 31: with codes on, two evaluations of the same model give identical numbers, whatever the global
     RNG did in between, and evaluating leaves the global RNG where it was."""
     m = tiny_psf()
-    m.use_codes = True
+    m.configure(StageFeatures(codes=True))
     windows = torch.randint(0, V, (5, 12))
     torch.manual_seed(1)
     state = torch.get_rng_state()
@@ -652,7 +653,7 @@ def codes_psf(**options) -> PSFModel:
     with torch.no_grad():
         m.code_in.weight.normal_(0, 0.3)
         m.code_head.weight.normal_(0, 0.3)
-    m.use_codes = True
+    m.configure(StageFeatures(codes=True))
     return m
 
 
@@ -700,13 +701,11 @@ def test_deterministic_warm_up_feeds_the_posterior_mean():
     m = codes_psf().train()
     tokens = torch.randint(0, V, (3, 12))
     mu = m.posterior(m.encode(tokens)[1])[0]
-    m.code_noise = False
-    a, b = m(tokens), m(tokens)
+    a, b = m(tokens, code_noise=False), m(tokens, code_noise=False)
     torch.testing.assert_close(a["codes"], mu)
     torch.testing.assert_close(a["ce"], b["ce"])
     assert a["kl"].item() > 0  # the KL is still charged
-    m.code_noise = True
-    assert not torch.allclose(m(tokens)["codes"], mu)
+    assert not torch.allclose(m(tokens)["codes"], mu)  # the default: sampled codes
 
 
 def test_bn_vae_mean_normalisation():
@@ -762,7 +761,7 @@ def test_recipe_applies_the_code_options(tmp_path, monkeypatch):
 
     def forward(self, tokens, *args, **kwargs):
         if self.training and self.use_codes:
-            seen["noise"].append(bool(self.code_noise))
+            seen["noise"].append(bool(kwargs.get("code_noise", True)))
         return real_forward(self, tokens, *args, **kwargs)
 
     monkeypatch.setattr(recipe_module, "train", train)

@@ -51,3 +51,21 @@ def test_stage_features_are_checked_against_the_model():
         config.StageFeatures(blocks=12).validate(mcfg)
     entry = {"features": {"landing": True, "self_realized": True, "codes": False}, "blocks": 2}
     assert config.StageFeatures.from_results(entry) == config.StageFeatures(landing=True, codes=False, blocks=2)
+
+
+def test_model_switches_are_given_not_set():
+    """The PSF model's stage switches come in as one checked StageFeatures (constructor or configure), and the
+    attributes that read them cannot be set from outside."""
+    from forethought.psf.model import PSFModel
+
+    mcfg = config.PSFModelConfig(vocab_size=8, seq_len=12, blocks=4, max_blocks=6, n_embd=8, enc_layers=1,
+                                 dec_layers=1, n_head=2, code_dim=2)
+    m = PSFModel(mcfg)
+    assert (m.landing, m.use_codes, m.blocks) == (False, False, 4)
+    assert m.configure(config.StageFeatures(landing=True, codes=True, blocks=6)) is m
+    assert (m.landing, m.use_codes, m.blocks, m.block_len) == (True, True, 6, 2)
+    with pytest.raises(AttributeError):
+        m.landing = False
+    with pytest.raises(ForethoughtError, match="exceeds model.max_blocks"):
+        m.configure(config.StageFeatures(blocks=12))
+    assert m.blocks == 6  # a refused configuration changes nothing

@@ -17,6 +17,7 @@ from forethought import cli
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.data.planted import PlantedConfig, build_generator, log_likelihood, sample_documents
+from forethought.psf.config import StageFeatures
 from forethought.psf.generate import SampleConfig, load_recipe, prior_for, sample_psf, sample_states
 from forethought.psf.model import PSFModel, PSFModelConfig
 from forethought.psf.prior import (
@@ -123,7 +124,7 @@ def tiny_model(states: str = "predictive") -> PSFModel:
     torch.manual_seed(0)
     m = PSFModel(PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, n_embd=16, enc_layers=1, dec_layers=1,
                                 n_head=2, code_dim=4, states=states))
-    m.use_codes = True
+    m.configure(StageFeatures(codes=True))
     with torch.no_grad():
         m.code_head.weight.normal_(0, 0.3)
     return m.eval()

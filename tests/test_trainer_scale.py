@@ -308,12 +308,13 @@ def test_activation_checkpointing_keeps_the_gradients(kind: str) -> None:
 
 
 def test_activation_checkpointing_in_the_psf_model() -> None:
+    from forethought.psf.config import StageFeatures
     from forethought.psf.model import PSFModel, PSFModelConfig
 
     torch.manual_seed(0)
     model = PSFModel(PSFModelConfig(vocab_size=32, seq_len=8, blocks=2, n_embd=16, enc_layers=1, dec_layers=2,
-                                    n_head=2, code_dim=4))
-    model.use_codes = model.landing = True  # the block-causal encoder, codes and landing inputs all recompute
+                                    n_head=2, code_dim=4), StageFeatures(landing=True, codes=True))
+    # the block-causal encoder, codes and landing inputs all recompute
     tokens = torch.randint(32, (4, 8), generator=torch.Generator().manual_seed(0))
 
     def loss_fn(m: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, dict]:

@@ -32,6 +32,7 @@ from forethought.psf.config import (
     STATE_ONLY_PRIOR,
     PSFDataConfig,
     SampleConfig,
+    StageFeatures,
     check_planted_shape,
 )
 from forethought.psf.model import PSFModel, PSFModelConfig, generate_blocks
@@ -134,9 +135,8 @@ def build_psf(mcfg: PSFModelConfig, vocab: int, seed: int) -> PSFModel:
 
 
 def configure(model: PSFModel, feats: dict[str, bool], blocks: int) -> PSFModel:
-    model.landing, model.use_codes = feats["landing"], feats["codes"]
-    model.set_blocks(blocks)
-    return model
+    """``model`` switched to a recipe stage given as its results.json entry's parts (``features``, ``blocks``)."""
+    return model.configure(StageFeatures(landing=feats["landing"], codes=feats["codes"], blocks=blocks))
 
 
 @dataclass
@@ -205,8 +205,8 @@ def load_stage_model(run_dir: Path, cfg: SavedRecipe, results: dict, stage: str)
     ckpt = latest_checkpoint(run_dir / stage)
     if ckpt is None:
         raise ForethoughtError(f"no checkpoint for stage '{stage}' in {run_dir}")
-    info = results["stages"][stage]
-    model = configure(build_psf(cfg.model, results["vocab_size"], cfg.seed), info["features"], info["blocks"])
+    model = build_psf(cfg.model, results["vocab_size"], cfg.seed).configure(
+        StageFeatures.from_results(results["stages"][stage]))
     load_checkpoint(ckpt, model)
     return model
 

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig, block_causal_mask
-from forethought.psf.config import PSFModelConfig, check_blocks
+from forethought.psf.config import PSFModelConfig, StageFeatures
 from forethought.psf.sampling import randn, sample_tokens
 
 
@@ -137,7 +137,10 @@ def mix_states(clean: torch.Tensor, realized: torch.Tensor, prob: float, generat
 
 
 class PSFModel(nn.Module):
-    def __init__(self, cfg: PSFModelConfig):
+    """The PSF model. ``features`` (:class:`StageFeatures`): the switches of the recipe stage it runs as (landing
+    inputs, codes, the block count now); :meth:`configure` changes them, validated, between stages."""
+
+    def __init__(self, cfg: PSFModelConfig, features: StageFeatures = StageFeatures()):
         super().__init__()
         cfg.validate()
         if cfg.vocab_size <= 0:
@@ -174,12 +177,8 @@ class PSFModel(nn.Module):
         bn = cfg.code_mean_norm == "batch"
         self.code_norm = StateNorm(cfg.code_dim, kmax, cfg.state_norm_momentum) if bn else None
         self.code_shift = nn.Parameter(torch.zeros(cfg.code_dim)) if bn else None
-        # Stage switches (the recipe turns them on stage by stage; the parameters always exist so that every
-        # stage loads the previous stage's checkpoint unchanged).
-        self.blocks = K
-        self.use_codes = False
-        self.landing = False
-        self.code_noise = True  # False: codes are the posterior mean (the deterministic warm-up)
+        self.features = features
+        self.configure(features)
 
     # ---- sizes ------------------------------------------------------------------------------------------
     @property
@@ -190,11 +189,25 @@ class PSFModel(nn.Module):
     def block_len(self) -> int:
         return self.config.seq_len // self.blocks
 
-    def set_blocks(self, K: int) -> None:
-        check_blocks(self.seq_len, K)
-        if K > max(self.config.max_blocks, self.config.blocks):
-            raise ForethoughtError(f"K={K} exceeds model.max_blocks; raise model.max_blocks")
-        self.blocks = K
+    # ---- stage switches --------------------------------------------------------------------------------
+    def configure(self, features: StageFeatures) -> PSFModel:
+        """Run as the stage ``features`` describes from now on (checked against the config first)."""
+        features.validate(self.config)
+        self.features = features
+        return self
+
+    @property
+    def blocks(self) -> int:
+        """K: the blocks the model decodes now (a longer-blocks stage decodes fewer than ``config.blocks``)."""
+        return self.features.blocks or self.config.blocks
+
+    @property
+    def use_codes(self) -> bool:
+        return self.features.codes
+
+    @property
+    def landing(self) -> bool:
+        return self.features.landing
 
     def num_params(self) -> dict[str, int]:
         enc = sum(p.numel() for p in self.encoder.parameters())
@@ -307,15 +320,17 @@ class PSFModel(nn.Module):
         return logits.view(B, K, n, -1)
 
     def forward(self, tokens: torch.Tensor, realized: torch.Tensor | None = None, mix_prob: float = 0.5,
-                generator: torch.Generator | None = None, code_generator: torch.Generator | None = None
-                ) -> dict[str, torch.Tensor]:
+                generator: torch.Generator | None = None, code_generator: torch.Generator | None = None,
+                code_noise: bool = True) -> dict[str, torch.Tensor]:
         """Teacher-forced loss on (B, L) tokens: cross-entropy over all L tokens (+ free-bits KL per token with
         codes). ``realized`` (B, K, S): the raw summaries (before the state normalisation) of the model's own
         rollout of ``tokens`` (:func:`realized_summaries`); they are standardised with the statistics of this
         batch's clean summaries, so that generated text keeps its shift from real text, and each block takes
         the resulting state instead of the clean one with probability ``mix_prob`` (self-realized prefix
         training; the target stays the real block). ``code_generator`` draws the codes' noise (default: the
-        global RNG); evaluation passes a seeded one so that its numbers repeat."""
+        global RNG); evaluation passes a seeded one so that its numbers repeat. ``code_noise`` False feeds the
+        decoder the posterior mean instead of a sample (the codes stage's deterministic warm-up); the KL is charged
+        either way."""
         if tokens.shape[1] != self.seq_len:
             raise ForethoughtError(f"PSF model expects sequences of {self.seq_len} tokens, got {tokens.shape[1]}")
         raw, feats = self.summaries(tokens)
@@ -329,7 +344,7 @@ class PSFModel(nn.Module):
         codes = None
         if self.use_codes:
             mu, logvar = self.posterior(feats)
-            if self.code_noise:
+            if code_noise:
                 eps = randn(tuple(mu.shape), code_generator, mu.device).to(mu.dtype)
                 codes = mu + (0.5 * logvar).exp() * eps  # reparameterised sample
             else:  # deterministic warm-up: the posterior mean

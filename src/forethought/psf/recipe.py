@@ -32,6 +32,7 @@ Sampling and rebuilding a finished run live in :mod:`forethought.psf.generate`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import time
@@ -52,11 +53,10 @@ from forethought.core.trainer import TrainConfig, train
 from forethought.data.corpora import eval_windows, random_windows, vocab_size_for
 from forethought.data.planted import PLANTED, build_generator, token_nll
 from forethought.psf.ar import ar_loss, build_ar
-from forethought.psf.config import MODEL_STAGES, STATE_ONLY_PRIOR, RecipeConfig, StageConfig
+from forethought.psf.config import MODEL_STAGES, STATE_ONLY_PRIOR, RecipeConfig, StageConfig, StageFeatures
 from forethought.psf.generate import (
     STAGE_KEYS,
     build_psf,
-    configure,
     load_data,
     prior_for,
 )
@@ -84,6 +84,11 @@ class Stage:
     train: TrainConfig  # with the AR baseline's steps resolved
     blocks: int = 0  # model stages: K
     seed_index: int = 0  # model stages: position among all model stages, enabled or not (seeds the stage)
+
+    def run(self, ctx: StageContext, sub: Run) -> dict:
+        """Train this stage (or take its finished results) in its folder ``sub``: its results.json entry."""
+        trainer = {"model": train_model_stage, "prior": train_prior_stage, "ar": train_ar_stage}[self.kind]
+        return trainer(ctx, self, sub)
 
 
 def plan_stages(cfg: RecipeConfig) -> list[Stage]:
@@ -172,8 +177,7 @@ def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16, seed: 
     likelihood of the generative model) and raw KL per token. The codes' noise comes from a generator seeded
     with ``seed`` (not the global RNG), so every evaluation of the same model gives the same numbers and
     evaluating does not move the training's random stream."""
-    model.eval()
-    noise, model.code_noise = model.code_noise, True  # sampled codes, also during the deterministic warm-up
+    model.eval()  # the forward's default: sampled codes, also after a deterministic warm-up
     dev = next(model.parameters()).device
     gen = device_generator(seed, dev)
     ce, kl, n = 0.0, 0.0, 0
@@ -184,7 +188,6 @@ def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16, seed: 
         kl += out["kl"].item() * len(w) if "kl" in out else 0.0
         n += len(w)
     model.train()
-    model.code_noise = noise
     return {"val_ce": ce / max(n, 1), "val_kl": kl / max(n, 1)}
 
 
@@ -212,6 +215,30 @@ def ar_val_ce(model: torch.nn.Module, windows: torch.Tensor, bos_id: int, batch:
 
 # ---- the recipe ----------------------------------------------------------------------------------------------
 
+@dataclass
+class StageContext:
+    """What every stage of one recipe run reads (config, runtime, data, the PSF model carried from stage to stage)
+    and what a stage hands on to later ones (the warm-start checkpoints, the parameter counts)."""
+
+    cfg: RecipeConfig
+    rt: Runtime
+    resume: str | None
+    train_tokens: np.ndarray
+    windows: torch.Tensor  # (N, L) validation windows: every stage's evaluation
+    calibration: torch.Tensor  # (N, L) training windows: each model stage recalibrates its state norm on them
+    vocab: int
+    bos_id: int
+    model: PSFModel
+    done: dict[str, dict]  # results of the stages --resume auto skips (finished_stages)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)  # results.json "params", filled by stages
+    prev_ckpt: Path | None = None  # the last model stage's final checkpoint: the next model stage's warm start
+    prev_prior: Path | None = None  # the last prior's: the next prior's warm start (longer blocks)
+    final_stage: str | None = None  # the last model stage trained so far
+
+    def batches(self, batch_size: int) -> Callable[[int], dict]:
+        return recipe_batches(self.cfg, self.train_tokens, batch_size)
+
+
 def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
     cfg.validate()  # also when the config was built in Python rather than loaded
     rt = runtime_for(cfg.run)
@@ -225,16 +252,10 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
     vocab = vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
     L, K = cfg.model.seq_len, cfg.model.blocks
     planted = cfg.data.corpus == PLANTED
-    align = window_align(cfg)
     windows = eval_windows(valid_tokens, cfg.data.eval_sequences, L)
-    # training windows on which every model stage recalibrates its state normalisation when it ends
     calibration = random_windows(train_tokens, cfg.prior.model.stats_sequences, L,
-                                 step_generator(cfg.run.seed, 0, salt=3), align)
+                                 step_generator(cfg.run.seed, 0, salt=3), window_align(cfg))
     t0 = time.perf_counter()
-
-    def batch_fn_for(batch_size: int) -> Callable[[int], dict]:
-        return recipe_batches(cfg, train_tokens, batch_size)
-
     results: dict[str, Any] = {"corpus": cfg.data.corpus, "tokenizer": "token ids" if planted else cfg.data.tokenizer,
                                "vocab_size": vocab, "bos_id": tokenizer.eos_token_id, "seq_len": L, "blocks": K,
                                "stages": {}, "eval_sequences": len(windows)}
@@ -242,31 +263,13 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
         results["true_val_nll"] = float(token_nll(build_generator(cfg.data.planted), windows.numpy()).mean())
     # Each stage seeds the global RNG (dropout, code noise) itself, so a stage that starts fresh after earlier
     # ones were skipped as complete trains exactly as in an uninterrupted run.
-    prev_ckpt: Path | None = None
-    prev_prior: Path | None = None
     model = build_psf(cfg.model, vocab, cfg.run.seed)
-    results["params"] = {"psf": model.num_params()}
-    final_stage = None
+    ctx = StageContext(cfg, rt, resume, train_tokens, windows, calibration, vocab, tokenizer.eos_token_id, model,
+                       done, params={"psf": model.num_params()})
+    results["params"] = ctx.params
     for stage in plan:
-        sub = Run.create(parent.dir, stage.name, is_main=rt.is_main)
-        if stage.kind == "model":
-            feats = stage_features(stage.name)
-            configure(model, feats, stage.blocks)
-            torch.manual_seed(cfg.run.seed + 1000 * (stage.seed_index + 1))
-            res = _train_model_stage(model, stage, feats, sub, rt, cfg, batch_fn_for(stage.train.batch_size),
-                                     windows, resume, prev_ckpt, calibration, done.get(stage.name))
-            prev_ckpt, final_stage = latest_checkpoint(sub.dir), stage.name
-        elif stage.kind == "prior":
-            res = _train_prior_stage(model, stage, sub, rt, cfg, train_tokens, batch_fn_for(stage.train.batch_size),
-                                     windows, resume, prev_prior, done.get(stage.name))
-            results["params"][stage.name] = res["params"]
-            prev_prior = latest_checkpoint(sub.dir)
-        else:
-            res, results["params"]["ar"] = _train_ar(stage, cfg, vocab, tokenizer.eos_token_id, sub, rt,
-                                                     batch_fn_for(stage.train.batch_size), windows, resume,
-                                                     done.get(stage.name))
-        results["stages"][stage.name] = res
-    results["final_stage"] = final_stage
+        results["stages"][stage.name] = stage.run(ctx, Run.create(parent.dir, stage.name, is_main=rt.is_main))
+    results["final_stage"] = ctx.final_stage
     results["model_training_tokens"] = model_tokens(plan, L)
     previous = _previous_results(parent.dir) if len(done) == len(plan) else None
     if previous is not None and previous == {**results, "wall_s": previous.get("wall_s")}:
@@ -311,18 +314,29 @@ def _model_config(model: PSFModel, feats: dict[str, bool]) -> dict:
     return {"model_type": "forethought-psf", **asdict(model.config), "blocks_now": model.blocks, **feats}
 
 
-def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], sub: Run, rt: Runtime,
-                       cfg: RecipeConfig, batch_fn: Any, windows: torch.Tensor, resume: str | None,
-                       prev_ckpt: Path | None, calibration: torch.Tensor, finished: dict | None) -> dict:
-    tcfg = stage.train
+def train_model_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
+    """A PSF model stage: the model switched to the stage's features, warm-started from the previous model
+    stage, trained, its state normalisation recalibrated at the last step, evaluated."""
+    cfg, model = ctx.cfg, ctx.model
+    feats = stage_features(stage.name)
+    model.configure(StageFeatures(landing=feats["landing"], codes=feats["codes"], blocks=stage.blocks))
+    torch.manual_seed(cfg.run.seed + 1000 * (stage.seed_index + 1))
+    res = _model_stage_results(ctx, stage, sub, feats)
+    ctx.prev_ckpt, ctx.final_stage = latest_checkpoint(sub.dir), stage.name
+    return res
+
+
+def _model_stage_results(ctx: StageContext, stage: Stage, sub: Run, feats: dict[str, bool]) -> dict:
+    cfg, model, tcfg, rt = ctx.cfg, ctx.model, stage.train, ctx.rt
+    finished = ctx.done.get(stage.name)
     if finished is not None:
         load_checkpoint(latest_checkpoint(sub.dir), model)
         if rt.is_main:
             print(f"{stage.name}: complete, skipped")
         return finished
     fresh = latest_checkpoint(sub.dir) is None
-    if fresh and prev_ckpt is not None:
-        load_checkpoint(prev_ckpt, model)  # warm start (trainer state of the previous stage is not used)
+    if fresh and ctx.prev_ckpt is not None:
+        load_checkpoint(ctx.prev_ckpt, model)  # warm start (trainer state of the previous stage is not used)
     if fresh and stage.name == "codes":  # the code input's start (a resumed stage has it in its checkpoint)
         start_codes(model, cfg.model.code_in_init, step_generator(cfg.run.seed, 0, salt=7), cfg.model.code_init_sigma)
     ro = cfg.rollout
@@ -332,36 +346,36 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
 
     def after_step(m: torch.nn.Module, step: int) -> None:
         if step + 1 == tcfg.steps:  # before the final checkpoint is written
-            calibrate_states(unwrap(m), calibration)
+            calibrate_states(unwrap(m), ctx.calibration)
 
     def loss_fn(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         tokens = batch["tokens"]
-        unwrap(m).code_noise = batch["step"] >= warmup  # the deterministic warm-up, then sampled codes
         realized, gen = None, None
         if feats["self_realized"]:
             seed = int(torch.randint(0, 2**62, (1,), generator=step_generator(cfg.run.seed, batch["step"], salt=1)))
             gen = device_generator(seed, tokens.device)
             realized = realized_summaries(unwrap(m), tokens, ro.temperature, ro.top_p, gen)
-        out = m(tokens, realized=realized, mix_prob=ro.prob, generator=gen)
+        # code_noise: the deterministic warm-up (posterior means), then sampled codes
+        out = m(tokens, realized=realized, mix_prob=ro.prob, generator=gen, code_noise=batch["step"] >= warmup)
         metrics = {"ce": out["ce"].detach()}
         if "kl" in out:
             metrics["kl"] = out["kl"].detach()
         return out["loss"], metrics
 
-    out = train(model, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=stage.name,
+    out = train(model, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
                 model_config=_model_config(model, feats), after_step=after_step, lr_scales=lr_scales,
-                eval_fn=lambda m, step: evaluate_psf(m, windows[:EVAL_WINDOWS]))
-    model.code_noise = True
+                eval_fn=lambda m, step: evaluate_psf(m, ctx.windows[:EVAL_WINDOWS]))
     res = {"blocks": model.blocks, "features": feats, "steps": tcfg.steps, "train_wall_s": out["wall_s"],
-           "final_loss": out.get("final_loss"), "curve": out["curve"], **evaluate_psf(model, windows)}
+           "final_loss": out.get("final_loss"), "curve": out["curve"], **evaluate_psf(model, ctx.windows)}
     sub.write_results(res)
     return res
 
 
-def _train_prior_stage(model: PSFModel, stage: Stage, sub: Run, rt: Runtime, cfg: RecipeConfig,
-                       train_tokens: np.ndarray, batch_fn: Any, windows: torch.Tensor, resume: str | None,
-                       prev_prior: Path | None, finished: dict | None) -> dict:
-    pcfg, tcfg = cfg.prior.model, stage.train
+def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
+    """A flow prior on the current PSF model's detached states (+ codes), its data statistics from training
+    windows; a longer-blocks prior warm-starts its network from the previous prior."""
+    cfg, model, rt, tcfg = ctx.cfg, ctx.model, ctx.rt, stage.train
+    pcfg = cfg.prior.model
     if stage.name == STATE_ONLY_PRIOR:  # the paper's state-only variant: the same decoder, states only
         pcfg = replace(pcfg, state_only=True)
     with_codes = model.use_codes and not pcfg.state_only
@@ -369,19 +383,21 @@ def _train_prior_stage(model: PSFModel, stage: Stage, sub: Run, rt: Runtime, cfg
     prior = prior_for(model, pcfg, trajectory_dim(model, pcfg), model.blocks)
     n_params = sum(p.numel() for p in prior.parameters())
     model.to(rt.device).eval()
+    finished = ctx.done.get(stage.name)
     if finished is not None:
         load_checkpoint(latest_checkpoint(sub.dir), prior)
         if rt.is_main:
             print(f"{stage.name}: complete, skipped")
+        ctx.params[stage.name], ctx.prev_prior = finished["params"], latest_checkpoint(sub.dir)
         return finished
     if latest_checkpoint(sub.dir) is None:
-        if prev_prior is not None:  # longer blocks: the network's weights carry over, the statistics do not
+        if ctx.prev_prior is not None:  # longer blocks: the network's weights carry over, the statistics do not
             from safetensors.torch import load_file
 
-            w = {k: v for k, v in load_file(str(prev_prior / "model.safetensors")).items()
+            w = {k: v for k, v in load_file(str(ctx.prev_prior / "model.safetensors")).items()
                  if k.startswith(("net.", "time_mlp.")) and prior.state_dict()[k].shape == v.shape}
-            load_weights(prior, w, strict=False, where=str(prev_prior))
-        stats_windows = random_windows(train_tokens, pcfg.stats_sequences, cfg.model.seq_len,
+            load_weights(prior, w, strict=False, where=str(ctx.prev_prior))
+        stats_windows = random_windows(ctx.train_tokens, pcfg.stats_sequences, cfg.model.seq_len,
                                        step_generator(cfg.run.seed, 0, salt=2), window_align(cfg))
         data = torch.cat([trajectories(model, stats_windows[i:i + 64].to(rt.device), with_codes).cpu()
                           for i in range(0, len(stats_windows), 64)])
@@ -391,41 +407,43 @@ def _train_prior_stage(model: PSFModel, stage: Stage, sub: Run, rt: Runtime, cfg
         return unwrap(p).loss(trajectories(model, batch["tokens"], with_codes)), {}
 
     def eval_fn(p: torch.nn.Module, step: int) -> dict[str, float]:
-        return {"val_flow_loss": prior_val_loss(p, model, windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)}
+        return {"val_flow_loss": prior_val_loss(p, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)}
 
-    out = train(prior, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=stage.name, eval_fn=eval_fn,
-                model_config={"model_type": "forethought-psf-prior", **asdict(pcfg), "dim": prior.dim,
-                              "blocks": prior.blocks, "with_codes": with_codes})
-    val = prior_val_loss(prior, model, windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)
+    out = train(prior, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
+                eval_fn=eval_fn, model_config={"model_type": "forethought-psf-prior", **asdict(pcfg),
+                                               "dim": prior.dim, "blocks": prior.blocks, "with_codes": with_codes})
+    val = prior_val_loss(prior, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)
     res = {"params": n_params, "blocks": prior.blocks, "dim": prior.dim, "with_codes": with_codes, "steps": tcfg.steps,
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
            "val_flow_loss": val}
     sub.write_results(res)
+    ctx.params[stage.name], ctx.prev_prior = n_params, latest_checkpoint(sub.dir)
     return res
 
 
-def _train_ar(stage: Stage, cfg: RecipeConfig, vocab: int, bos_id: int, sub: Run, rt: Runtime, batch_fn: Any,
-              windows: torch.Tensor, resume: str | None, finished: dict | None) -> tuple[dict, int]:
-    tcfg = stage.train
+def train_ar_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
+    """The autoregressive baseline on the same windows (its own model; the PSF model is not touched)."""
+    cfg, tcfg = ctx.cfg, stage.train
     torch.manual_seed(cfg.run.seed)
-    model = build_ar(cfg.ar.model, vocab, cfg.model.seq_len)
-    n_params = model.num_params()
+    model = build_ar(cfg.ar.model, ctx.vocab, cfg.model.seq_len)
+    ctx.params["ar"] = model.num_params()
+    finished = ctx.done.get(stage.name)
     if finished is not None:
-        if rt.is_main:
+        if ctx.rt.is_main:
             print("ar: complete, skipped")
-        return finished, n_params
+        return finished
 
     def loss_fn(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-        return ar_loss(m, batch["tokens"], bos_id), {}
+        return ar_loss(m, batch["tokens"], ctx.bos_id), {}
 
-    out = train(model, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc="ar",
-                model_config={**model.config_dict(), "bos_id": bos_id},
-                eval_fn=lambda m, step: {"val_ce": ar_val_ce(m, windows[:EVAL_WINDOWS], bos_id)})
+    out = train(model, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, ctx.rt, resume=ctx.resume, desc="ar",
+                model_config={**model.config_dict(), "bos_id": ctx.bos_id},
+                eval_fn=lambda m, step: {"val_ce": ar_val_ce(m, ctx.windows[:EVAL_WINDOWS], ctx.bos_id)})
     res = {"steps": tcfg.steps, "training_tokens": tcfg.steps * tcfg.batch_size * cfg.model.seq_len,
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
-           "val_ce": ar_val_ce(model, windows, bos_id)}
+           "val_ce": ar_val_ce(model, ctx.windows, ctx.bos_id)}
     sub.write_results(res)
-    return res, n_params
+    return res
 
 
 def report_markdown(results: dict) -> str:
