@@ -29,17 +29,14 @@ not diagnosed again).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+import forethought.psf.arms as psf_arms  # noqa: E402
 from forethought.experiments import subprocess_env  # noqa: E402
 
 PRESET = "planted"
@@ -66,19 +63,11 @@ ARMS: dict[str, tuple[str, list[str]]] = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arms", nargs="*", default=list(ARMS), help="arms to train and diagnose (default: all)")
+    p = psf_arms.arm_parser(__doc__.split("\n\n")[0], ARMS, ROOT / "runs" / "psf-codes-pilot",
+                   ROOT / "benchmarks" / "results" / "psf_codes_pilot.json")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--codes-steps", type=int, default=300)
-    p.add_argument("--runs", default=str(ROOT / "runs" / "psf-codes-pilot"))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "psf_codes_pilot.json"))
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--collect-only", action="store_true", help="only collect finished arms into the JSON")
-    args = p.parse_args(argv)
-    unknown = [a for a in args.arms if a not in ARMS]
-    if unknown:
-        p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
-    return args
+    return psf_arms.parse_arm_args(p, ARMS, argv)
 
 
 def arm_dir(args: argparse.Namespace, arm: str) -> Path:
@@ -96,16 +85,8 @@ def diagnose_command(args: argparse.Namespace, arm: str) -> list[str]:
             "--samples", "128", "--permutations", "2", "--n_boot", "1000", "--device", "cpu"]
 
 
-def _run(argv: list[str], log: Path, threads: int) -> float:
-    t0 = time.perf_counter()
-    with open(log, "a") as f:
-        f.write(f"\n$ {' '.join(argv)}\n")
-        f.flush()
-        proc = subprocess.run(argv, env=subprocess_env(threads), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
-                              check=False)
-    if proc.returncode:
-        sys.exit(f"{' '.join(argv[2:6])} failed (exit {proc.returncode}); see {log}")
-    return time.perf_counter() - t0
+def arm_of(args: argparse.Namespace, arm: str) -> psf_arms.Arm:
+    return psf_arms.Arm(arm_dir(args, arm), recipe_command(args, arm), diagnose_command(args, arm))
 
 
 def add_code_buffers(run_dir: Path, arm: str, args: argparse.Namespace) -> None:
@@ -135,10 +116,6 @@ def add_code_buffers(run_dir: Path, arm: str, args: argparse.Namespace) -> None:
 
 def train_and_diagnose(args: argparse.Namespace, arm: str) -> None:
     run_dir = arm_dir(args, arm)
-    logs = Path(args.runs) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    walls_path = logs / f"{run_dir.name}.walls.json"
-    walls = json.loads(walls_path.read_text()) if walls_path.is_file() else {}
     donor = Path(args.runs) / f"donor-s{args.seed}"
     if not (run_dir / "results.json").is_file() and not (run_dir / "self_realized").exists():
         if (donor / "self_realized" / "results.json").is_file():  # a finished prefix of the same seed
@@ -146,26 +123,16 @@ def train_and_diagnose(args: argparse.Namespace, arm: str) -> None:
             for s in BEFORE_CODES:
                 shutil.copytree(donor / s, run_dir / s)
             add_code_buffers(run_dir, arm, args)
-    results, diag = run_dir / "results.json", run_dir / "diagnose.json"
-    if not results.is_file():
-        walls["recipe_s"] = walls.get("recipe_s", 0.0) + _run(recipe_command(args, arm), logs / f"{run_dir.name}.log",
-                                                             args.threads)
-        walls_path.write_text(json.dumps(walls))
+    psf_arms.train_and_diagnose(arm_of(args, arm), Path(args.runs) / "logs", subprocess_env(args.threads), ROOT)
     if not donor.exists() and "--model.code_mean_norm" not in ARMS[arm][1]:
         donor.symlink_to(run_dir.name)  # the first finished arm lends its earlier stages to the others
-    if not diag.is_file() or diag.stat().st_mtime < results.stat().st_mtime:
-        walls["diagnose_s"] = _run(diagnose_command(args, arm), logs / f"{run_dir.name}.log", args.threads)
-        walls_path.write_text(json.dumps(walls))
 
 
 def collect_arm(args: argparse.Namespace, arm: str) -> dict | None:
-    run_dir = arm_dir(args, arm)
-    if not (run_dir / "diagnose.json").is_file():
+    read = psf_arms.read_arm(arm_of(args, arm), Path(args.runs) / "logs")
+    if read is None:
         return None
-    res = json.loads((run_dir / "results.json").read_text())
-    diag = json.loads((run_dir / "diagnose.json").read_text())
-    walls_path = Path(args.runs) / "logs" / f"{run_dir.name}.walls.json"
-    walls = json.loads(walls_path.read_text()) if walls_path.is_file() else {}
+    res, diag, walls = read
     c, d = diag["codes"], diag["decoding"]
     z, u, t = c["zeroing_cost"], c["usage"], c["topics"]
 
@@ -174,8 +141,8 @@ def collect_arm(args: argparse.Namespace, arm: str) -> dict | None:
 
     return {
         "change": ARMS[arm][0],
-        "command": " ".join(["python"] + recipe_command(args, arm)[1:]).replace(str(ROOT) + "/", ""),
-        "diagnose_command": " ".join(["python"] + diagnose_command(args, arm)[1:]).replace(str(ROOT) + "/", ""),
+        "command": psf_arms.command_line(recipe_command(args, arm), ROOT),
+        "diagnose_command": psf_arms.command_line(diagnose_command(args, arm), ROOT),
         "seed": args.seed,
         "codes_val_ce": res["stages"]["codes"]["val_ce"],
         "self_realized_val_ce": res["stages"]["self_realized"]["val_ce"],
@@ -221,12 +188,8 @@ def markdown(arms: dict[str, dict]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     t0 = time.perf_counter()
-    if not args.collect_only:
-        for arm in args.arms:
-            train_and_diagnose(args, arm)
-    import torch
-
-    arms = {a: r for a in ARMS if (r := collect_arm(args, a)) is not None}
+    arms = psf_arms.run_arms([] if args.collect_only else args.arms, ARMS,
+                             lambda a: train_and_diagnose(args, a), lambda a: collect_arm(args, a))
     out = {
         "what": "issue 31 pilot: which single code-channel option makes zeroing the codes cost >= 0.1 nats/token, "
                 "planted corpus, one seed",
@@ -240,14 +203,12 @@ def main(argv: list[str] | None = None) -> dict:
                         "codes; agreement = same most likely topic as the source block",
             "copies": "arms after the first copy its base/landing/self_realized folders (donor)",
         },
-        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-                    "torch": torch.__version__, "python": platform.python_version(), "threads": args.threads},
+        "machine": psf_arms.machine(args.threads),
         "codes_steps": args.codes_steps,
         "arms": arms,
         "wall_s": time.perf_counter() - t0,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    psf_arms.write_results(args.out, out)
     print(markdown(arms))
     return out
 

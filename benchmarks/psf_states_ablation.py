@@ -29,17 +29,14 @@ newer than its results.json is not diagnosed again. One arm at a time, one threa
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+import forethought.psf.arms as psf_arms  # noqa: E402
 from forethought.experiments import subprocess_env  # noqa: E402
 
 PRESET = "planted"
@@ -84,17 +81,9 @@ def arm_overrides(arm: str) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arms", nargs="*", default=list(ARMS), help="arms to train and diagnose (default: all)")
-    p.add_argument("--runs", default=str(ROOT / "runs" / "bench-psf-states"))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "psf_states_ablation.json"))
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--collect-only", action="store_true", help="only collect finished arms into the JSON")
-    args = p.parse_args(argv)
-    unknown = [a for a in args.arms if a not in ARMS]
-    if unknown:
-        p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
-    return args
+    p = psf_arms.arm_parser(__doc__.split("\n\n")[0], ARMS, ROOT / "runs" / "bench-psf-states",
+                   ROOT / "benchmarks" / "results" / "psf_states_ablation.json")
+    return psf_arms.parse_arm_args(p, ARMS, argv)
 
 
 def recipe_command(args: argparse.Namespace, arm: str) -> list[str]:
@@ -107,23 +96,12 @@ def diagnose_command(args: argparse.Namespace, arm: str) -> list[str]:
             "--all_stages", "true", "--device", "cpu"]
 
 
-def _run(argv: list[str], log: Path, threads: int) -> float:
-    t0 = time.perf_counter()
-    with open(log, "a") as f:
-        f.write(f"\n$ {' '.join(argv)}\n")
-        f.flush()
-        proc = subprocess.run(argv, env=subprocess_env(threads), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
-    if proc.returncode:
-        sys.exit(f"{' '.join(argv[2:6])} failed (exit {proc.returncode}); see {log}")
-    return time.perf_counter() - t0
+def arm_of(args: argparse.Namespace, arm: str) -> psf_arms.Arm:
+    return psf_arms.Arm(Path(args.runs) / arm, recipe_command(args, arm), diagnose_command(args, arm))
 
 
 def train_and_diagnose(args: argparse.Namespace, arm: str) -> None:
     run_dir = Path(args.runs) / arm
-    log_dir = Path(args.runs) / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    walls_path = Path(args.runs) / "logs" / f"{arm}.walls.json"
-    walls = json.loads(walls_path.read_text()) if walls_path.is_file() else {}
     reuse = ARMS[arm][2]
     if reuse and not (run_dir / reuse[0]).exists():
         source = Path(args.runs) / "preset"
@@ -132,14 +110,8 @@ def train_and_diagnose(args: argparse.Namespace, arm: str) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         for s in reuse:
             shutil.copytree(source / s, run_dir / s)
-    results, diag = run_dir / "results.json", run_dir / "diagnose.json"
-    if not results.is_file() or "recipe_s" not in walls:
-        walls["recipe_s"] = walls.get("recipe_s", 0.0) + _run(recipe_command(args, arm), log_dir / f"{arm}.log",
-                                                             args.threads)
-        walls_path.write_text(json.dumps(walls))
-    if not diag.is_file() or diag.stat().st_mtime < results.stat().st_mtime:
-        walls["diagnose_s"] = _run(diagnose_command(args, arm), log_dir / f"{arm}.log", args.threads)
-        walls_path.write_text(json.dumps(walls))
+    psf_arms.train_and_diagnose(arm_of(args, arm), Path(args.runs) / "logs", subprocess_env(args.threads), ROOT,
+                                retrain_unrecorded=True)
 
 
 # ---- collection ----------------------------------------------------------------------------------------------
@@ -149,13 +121,10 @@ def _cell(m: dict | None) -> dict | None:
 
 
 def collect_arm(args: argparse.Namespace, arm: str) -> dict | None:
-    run_dir = Path(args.runs) / arm
-    if not (run_dir / "diagnose.json").is_file():
+    read = psf_arms.read_arm(arm_of(args, arm), Path(args.runs) / "logs")
+    if read is None:
         return None
-    res = json.loads((run_dir / "results.json").read_text())
-    diag = json.loads((run_dir / "diagnose.json").read_text())
-    walls_path = Path(args.runs) / "logs" / f"{arm}.walls.json"
-    walls = json.loads(walls_path.read_text()) if walls_path.is_file() else {}
+    res, diag, walls = read
     final = res["final_stage"]
     shuffle = {}
     for stage, r in diag["shuffle"].items():
@@ -164,8 +133,8 @@ def collect_arm(args: argparse.Namespace, arm: str) -> dict | None:
     d = diag["decoding"]
     out = {
         "change": ARMS[arm][0],
-        "command": " ".join(["python"] + recipe_command(args, arm)[1:]).replace(str(ROOT) + "/", ""),
-        "diagnose_command": " ".join(["python"] + diagnose_command(args, arm)[1:]).replace(str(ROOT) + "/", ""),
+        "command": psf_arms.command_line(recipe_command(args, arm), ROOT),
+        "diagnose_command": psf_arms.command_line(diagnose_command(args, arm), ROOT),
         "stages_copied_from_preset": list(ARMS[arm][2]),
         "final_stage": final,
         "val_ce": res["stages"][final]["val_ce"],
@@ -231,14 +200,10 @@ def markdown(arms: dict[str, dict]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     t0 = time.perf_counter()
-    if not args.collect_only:
-        for arm in args.arms:
-            train_and_diagnose(args, arm)
-    import torch
-
+    arms = psf_arms.run_arms([] if args.collect_only else args.arms, ARMS,
+                             lambda a: train_and_diagnose(args, a), lambda a: collect_arm(args, a))
     from forethought.data.planted import PlantedConfig, build_generator, entropy_rate
 
-    arms = {a: r for a in ARMS if (r := collect_arm(args, a)) is not None}
     out = {
         "what": "issue 14 section 3: state-shuffle cost and validation CE on the planted corpus, one change at a time "
                 "from configs/psf/recipe_planted.yaml",
@@ -258,14 +223,12 @@ def main(argv: list[str] | None = None) -> dict:
                         "its recorded command resolves to now (checked; runs made before model.input_dropout "
                         "and model.code_in_init existed lack those keys, whose defaults are 0 and zero)",
         },
-        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-                    "torch": torch.__version__, "python": platform.python_version(), "threads": args.threads},
+        "machine": psf_arms.machine(args.threads),
         "ceiling_of_the_preset": arms.get("preset", {}).get("ceiling"),
         "arms": arms,
         "wall_s": time.perf_counter() - t0,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    psf_arms.write_results(args.out, out)
     print(markdown(arms))
     return out
 
