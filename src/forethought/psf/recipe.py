@@ -26,6 +26,13 @@ With ``data.corpus planted`` (:mod:`forethought.data.planted`) every window is o
 windows start at document starts, and ``model.seq_len`` / ``model.blocks`` must equal the documents' length and
 blocks), and results.json adds ``true_val_nll``: the true generator's exact NLL per token of the validation windows.
 
+Code layout: :func:`plan_stages` turns the config into the one list of :class:`Stage` s the run trains, in order;
+every stage is trained by ``Stage.run(ctx, folder)`` (:func:`train_model_stage`, :func:`train_prior_stage`,
+:func:`train_ar_stage`), which reads everything it needs from one :class:`StageContext` (config, runtime, data,
+the PSF model carried from stage to stage) and leaves there what later stages need (warm-start checkpoints,
+parameter counts, the last model stage). A model stage switches the model with :class:`StageFeatures` (landing,
+codes, K), given to the model, never set on it. The configs live in :mod:`forethought.psf.config` (no torch).
+
 Sampling and rebuilding a finished run live in :mod:`forethought.psf.generate`.
 """
 
