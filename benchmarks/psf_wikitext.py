@@ -50,7 +50,8 @@ and judge; a judge pass keeps every position's NLL and final state, so the commo
 afterwards), so an interrupted evaluation resumes, and ``--prepare MODEL ...`` samples and judges finished models
 while others still train (``psf eval --prepare_only``); ``wall_s`` is the final invocation's,
 ``evaluation_walls`` lists every evaluating invocation. ``--preset tiny`` runs the whole pipeline at toy size
-(generated corpus, L=32, K=4; the smoke test), and then the default run folder and output are
+(generated corpus, L=32, K=4; the smoke test; one evaluation thread, and psf diagnose on 16 windows with 2
+permutations, 8 samples and 200 bootstrap resamples), and then the default run folder and output are
 ``runs/bench-psf-wikitext-tiny/`` and ``benchmarks/results/psf_wikitext_tiny.json``.
 
     FORETHOUGHT_DATA=../shared/data python benchmarks/psf_wikitext.py [--jobs 2] [--samples 256]
@@ -96,9 +97,13 @@ PRESETS = {
                 "out": ROOT / "runs" / "bench-psf-planted" / "s0" / "psf_planted_s0.json", "samples": 256,
                 "references": 256, "judge": "true generator", "n_boot": 1000, "mauve_boot": 0,
                 "token_flow_sweep": [1.0, 1.5, 2.0, 3.0]},
+    # the smoke test: one evaluation thread (toy models gain nothing from two, and two OpenMP threads on a busy
+    # 2-core machine made each psf diagnose take 45 s instead of 9) and a small diagnosis (DIAGNOSE_TINY)
     "tiny": {"config": "tiny", "runs": ROOT / "runs" / "bench-psf-wikitext-tiny",
              "out": ROOT / "benchmarks" / "results" / "psf_wikitext_tiny.json", "samples": 8, "references": 8,
-             "judge": "smollm2-135m", "n_boot": 200, "mauve_boot": 3, "token_flow_sweep": [1.0, 2.0]},
+             "judge": "smollm2-135m", "n_boot": 200, "mauve_boot": 3, "token_flow_sweep": [1.0, 2.0],
+             "eval_threads": 1, "diagnose": ["--eval_sequences", "16", "--samples", "8", "--permutations", "2",
+                                             "--n_boot", "200"]},
 }
 # Chosen before any result: one point above the models' own distribution (T 1.2), T 1, and one truncated point,
 # so that a sweep brackets a reference entropy that lies either above or below the model's T = 1 entropy.
@@ -123,7 +128,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, help="results JSON (default per preset); the PNG goes beside it")
     ap.add_argument("--jobs", type=int, default=2, help="trainings at a time (subprocesses)")
     ap.add_argument("--threads", type=int, default=1, help="OMP/torch threads per training subprocess")
-    ap.add_argument("--eval-threads", type=int, default=0, help="torch threads for evaluation (0 = jobs×threads)")
+    ap.add_argument("--eval-threads", type=int, help="torch threads for evaluation and psf diagnose (default: "
+                    "jobs×threads; tiny 1)")
     ap.add_argument("--samples", type=int, help="samples per model and sweep point (default 256; tiny 8)")
     ap.add_argument("--references", type=int, help="held-out reference windows (default 256; tiny 8)")
     ap.add_argument("--sweep", nargs="+", default=DEFAULT_SWEEP, metavar="T:P",
@@ -151,6 +157,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("overrides", nargs="*", help="extra overrides for both recipes (after --)")
     args = ap.parse_args(argv)
     preset_defaults(args, PRESETS[args.preset])
+    args.diagnose_options = PRESETS[args.preset].get("diagnose", [])  # psf diagnose's defaults unless the preset's
     args.sweep_points = [tuple(float(x) for x in s.split(":")) for s in args.sweep]
     if not 1 <= len(args.sweep_points) <= 8 or any(len(s) != 2 for s in args.sweep_points):
         ap.error("--sweep takes 1 to 8 points written temperature:top_p")
@@ -253,13 +260,14 @@ def train_all(args: argparse.Namespace) -> None:
                   f"{r.name}: finished ({r.wall_s:.0f} s), log {r.log}", flush=True)
 
 
-def diagnose(run: Path, threads: int) -> dict:
+def diagnose(run: Path, threads: int, options: list[str]) -> dict:
     """``psf diagnose`` on a finished recipe run (state-shuffle cost, the AR block-cut ceiling, decoding from
-    clean / prior / mean states), unless its diagnose.json is newer than its results.json; returns diagnose.json."""
+    clean / prior / mean states; ``options``: the preset's diagnose settings), unless its diagnose.json is newer
+    than its results.json; returns diagnose.json."""
     diag = run / "diagnose.json"
     if not diag.is_file() or diag.stat().st_mtime <= (run / "results.json").stat().st_mtime:
         cmd = [sys.executable, "-m", "forethought.cli", "psf", "diagnose", "--recipe_run", str(run), "--device",
-               "cpu", "--all_stages", "true"]  # the shuffle cost of every stage: what each stage moved
+               "cpu", "--all_stages", "true", *options]  # the shuffle cost of every stage: what each stage moved
         proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(threads), capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"psf diagnose failed on {run} (exit {proc.returncode}):\n{proc.stdout[-2000:]}"
@@ -394,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
         train_all(args)
     if args.train_only:
         return
-    diagnoses = {} if args.prepare else {name: diagnose(args.runs / name, args.eval_threads)
+    diagnoses = {} if args.prepare else {name: diagnose(args.runs / name, args.eval_threads, args.diagnose_options)
                                           for name in ("psf", "psf_content")}
     ev = evaluate(args)
     command = " ".join(["python", *(sys.argv if argv is None else ["benchmarks/psf_wikitext.py", *argv])])
