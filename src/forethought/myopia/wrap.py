@@ -419,3 +419,23 @@ def detach_before(model: nn.Module, t: int) -> list[torch.utils.hooks.RemovableH
         return (x, *args[1:]), kwargs
 
     return [m.register_forward_pre_hook(hook, with_kwargs=True) for _, m in attention_modules(model)]
+
+
+def per_position_gradient(model: nn.Module, losses: typing.Callable[[], torch.Tensor], params: list[nn.Parameter],
+                          positions: int, horizon: int = 0) -> list[torch.Tensor]:
+    """The slow form of myopic training's gradient, for checking the one-pass form: Σ_t ∂ℓ_t/∂θ with one forward
+    and backward per position t, every attention layer reading positions < t − horizon as constants
+    (:func:`detach_before`). ``losses()`` runs ``model`` and returns its per-position losses (positions,);
+    parameters no loss reaches get zeros. Returns one gradient per parameter of ``params``."""
+    total = [torch.zeros_like(p) for p in params]
+    for t in range(positions):
+        handles = detach_before(model, max(t - horizon, 0))
+        try:
+            loss_t = losses()[t]
+        finally:
+            for h in handles:
+                h.remove()
+        for acc, g in zip(total, torch.autograd.grad(loss_t, params, allow_unused=True)):
+            if g is not None:
+                acc += g
+    return total
