@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from forethought.experiments import finished_runs, invocations
+from forethought.experiments import finished_runs, invocations, over_seeds, seed_paired
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,26 +142,23 @@ def collect(runs: Path, out: Path, command: str) -> dict:
 
 
 def _summary(loss: dict, metric: str, lower_ref: str | None = None) -> dict:
-    """Mean over seeds per k; vs vanilla (k = T): the difference and, against k = 0, the fraction recovered."""
+    """Per k over seeds (:func:`over_seeds`); against vanilla (k = T) the seed-paired difference
+    (``minus_vanilla`` its mean, ``minus_vanilla_paired`` with its interval) and, against k = 0, the fraction of
+    the myopic − vanilla difference that horizon k recovers (mean over the seeds all three have)."""
     ref = loss.pop(lower_ref, None) if lower_ref else None
     out: dict = {"metric": metric, "per_k": {}}
     if ref:
-        out[lower_ref] = statistics.fmean(ref.values())
+        out[lower_ref] = over_seeds(ref)["mean"]
     ks = sorted((k for k in loss if k != VANILLA), key=int) + ([VANILLA] if VANILLA in loss else [])
+    van, myo = loss.get(VANILLA, {}), loss.get("0", {})
     for k in ks:
-        xs = list(loss[k].values())
-        out["per_k"][k] = {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None,
-                           "per_seed": {str(s): x for s, x in sorted(loss[k].items())}}
-    van, myo = loss.get(VANILLA), loss.get("0")
-    for k in ks:
-        seeds = sorted(set(loss[k]) & set(van or {}))
-        if seeds:  # paired by seed: same initialisation and data order
-            d = [loss[k][s] - van[s] for s in seeds]
-            out["per_k"][k]["minus_vanilla"] = statistics.fmean(d)
-        both = sorted(set(loss[k]) & set(van or {}) & set(myo or {}))
+        row = out["per_k"][k] = over_seeds(loss[k])
+        if set(loss[k]) & set(van):  # paired by seed: same initialisation and data order
+            row["minus_vanilla_paired"] = seed_paired(loss[k], van)
+            row["minus_vanilla"] = row["minus_vanilla_paired"]["mean"]
+        both = sorted(set(loss[k]) & set(van) & set(myo))
         if both and all(myo[s] != van[s] for s in both):
-            out["per_k"][k]["fraction_recovered"] = statistics.fmean(
-                (myo[s] - loss[k][s]) / (myo[s] - van[s]) for s in both)
+            row["fraction_recovered"] = statistics.fmean((myo[s] - loss[k][s]) / (myo[s] - van[s]) for s in both)
     return out
 
 

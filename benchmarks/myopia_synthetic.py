@@ -29,8 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from forethought.eval.stats import t_interval
-from forethought.experiments import finished_runs, invocations
+from forethought.experiments import finished_runs, invocations, seed_paired
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,10 +172,7 @@ def collect(command: str, variant_tag: str = "") -> None:
         if both:  # paired by seed: the same data stream and initialisation for both models
             v = dict(zip(models["vanilla"]["seeds"], models["vanilla"]["loss"]))
             mm = dict(zip(models["myopic"]["seeds"], models["myopic"]["loss"]))
-            diffs = [mm[s] - v[s] for s in both]
-            res[key]["myopic_minus_vanilla"] = {"seeds": both, "per_seed": diffs, "mean": statistics.fmean(diffs),
-                                                "std": statistics.stdev(diffs) if len(diffs) > 1 else None,
-                                                "ci95_of_mean": t_interval(diffs)}
+            res[key]["myopic_minus_vanilla"] = seed_paired(mm, v)
         if key in PAPER["myopic"]:
             res[key]["paper_myopic"] = PAPER["myopic"][key]
     res["train_wall_s_total"] = train_wall

@@ -199,8 +199,10 @@ def horizon(r: dict) -> list[str]:
     for part, label in (("synthetic", "normalised loss (p = 1)"), ("lm", "val loss (nats)")):
         per = r.get(part, {}).get("per_k") or {}
         if per:
-            out += table([f"horizon k ({part})", label, "− vanilla",
+            out += table([f"horizon k ({part})", label, "seeds", "− vanilla (paired by seed)",
                           "fraction of the myopic − vanilla difference recovered"],
-                         [[k, num(v["mean"]), num(v.get("minus_vanilla")), num(v.get("fraction_recovered"), ".2f")]
+                         [[k, mean_std(v["mean"], v.get("std")), ", ".join(map(str, v.get("seeds", []))),
+                           _paired(v["minus_vanilla_paired"]) if v.get("minus_vanilla_paired")
+                           else num(v.get("minus_vanilla")), num(v.get("fraction_recovered"), ".2f")]
                           for k, v in per.items()]) + [""]
     return out or ["No horizon runs yet."]
