@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json, atomic_write_text
 from forethought.core.plots import pyplot, save_figure
@@ -32,7 +32,6 @@ from forethought.core.precision import base_dtype
 from forethought.core.run import Run
 from forethought.core.runtime import mix_seed, runtime_for, unwrap
 from forethought.core.trainer import train
-from forethought.predgen.checks import at_least
 from forethought.predgen.compare import curve_predictions_path
 from forethought.predgen.config import EvalSettings, PredGenConfig
 from forethought.predgen.data import eval_subset, load_splits, split_record

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, positive
 from forethought.core.errors import ForethoughtError
 from forethought.core.run import RunConfig
 from forethought.core.trainer import TrainConfig
-from forethought.predgen.checks import at_least, positive
 from forethought.predgen.methods import PredGenSettings, PromptConfig
 from forethought.predgen.model import AdapterConfig
 from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, WASSA_EMOTIONS, known_tasks

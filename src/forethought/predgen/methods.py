@@ -27,9 +27,8 @@ from torch.profiler import record_function
 from tqdm.auto import tqdm
 
 from forethought.core.accumulate import AveragedLoss, Rows
-from forethought.core.config import field
+from forethought.core.config import at_least, field, within
 from forethought.core.errors import ForethoughtError
-from forethought.predgen.checks import at_least, within
 from forethought.predgen.decoding import (
     AnswerTrie,
     PromptPass,

@@ -19,10 +19,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors import SafetensorError
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, positive, within
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json, read_json_object
-from forethought.predgen.checks import at_least, positive, within
 
 METHODS = ("predictor", "generator", "predgen")
 PEFT_METHODS = ("lora", "adalora", "dora", "full")
