@@ -125,3 +125,35 @@ def test_the_config_modules_import_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_each_methods_loss_and_head_are_its_own(tiny: dict) -> None:
+    """The registered loss calls the method's loss function with the run's settings; the heads match the method
+    (and, for PredGen, what its adapter reads)."""
+    import torch
+
+    from forethought.predgen.methods import generator_loss, predgen_loss, predictor_loss, with_sampling
+    from forethought.predgen.model import ChoiceAdapter, LogitAdapter, PoolingHead, TaskAdapter
+
+    enc, items = tiny["enc"], tiny["items"]
+    batch = with_sampling(enc.collate(items[:4]), 0.5, 7)
+    cfg = PredGenConfig(layer=-2, mask_prompt=False)
+    direct = {"predictor": lambda m: m(predictor_loss, batch, "classification", -2),
+              "generator": lambda m: m(generator_loss, batch, False),
+              "predgen": lambda m: m(predgen_loss, batch, cfg.predgen, enc, "classification", -2, False)}
+    for name, call in direct.items():
+        method = METHODS[name]
+        head = method.build_head(32, enc.n_out, method.pooling(""), 8, None)
+        model = tiny["model"](tiny["lm"], head)
+        got, want = method.loss_fn(cfg, enc)(model, batch)[0], call(model)[0]
+        as_float = (lambda x: float(x)) if isinstance(got, torch.Tensor) else (lambda x: float(x.value()))
+        assert as_float(got) == pytest.approx(as_float(want)), name
+    assert isinstance(METHODS["predictor"].build_head(32, 2, "mean", 8, 0.5), PoolingHead)
+    assert METHODS["generator"].build_head(32, 2, "", 8, None) is None
+    assert METHODS["base"].build_head(32, 2, "", 8, None) is None
+    predgen = METHODS["predgen"]
+    assert type(predgen.build_head(32, 2, "attention", 8, None)) is TaskAdapter
+    assert type(predgen.build_head(32, 2, "attention", 8, None, "logits", 50)) is LogitAdapter
+    assert type(predgen.build_head(32, 2, "attention", 8, None, "choices")) is ChoiceAdapter
+    reg = predgen.build_head(32, 1, "mean", 8, 2.5)  # regression: starts at the mean target
+    assert reg.mlp[-1].bias.item() == 2.5

@@ -129,9 +129,6 @@ class TaskConfig:
         return {k: v for k, v in opts.items() if v is not None}
 
 
-HEAD_READS = ("states", "logits", "choices")
-
-
 @dataclass
 class HeadConfig:
     pooling: Pooling = field(
