@@ -31,7 +31,7 @@ from forethought.core.io import atomic_write_text
 from forethought.core.plots import pyplot, save_figure
 from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import runtime_for, step_generator, unwrap
-from forethought.core.trainer import TrainConfig, to_device, train
+from forethought.core.trainer import TrainConfig, TrainHooks, to_device, train
 from forethought.data.corpora import eval_windows, random_windows
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia import lm, synthetic
@@ -216,7 +216,7 @@ def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
         return {**compare(g, g_m, groups), **held_out(m)}
 
     out = train(model, loss_fn, batch_fn, cfg.train, parent, rt, resume=resume, desc=f"{cfg.experiment} vanilla",
-                eval_fn=eval_fn, model_config=model.config_dict() if isinstance(model, GPT) else None)
+                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.config_dict() if isinstance(model, GPT) else None)
     results = {"experiment": cfg.experiment, "mode": cfg.mode, "steps": cfg.train.steps,
                "batch_size": cfg.train.batch_size, "measure_batches": cfg.measure_batches,
                "groups": {k: len(v) for k, v in groups.items()},

@@ -44,7 +44,7 @@ from forethought.core.plots import line_plot
 from forethought.core.precision import base_dtype
 from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import runtime_for, step_generator, unwrap
-from forethought.core.trainer import TrainConfig, train
+from forethought.core.trainer import TrainConfig, TrainHooks, train
 from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.wrap import Mode, MyopiaSettings, make_myopic
@@ -235,7 +235,8 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
             make_myopic(model, mode=variant, frozen=vanilla_model if variant == "local" else None,
                         horizon=horizon_for(cfg.myopia, variant))
         sub = Run.create(parent.dir, variant, is_main=rt.is_main)
-        out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant, eval_fn=eval_fn,
+        out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant,
+                    hooks=TrainHooks(eval_fn=eval_fn),
                     model_config=model.config_dict() if isinstance(model, GPT) else None)
         per_pos = per_position_loss(model, windows)
         res = {"val_loss": float(np.mean(per_pos)), "per_position": per_pos, "train_wall_s": out["wall_s"],
