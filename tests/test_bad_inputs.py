@@ -95,13 +95,14 @@ def test_unknown_hf_model(tmp_path: Path) -> None:
           ["no-such-org/no-such-model"], in_process=False)
 
 
-def test_in_process_cases_stop_at_the_config() -> None:
+def test_in_process_cases_stop_at_the_config(tmp_path: Path) -> None:
     """The in-process runner refuses a call that gets past loading its config, so no case there can pass by
     training (or loading) something."""
     from cli_harness import GotPastConfig, cli_in_process
 
     with pytest.raises(GotPastConfig, match="myopia synthetic"):
-        cli_in_process([*SYNTH, "--train.steps", "1"], Path.cwd())
+        cli_in_process([*SYNTH, "--train.steps", "1", "--run.out_dir", str(tmp_path / "runs")], tmp_path)
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("args,names", [

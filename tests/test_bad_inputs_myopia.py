@@ -182,12 +182,13 @@ def test_probe_on_a_folder_that_is_not_an_lm_run(tmp_path: Path, cache: Path, ma
     _case(tmp_path, ["myopia", "probe", "--lm_run", str(folder), "--variants", "[vanilla]"], names, cache)
 
 
-@pytest.mark.parametrize("extra,names", [
-    (["--variants", "[vanilla, nope]"], ["config key 'variants'", "got 'nope'"]),
-    (["--variants", "[zero_past]"], ["no checkpoint for variant 'zero_past'"]),
-    pytest.param(["--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
+@pytest.mark.parametrize("extra,names,in_process", [
+    (["--variants", "[vanilla, nope]"], ["config key 'variants'", "got 'nope'"], True),
+    (["--variants", "[zero_past]"], ["no checkpoint for variant 'zero_past'"], False),
+    pytest.param(["--run.device", "cuda"], ["cuda", "not available"], False, marks=no_cuda),
 ])
-def test_bad_probe_command(tmp_path: Path, cache: Path, lm_run: Path, extra: list[str], names: list[str]) -> None:
+def test_bad_probe_command(tmp_path: Path, cache: Path, lm_run: Path, extra: list[str], names: list[str],
+                           in_process: bool) -> None:
     run = tmp_path / "lm"
     shutil.copytree(lm_run, run)
-    _case(tmp_path, ["myopia", "probe", "--lm_run", str(run), *extra], names, cache)
+    _case(tmp_path, ["myopia", "probe", "--lm_run", str(run), *extra], names, cache, in_process)
