@@ -29,7 +29,7 @@ from forethought.core.plots import pyplot, save_figure
 from forethought.core.precision import base_dtype
 from forethought.core.run import Run
 from forethought.core.runtime import mix_seed, runtime_for, unwrap
-from forethought.core.trainer import train
+from forethought.core.trainer import TrainHooks, train
 from forethought.predgen.compare import curve_predictions_path
 from forethought.predgen.config import (  # their home imports no torch; the names also resolve here
     EvalConfig,
@@ -113,7 +113,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
         groups["head"] = [p for p in model.head.parameters() if p.requires_grad]
     scales = {id(p): cfg.head.lr_scale for p in groups.get("head", [])} if cfg.head.lr_scale != 1.0 else None
     out = train(model, loss_fn, batch_fn, cfg.train, run, rt, resume=resume, desc=f"predgen {cfg.method}",
-                after_step=after_step, eval_fn=eval_fn, grad_groups=groups, lr_scales=scales)
+                hooks=TrainHooks(after_step=after_step, eval_fn=eval_fn, grad_groups=groups, lr_scales=scales))
     results: dict[str, Any] = {"method": cfg.method, "task": spec.name, "base": cfg.base,
                                "adapter": dataclasses.asdict(cfg.adapter), "steps": cfg.train.steps,
                                "batch_size": bs, "train_examples": n, "eval_examples": len(eval_items),

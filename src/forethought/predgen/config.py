@@ -240,3 +240,27 @@ class MineConfig:
     feature_batch_size: int = field(16, "examples per forward pass when extracting states")
     device: str = field("auto", "auto | cpu | cuda")
     out: str = field("", "results JSON ('' = <run>/mine.json; the plot goes beside it)")
+
+
+AnswerKey = Literal["prediction", "decoded", "expected_value", "rank", "rank_norm"]
+
+
+@dataclass
+class CompareConfig:
+    a: str = field("", "side A: a run folder or a predictions JSONL")
+    b: str = field("", "side B: a run folder or a predictions JSONL (may be A itself, with another key or step)")
+    key_a: AnswerKey = field("prediction", "A's answer: 'prediction' (PredGen: its adapter's), the 'decoded' answer "
+                             "(Generator, PredGen), the 'expected_value' (regression, eval.decoder expected) or "
+                             "the 'rank' / 'rank_norm' choice (classification, eval.decoder rank)")
+    key_b: AnswerKey = field("prediction", "B's answer, as key_a")
+    step_a: int = field(0, "A's learning-curve point at this training step (0 = the final predictions)")
+    step_b: int = field(0, "B's learning-curve point, as step_a")
+    n_boot: int = field(10_000, "bootstrap resamples")
+    seed: int = field(0, "seed of the bootstrap resamples")
+    out: str = field("", "also write the comparison as JSON here ('' = print only)")
+
+    def validate(self) -> None:
+        if self.n_boot < 1:
+            raise ForethoughtError(f"n_boot must be positive, got {self.n_boot}")
+        if self.step_a < 0 or self.step_b < 0:
+            raise ForethoughtError("step_a and step_b are training steps (0 = the final predictions)")

@@ -49,7 +49,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run, RunConfig
 from forethought.core.runtime import Runtime, runtime_for, step_generator, unwrap
-from forethought.core.trainer import TrainConfig, train
+from forethought.core.trainer import TrainConfig, TrainHooks, train
 from forethought.data.corpora import eval_windows, random_windows, vocab_size_for
 from forethought.data.planted import PLANTED, build_generator, token_nll
 from forethought.psf.ar import ARModelConfig, ar_loss, build_ar
@@ -466,8 +466,9 @@ def _train_model_stage(model: PSFModel, stage: Stage, feats: dict[str, bool], su
         return out["loss"], metrics
 
     out = train(model, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=stage.name,
-                model_config=_model_config(model, feats), after_step=after_step, lr_scales=lr_scales,
-                eval_fn=lambda m, step: evaluate_psf(m, windows[:EVAL_WINDOWS]))
+                model_config=_model_config(model, feats),
+                hooks=TrainHooks(after_step=after_step, lr_scales=lr_scales,
+                                 eval_fn=lambda m, step: evaluate_psf(m, windows[:EVAL_WINDOWS])))
     model.code_noise = True
     res = {"blocks": model.blocks, "features": feats, "steps": tcfg.steps, "train_wall_s": out["wall_s"],
            "final_loss": out.get("final_loss"), "curve": out["curve"], **evaluate_psf(model, windows)}
@@ -510,7 +511,8 @@ def _train_prior_stage(model: PSFModel, stage: Stage, sub: Run, rt: Runtime, cfg
     def eval_fn(p: torch.nn.Module, step: int) -> dict[str, float]:
         return {"val_flow_loss": prior_val_loss(p, model, windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)}
 
-    out = train(prior, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=stage.name, eval_fn=eval_fn,
+    out = train(prior, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc=stage.name,
+                hooks=TrainHooks(eval_fn=eval_fn),
                 model_config={"model_type": "forethought-psf-prior", **asdict(pcfg), "dim": prior.dim,
                               "blocks": prior.blocks, "with_codes": with_codes})
     val = prior_val_loss(prior, model, windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)
@@ -537,7 +539,7 @@ def _train_ar(stage: Stage, cfg: RecipeConfig, vocab: int, bos_id: int, sub: Run
 
     out = train(model, loss_fn, batch_fn, tcfg, sub, rt, resume=resume, desc="ar",
                 model_config={**model.config_dict(), "bos_id": bos_id},
-                eval_fn=lambda m, step: {"val_ce": ar_val_ce(m, windows[:EVAL_WINDOWS], bos_id)})
+                hooks=TrainHooks(eval_fn=lambda m, step: {"val_ce": ar_val_ce(m, windows[:EVAL_WINDOWS], bos_id)}))
     res = {"steps": tcfg.steps, "training_tokens": tcfg.steps * tcfg.batch_size * cfg.model.seq_len,
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
            "val_ce": ar_val_ce(model, windows, bos_id)}
