@@ -104,7 +104,7 @@ def _per_pos_loss(logits, ids):  # (T-1,) summed over the batch
 
 
 def exactness(build: Callable[[], torch.nn.Module]) -> dict:
-    from forethought.myopia.wrap import detach_before, make_myopic
+    from forethought.myopia.wrap import make_myopic, per_position_gradient
 
     ids = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(1))
     vanilla = build().double()
@@ -117,15 +117,7 @@ def exactness(build: Callable[[], torch.nn.Module]) -> dict:
         grads = torch.autograd.grad(_per_pos_loss(logits, ids)[t], hidden[:-1])
         leak = max(leak, max(g[:, :t].abs().max().item() for g in grads))
     params = list(vanilla.parameters())
-    oracle = [torch.zeros_like(p) for p in params]
-    for t in range(T - 1):
-        handles = detach_before(vanilla, t)
-        logits, _ = _forward(vanilla, ids)
-        for h in handles:
-            h.remove()
-        for acc, g in zip(oracle, torch.autograd.grad(_per_pos_loss(logits, ids)[t], params, allow_unused=True)):
-            if g is not None:
-                acc += g
+    oracle = per_position_gradient(vanilla, lambda: _per_pos_loss(_forward(vanilla, ids)[0], ids), params, T - 1)
     one = torch.autograd.grad(_per_pos_loss(_forward(myopic, ids)[0], ids).sum(), list(myopic.parameters()),
                               allow_unused=True)
     scale = max(a.abs().max().item() for a in oracle)

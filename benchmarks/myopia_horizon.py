@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from forethought.experiments import invocations, run_started
+from forethought.experiments import finished_runs, invocations, over_seeds, seed_paired
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,28 +41,26 @@ VANILLA = "T"  # the k = T point: vanilla training (a horizon >= T - 1 is vanill
 
 
 def _jobs(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
-    cli = [sys.executable, "-m", "forethought.cli", "myopia"]
+    """One ``myopia <verb>`` run per (part, k, seed); k = T trains vanilla, every other k the myopic model with
+    ``--myopia.horizon k``."""
+    parts = {"synthetic": (args.k_synthetic, args.synthetic_config, "--modes", args.steps_synthetic,
+                           ["--p_values", "[1.0]"], args.synthetic_set),
+             "lm": (args.k_lm, args.lm_config, "--variants", args.steps_lm, [], args.lm_set)}
     queue = []
     for seed in args.seeds:
-        if "synthetic" in args.part:
-            for k in [*args.k_synthetic, VANILLA]:
-                name = f"synthetic-k={k}-s{seed}"
-                mode = "vanilla" if k == VANILLA else "detach_hidden"
+        for part in ("synthetic", "lm"):
+            if part not in args.part:
+                continue
+            ks, config, which, steps, extra, overrides = parts[part]
+            for k in [*ks, VANILLA]:
+                name = f"{part}-k={k}-s{seed}"
+                model = "vanilla" if k == VANILLA else "detach_hidden"
                 horizon = [] if k == VANILLA else ["--myopia.horizon", str(k)]
                 queue.append((f"bench-myopia-horizon-{name}",
-                              [*cli, "synthetic", "--config", args.synthetic_config, "--run.out_dir", str(args.runs),
-                               "--run.name", name, "--run.seed", str(seed), "--p_values", "[1.0]",
-                               "--modes", f"[{mode}]", "--train.steps", str(args.steps_synthetic), *horizon,
-                               "--resume", "auto", *args.synthetic_set]))
-        if "lm" in args.part:
-            for k in [*args.k_lm, VANILLA]:
-                name = f"lm-k={k}-s{seed}"
-                variant = "vanilla" if k == VANILLA else "detach_hidden"
-                horizon = [] if k == VANILLA else ["--myopia.horizon", str(k)]
-                queue.append((f"bench-myopia-horizon-{name}",
-                              [*cli, "lm", "--config", args.lm_config, "--run.out_dir", str(args.runs),
-                               "--run.name", name, "--run.seed", str(seed), "--variants", f"[{variant}]",
-                               "--train.steps", str(args.steps_lm), *horizon, "--resume", "auto", *args.lm_set]))
+                              [sys.executable, "-m", "forethought.cli", "myopia", part, "--config", config,
+                               "--run.out_dir", str(args.runs), "--run.name", name, "--run.seed", str(seed), *extra,
+                               which, f"[{model}]", "--train.steps", str(steps), *horizon, "--resume", "auto",
+                               *overrides]))
     return queue
 
 
@@ -87,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         args.steps_synthetic, args.steps_lm = 10, 6
         args.synthetic_set = ["--eval_sequences", "128", "--probe.train_sequences", "64",
                               "--probe.test_sequences", "32"]
-    elif "lm" in args.part and not os.environ.get("FORETHOUGHT_DATA"):
+    elif "lm" in args.part and not args.collect_only and not os.environ.get("FORETHOUGHT_DATA"):
         ap.error("the lm part needs FORETHOUGHT_DATA (a data root with wikitext-2/), or --part synthetic")
     if not args.collect_only:
         args.runs.mkdir(parents=True, exist_ok=True)
@@ -103,32 +101,29 @@ def _k(text: str) -> int | str:
 
 
 def collect(runs: Path, out: Path, command: str) -> dict:
-    """Every finished run under ``runs``: loss per k (mean over seeds), the synthetic fraction of the myopic −
+    """Every finished run (its folder under ``runs``, else its record archived in ``out``/runs/myopia_horizon,
+    committed for the benchmark): loss per k (mean over seeds), the synthetic fraction of the myopic −
     vanilla difference that horizon k recovers, and the LM gap per k."""
     seen = invocations(runs, command)
     synth: dict = {}
     lm: dict = {}
     starts, walls = [], {}
-    for d in sorted(runs.glob("*-k=*-s*")):
-        rfile = d / "results.json"
-        if not rfile.is_file():
-            print(f"missing {rfile}; skipped (unfinished)")
-            continue
-        part, rest = d.name.split("-k=", 1)
+    for name, record in finished_runs(runs, out / "runs" / "myopia_horizon", "*-k=*-s*").items():
+        part, rest = name.split("-k=", 1)
         k_text, seed_text = rest.rsplit("-s", 1)
         k, seed = _k(k_text), int(seed_text)
-        r = json.loads(rfile.read_text())
-        starts.append(run_started(d))
+        r = record["results"]
+        starts.append(record["started"])
         if part == "synthetic":
             row = r["p=1"]
             m = row["vanilla" if k == VANILLA else "detach_hidden"]
             synth.setdefault(str(k), {})[seed] = m["normalised_loss"]
             synth.setdefault("predict_zero", {})[seed] = row["predict_zero"]
-            walls[d.name] = m["train_wall_s"]
+            walls[name] = m["train_wall_s"]
         else:
             v = r["variants"]["vanilla" if k == VANILLA else "detach_hidden"]
             lm.setdefault(str(k), {})[seed] = v["val_loss"]
-            walls[d.name] = v["train_wall_s"]
+            walls[name] = v["train_wall_s"]
     starts = [s for s in starts if s is not None]
     res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1},
@@ -147,26 +142,23 @@ def collect(runs: Path, out: Path, command: str) -> dict:
 
 
 def _summary(loss: dict, metric: str, lower_ref: str | None = None) -> dict:
-    """Mean over seeds per k; vs vanilla (k = T): the difference and, against k = 0, the fraction recovered."""
+    """Per k over seeds (:func:`over_seeds`); against vanilla (k = T) the seed-paired difference
+    (``minus_vanilla`` its mean, ``minus_vanilla_paired`` with its interval) and, against k = 0, the fraction of
+    the myopic − vanilla difference that horizon k recovers (mean over the seeds all three have)."""
     ref = loss.pop(lower_ref, None) if lower_ref else None
     out: dict = {"metric": metric, "per_k": {}}
     if ref:
-        out[lower_ref] = statistics.fmean(ref.values())
+        out[lower_ref] = over_seeds(ref)["mean"]
     ks = sorted((k for k in loss if k != VANILLA), key=int) + ([VANILLA] if VANILLA in loss else [])
+    van, myo = loss.get(VANILLA, {}), loss.get("0", {})
     for k in ks:
-        xs = list(loss[k].values())
-        out["per_k"][k] = {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None,
-                           "per_seed": {str(s): x for s, x in sorted(loss[k].items())}}
-    van, myo = loss.get(VANILLA), loss.get("0")
-    for k in ks:
-        seeds = sorted(set(loss[k]) & set(van or {}))
-        if seeds:  # paired by seed: same initialisation and data order
-            d = [loss[k][s] - van[s] for s in seeds]
-            out["per_k"][k]["minus_vanilla"] = statistics.fmean(d)
-        both = sorted(set(loss[k]) & set(van or {}) & set(myo or {}))
+        row = out["per_k"][k] = over_seeds(loss[k])
+        if set(loss[k]) & set(van):  # paired by seed: same initialisation and data order
+            row["minus_vanilla_paired"] = seed_paired(loss[k], van)
+            row["minus_vanilla"] = row["minus_vanilla_paired"]["mean"]
+        both = sorted(set(loss[k]) & set(van) & set(myo))
         if both and all(myo[s] != van[s] for s in both):
-            out["per_k"][k]["fraction_recovered"] = statistics.fmean(
-                (myo[s] - loss[k][s]) / (myo[s] - van[s]) for s in both)
+            row["fraction_recovered"] = statistics.fmean((myo[s] - loss[k][s]) / (myo[s] - van[s]) for s in both)
     return out
 
 

@@ -26,9 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-from forethought.eval.stats import t_interval
 from forethought.experiments import invocations, run_started
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
+from forethought.experiments.myopia import lm_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,16 +72,6 @@ def main() -> None:
         RUNS.mkdir(parents=True, exist_ok=True)
         run_queue(queue, args.jobs, RUNS.parent, ROOT)
     collect(" ".join(["python", *sys.argv]))
-
-
-def _paired(a: dict[int, float], b: dict[int, float]) -> dict | None:
-    """a − b over the seeds both have."""
-    seeds = sorted(set(a) & set(b))
-    if not seeds:
-        return None
-    d = [a[s] - b[s] for s in seeds]
-    return {"seeds": seeds, "per_seed": d, "mean": statistics.fmean(d),
-            "std": statistics.stdev(d) if len(d) > 1 else None, "ci95_of_mean": t_interval(d)}
 
 
 def collect(command: str) -> None:
@@ -150,27 +140,9 @@ def _print(res: dict) -> None:
 
 
 def summarise(res: dict, loss: dict[str, dict[int, float]]) -> None:
-    """The headline keys from per-seed losses ``loss[variant][seed]``: paired differences over the seeds both
-    variants have. local_myopic_bonus = vanilla − local (the paper's definition)."""
-    gap = _paired(loss.get("detach_hidden", {}), loss.get("vanilla", {}))
-    bonus = _paired(loss.get("vanilla", {}), loss.get("local", {}))
-    myo_local = _paired(loss.get("detach_hidden", {}), loss.get("local", {}))
-    context = _paired(loss.get("zero_past", {}), loss.get("vanilla", {}))  # what context buys vanilla
-    res["gap"] = gap["mean"] if gap else None
-    res["gap_paired"] = gap
-    res["gap_relative"] = gap["mean"] / res["vanilla"] if gap else None
-    res["local_myopic_bonus"] = bonus["mean"] if bonus else None
-    res["local_myopic_bonus_paired"] = bonus
-    res["myopic_minus_local"] = myo_local["mean"] if myo_local else None
-    res["myopic_minus_local_paired"] = myo_local
-    res["context_benefit_paired"] = context
-    # per seed where all three exist, and (mean gap) / (mean benefit) over all seeds
-    seeds = sorted(set(loss.get("detach_hidden", {})) & set(loss.get("vanilla", {})) & set(loss.get("zero_past", {})))
-    res["gap_over_context_per_seed"] = {
-        str(s): (loss["detach_hidden"][s] - loss["vanilla"][s]) / (loss["zero_past"][s] - loss["vanilla"][s])
-        for s in seeds}
-    res["gap_over_context"] = (gap["mean"] / (res["transformer_bigram"] - res["vanilla"])
-                               if gap and res.get("transformer_bigram") is not None else None)
+    """The headline keys from per-seed losses ``loss[variant][seed]`` (forethought.experiments.myopia.lm_summary:
+    paired differences over the seeds both variants have; local_myopic_bonus = vanilla − local, the paper's)."""
+    res.update(lm_summary(loss))
 
 
 def rederive(path: Path) -> None:

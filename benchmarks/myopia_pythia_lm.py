@@ -24,9 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from forethought.eval.stats import t_interval
-from forethought.experiments import invocations, run_started
+from forethought.experiments import finished_runs, invocations
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
+from forethought.experiments.myopia import lm_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         shape.update(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
         args.steps, args.seeds = 4, args.seeds[:1]
         extra = ["--train.checkpoint_every", "2"]
-    elif not os.environ.get("FORETHOUGHT_DATA"):
+    elif not args.collect_only and not os.environ.get("FORETHOUGHT_DATA"):
         ap.error("set FORETHOUGHT_DATA to a data root with wikitext-2/ (e.g. ../shared/data)")
     folder = args.runs / "model"
     if not args.collect_only:
@@ -102,46 +102,32 @@ def main(argv: list[str] | None = None) -> None:
                                            *(sys.argv[1:] if argv is None else argv)]))
 
 
-def _paired(a: dict[int, float], b: dict[int, float]) -> dict | None:
-    seeds = sorted(set(a) & set(b))
-    if not seeds:
-        return None
-    d = [a[s] - b[s] for s in seeds]
-    return {"seeds": seeds, "per_seed": d, "mean": statistics.fmean(d),
-            "std": statistics.stdev(d) if len(d) > 1 else None, "ci95_of_mean": t_interval(d)}
-
-
 def collect(runs: Path, out: Path, command: str) -> dict:
+    """Every finished run (its folder under ``runs``, else its record archived in ``out``/runs/myopia_pythia_lm,
+    committed for the benchmark) into myopia_pythia_lm.json."""
     seen = invocations(runs, command)
     loss: dict[str, dict[int, float]] = {}
     setup, starts = None, []
-    for d in sorted(runs.glob("s*-[ab]")):
-        rfile = d / "results.json"
-        if not rfile.is_file():
-            print(f"missing {rfile}; skipped (unfinished)")
-            continue
-        r = json.loads(rfile.read_text())
-        starts.append(run_started(d))
-        seed = int(d.name[1:].split("-")[0])
+    for name, record in finished_runs(runs, out / "runs" / "myopia_pythia_lm", "s*-[ab]").items():
+        r = record["results"]
+        starts.append(record["started"])
+        seed = int(name[1:].split("-")[0])
         setup = setup or {k: r.get(k) for k in ("corpus", "tokenizer", "seq_len", "steps", "batch_size",
                                                 "tokens_seen", "eval_sequences", "params")}
         for variant, x in r["variants"].items():
             loss.setdefault(variant, {})[seed] = x["val_loss"]
     starts = [s for s in starts if s is not None]
-    cfg = runs / "model" / "config.json"
+    cfg, kept = runs / "model" / "config.json", out / "runs" / "myopia_pythia_lm" / "model-config.json"
+    if cfg.is_file():  # kept beside the archived runs: a fresh machine has no model folder
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(cfg.read_text())
     res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1},
-                 "model": json.loads(cfg.read_text()) if cfg.is_file() else None, "setup": setup,
+                 "model": json.loads(kept.read_text()) if kept.is_file() else None, "setup": setup,
                  "per_seed": {v: {str(s): x for s, x in sorted(d.items())} for v, d in loss.items()}}
     for v, d in loss.items():
         res[f"{v}_mean"] = statistics.fmean(d.values())
-    res["gap_paired"] = _paired(loss.get("detach_hidden", {}), loss.get("vanilla", {}))
-    res["local_myopic_bonus_paired"] = _paired(loss.get("vanilla", {}), loss.get("local", {}))
-    res["myopic_minus_local_paired"] = _paired(loss.get("detach_hidden", {}), loss.get("local", {}))
-    gap = res["gap_paired"]
-    if gap and "zero_past_mean" in res:
-        benefit = res["zero_past_mean"] - res["vanilla_mean"]
-        res["gap_over_context"] = gap["mean"] / benefit if benefit > 0 else None
+    res.update(lm_summary(loss))
     res["paper"] = {"note": "Pythia fine-tunes 14M..2.8B: the gap grows from 160M up, 0.10 -> 0.23 nats "
                             "(Wu et al. 2024); ours is a random-init Pythia-14M-shaped model from scratch"}
     out.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from forethought.eval.stats import t_interval
-from forethought.experiments import invocations, run_started
+from forethought.experiments import finished_runs, invocations, seed_paired
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,13 +101,15 @@ def collect(command: str, variant_tag: str = "") -> None:
     seen = invocations(RUNS, command)
     import statistics
 
-    found = []  # (p, mode, seed) of every run folder, whichever invocation made it
-    for d in RUNS.glob("p=*-*-s*"):
-        p_text, rest = d.name.split("-", 1)
+    stem = f"myopia_synthetic_{variant_tag}" if variant_tag else "myopia_synthetic"
+    records = finished_runs(RUNS, OUT / "runs" / stem, "p=*-*-s*")  # run folders, else the committed archive
+    found = []  # (p, mode, seed) of every finished run, whichever invocation made it
+    for name in records:
+        p_text, rest = name.split("-", 1)
         mode, seed_text = rest.rsplit("-s", 1)
         found.append((float(p_text[2:]), mode, int(seed_text)))
     found.sort(key=lambda j: (-j[0], j[2], j[1] != "vanilla"))
-    starts = [t for p, mode, seed in found if (t := run_started(RUNS / f"p={p:g}-{mode}-s{seed}")) is not None]
+    starts = [t for t in (r["started"] for r in records.values()) if t is not None]
     res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
                  "run_commands": {},
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
@@ -121,15 +122,11 @@ def collect(command: str, variant_tag: str = "") -> None:
     train_wall = 0.0
     per: dict = {}
     for p, mode, seed in found:
-        run_dir = RUNS / f"p={p:g}-{mode}-s{seed}"
-        rfile = run_dir / "results.json"
-        if not rfile.is_file():
-            print(f"missing {rfile}; skipped (unfinished)")
-            continue
-        r = json.loads(rfile.read_text())
+        record = records[f"p={p:g}-{mode}-s{seed}"]
+        r = record["results"]
         name = "vanilla" if mode == "vanilla" else "myopic"
         key, tag = f"p={p:g}", f"p={p:g}/{name}/seed{seed}"
-        res["run_commands"][tag] = json.loads((run_dir / "env.json").read_text())["command"]
+        res["run_commands"][tag] = record["command"]
         row = r[key]
         m = row[mode]
         best = [max(layer[i] for layer in m["probe_r2"]) for i in range(len(m["probe_r2"][0]))]
@@ -153,9 +150,7 @@ def collect(command: str, variant_tag: str = "") -> None:
             res["eval_curves"][tag] = [(e["step"], e["normalised_loss"]) for e in m["eval_curve"]]
         res["probe_r2_by_layer"][tag] = m["probe_r2"]
         if "model_config" not in res:
-            import yaml
-
-            res["model_config"] = yaml.safe_load((run_dir / "config.yaml").read_text())["model"]
+            res["model_config"] = record["config"]["model"]
         train_wall += m["train_wall_s"]
     for key, models in per.items():
         res[key]["per_seed"] = {}
@@ -177,14 +172,10 @@ def collect(command: str, variant_tag: str = "") -> None:
         if both:  # paired by seed: the same data stream and initialisation for both models
             v = dict(zip(models["vanilla"]["seeds"], models["vanilla"]["loss"]))
             mm = dict(zip(models["myopic"]["seeds"], models["myopic"]["loss"]))
-            diffs = [mm[s] - v[s] for s in both]
-            res[key]["myopic_minus_vanilla"] = {"seeds": both, "per_seed": diffs, "mean": statistics.fmean(diffs),
-                                                "std": statistics.stdev(diffs) if len(diffs) > 1 else None,
-                                                "ci95_of_mean": t_interval(diffs)}
+            res[key]["myopic_minus_vanilla"] = seed_paired(mm, v)
         if key in PAPER["myopic"]:
             res[key]["paper_myopic"] = PAPER["myopic"][key]
     res["train_wall_s_total"] = train_wall
-    stem = f"myopia_synthetic_{variant_tag}" if variant_tag else "myopia_synthetic"
     OUT.mkdir(parents=True, exist_ok=True)
     _plots(res, stem)
     (OUT / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")

@@ -81,7 +81,7 @@ def one_setting(init: str, final_norm: bool, steps: int, every: int, grad_batche
     from forethought.core.config import load_config
     from forethought.core.run import Run
     from forethought.core.runtime import compute_init, step_generator
-    from forethought.core.trainer import train
+    from forethought.core.trainer import TrainHooks, train
     from forethought.models.gpt import GPT
     from forethought.myopia.synthetic import SyntheticConfig, huber_loss, sample_task
 
@@ -106,7 +106,7 @@ def one_setting(init: str, final_norm: bool, steps: int, every: int, grad_batche
     t0 = time.perf_counter()
     run = Run.create(ROOT / "runs" / "bench-myopia-synthetic-why", _name(init, final_norm))
     out = train(model, huber_loss, batch_fn, cfg.train, run, rt, resume=None, desc=_name(init, final_norm),
-                eval_fn=eval_fn)
+                hooks=TrainHooks(eval_fn=eval_fn))
     return {"rows": rows, "train_wall_s": out["wall_s"], "wall_s": time.perf_counter() - t0,
             "model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train)}
 

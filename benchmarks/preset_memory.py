@@ -138,6 +138,7 @@ def predgen_settings() -> Iterator[Costed]:
     from forethought.core.precision import base_dtype
     from forethought.predgen.config import PredGenConfig
     from forethought.predgen.model import PredGenModel, apply_adapter, build_head
+    from forethought.predgen.registry import method_named
 
     path = config_path("predgen", "train_paper.yaml")
     cfg = load_config(PredGenConfig, path)
@@ -150,7 +151,7 @@ def predgen_settings() -> Iterator[Costed]:
     with torch.device("meta"):
         lm = LlamaForCausalLM(LlamaConfig(**shapes)).to(dtype)
         lm = apply_adapter(lm, cfg.adapter, cfg.train.steps)
-        pooling = cfg.head.pooling or ("last" if cfg.method == "predictor" else "attention")
+        pooling = method_named(cfg.method).pooling(cfg.head.pooling)
         head = build_head(cfg.method, shapes["hidden_size"], 2, pooling, cfg.head.hidden, None)  # BoolQ: 2 classes
     model = PredGenModel(lm, head)
     h, m, L = shapes["hidden_size"], shapes["intermediate_size"], shapes["num_hidden_layers"]

@@ -1,8 +1,9 @@
-"""The bad-input matrix, myopia part: the real CLI in a subprocess (``myopia synthetic | lm | probe``).
+"""The bad-input matrix, myopia part: the real CLI (``myopia synthetic | lm | gradients | probe``).
 
 Every case must exit with status 2, print one line on stderr that names the problem, print no traceback, and
-leave the folder it works in exactly as it was. Probe cases run on copies of one tiny ``myopia lm`` run (trained
-once for the module on the ``generated`` corpus), each copy damaged in one way.
+leave the folder it works in exactly as it was. Settings the config refuses as it loads run in this process (the
+myopia configs import no torch); the rest in processes of their own. Probe cases run on copies of one tiny
+``myopia lm`` run (trained once for the module on the ``generated`` corpus), each copy damaged in one way.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ def lm_run(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Path:
     return root / "myopia-lm-tiny"
 
 
-def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path) -> str:
+def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path, in_process: bool = False) -> str:
     runs = tmp_path / "runs"
     return expect_clean_failure([*args, "--run.out_dir", str(runs)], tmp_path, tmp_path, names,
-                                env={"FORETHOUGHT_CACHE": str(cache)})
+                                env={"FORETHOUGHT_CACHE": str(cache)}, in_process=in_process)
 
 
 @pytest.mark.parametrize("args,names", [
@@ -99,11 +100,15 @@ def _case(tmp_path: Path, args: list[str], names: list[str], cache: Path) -> str
     (["myopia", "probe", "--lm_run", "x", "--fit_sequences", "0"], ["fit_sequences must be at least 1"]),
     (["myopia", "probe", "--lm_run", "x", "--layers", "[0, -1]"], ["layers must be >= 0"]),
     (["myopia", "probe", "--lm_run", "x", "--k_max", "0"], ["k_max must be >= 1"]),
-    pytest.param([*LM, "--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
-    pytest.param([*SYNTH, "--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
 ])
 def test_bad_training_command(tmp_path: Path, cache: Path, args: list[str], names: list[str]) -> None:
-    _case(tmp_path, args, names, cache)
+    _case(tmp_path, args, names, cache, in_process=True)
+
+
+@no_cuda
+@pytest.mark.parametrize("args", [LM, SYNTH])
+def test_cuda_without_cuda(tmp_path: Path, cache: Path, args: list[str]) -> None:
+    _case(tmp_path, [*args, "--run.device", "cuda"], ["cuda", "not available"], cache)
 
 
 def _rewrite(path: Path, data: bytes, manifest_too: bool = False) -> None:
@@ -177,12 +182,13 @@ def test_probe_on_a_folder_that_is_not_an_lm_run(tmp_path: Path, cache: Path, ma
     _case(tmp_path, ["myopia", "probe", "--lm_run", str(folder), "--variants", "[vanilla]"], names, cache)
 
 
-@pytest.mark.parametrize("extra,names", [
-    (["--variants", "[vanilla, nope]"], ["config key 'variants'", "got 'nope'"]),
-    (["--variants", "[zero_past]"], ["no checkpoint for variant 'zero_past'"]),
-    pytest.param(["--run.device", "cuda"], ["cuda", "not available"], marks=no_cuda),
+@pytest.mark.parametrize("extra,names,in_process", [
+    (["--variants", "[vanilla, nope]"], ["config key 'variants'", "got 'nope'"], True),
+    (["--variants", "[zero_past]"], ["no checkpoint for variant 'zero_past'"], False),
+    pytest.param(["--run.device", "cuda"], ["cuda", "not available"], False, marks=no_cuda),
 ])
-def test_bad_probe_command(tmp_path: Path, cache: Path, lm_run: Path, extra: list[str], names: list[str]) -> None:
+def test_bad_probe_command(tmp_path: Path, cache: Path, lm_run: Path, extra: list[str], names: list[str],
+                           in_process: bool) -> None:
     run = tmp_path / "lm"
     shutil.copytree(lm_run, run)
-    _case(tmp_path, ["myopia", "probe", "--lm_run", str(run), *extra], names, cache)
+    _case(tmp_path, ["myopia", "probe", "--lm_run", str(run), *extra], names, cache, in_process)

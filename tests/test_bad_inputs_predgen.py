@@ -1,7 +1,8 @@
-"""The bad-input matrix, PredGen part: the real CLI in a subprocess (``tests/cli_harness.py``) on a tiny random
-Llama saved with its tokenizer. Every case exits with status 2, prints one line on stderr that names the problem
-and no traceback, and leaves the run folder as it was (a fresh run's folder is never created: inputs are
-checked before anything is written)."""
+"""The bad-input matrix, PredGen part: the real CLI (``tests/cli_harness.py``; settings refused as the config
+loads in this process, the rest in processes of their own) on a tiny random Llama saved with its tokenizer.
+Every case exits with status 2, prints one line on stderr that names the problem and no traceback, and leaves
+the run folder as it was (a fresh run's folder is never created: inputs are checked before anything is
+written)."""
 
 from __future__ import annotations
 
@@ -232,7 +233,7 @@ def test_bad_settings_fail_at_load(world: dict, tmp_path: Path, args: list[str],
     runs = tmp_path / "runs"
     expect_clean_failure(["predgen", "train", "--base", str(tmp_path / "no-such-model"), "--task.name",
                           str(tmp_path / "no-such.csv"), "--run.out_dir", str(runs), "--run.name", "fresh", *args],
-                         tmp_path, runs, names)
+                         tmp_path, runs, names, in_process=True)
     assert not runs.exists(), "the run folder was created"
 
 
@@ -240,7 +241,7 @@ def test_bad_settings_fail_at_load(world: dict, tmp_path: Path, args: list[str],
                                         (["--eval.batch_size", "0"], ["eval: batch_size must be at least 1"])])
 def test_bad_eval_settings_fail_at_load(world: dict, tmp_path: Path, args: list[str], names: list[str]) -> None:
     run = _copy(world, tmp_path)
-    expect_clean_failure(["predgen", "eval", "--model", str(run), *args], tmp_path, run, names)
+    expect_clean_failure(["predgen", "eval", "--model", str(run), *args], tmp_path, run, names, in_process=True)
 
 
 @pytest.mark.parametrize("extra,names", [(["--eval.decoder", "rank"], ["eval.decoder rank", "regression task"]),

@@ -1,8 +1,9 @@
-"""The bad-input matrix, PSF part: ``psf recipe`` and ``psf sample`` through the real CLI in a subprocess.
+"""The bad-input matrix, PSF part: ``psf recipe | sample | eval | diagnose | token-flow`` through the real CLI.
 
 Every case must exit with status 2, print one line on stderr that names the problem, print no traceback, and
-leave the run folder exactly as it was (or not create it). Cases that need a trained run copy one tiny recipe
-run, trained once for the module.
+leave the run folder exactly as it was (or not create it). Settings the config refuses as it loads run in this
+process; the rest in processes of their own. Cases that need a trained run copy one tiny recipe run, trained
+once for the module.
 """
 
 from __future__ import annotations
@@ -37,19 +38,30 @@ def run_copy(trained: tuple[Path, dict[str, str]], tmp_path: Path) -> Path:
     return Path(shutil.copytree(trained[0], tmp_path / "runs" / "psf"))
 
 
-def _recipe_case(tmp_path: Path, env: dict[str, str], args: list[str], names: list[str]) -> str:
+def _recipe_case(tmp_path: Path, env: dict[str, str], args: list[str], names: list[str],
+                 in_process: bool = False) -> str:
     runs = tmp_path / "runs"
-    return expect_clean_failure([*RECIPE, "--run.out_dir", str(runs), *args], tmp_path, runs, names, env)
+    return expect_clean_failure([*RECIPE, "--run.out_dir", str(runs), *args], tmp_path, runs, names, env,
+                                in_process=in_process)
 
 
 @pytest.mark.parametrize("args,names", [
     (["--data.corpus", "no-such-corpus"], ["unknown corpus", "no-such-corpus"]),
     (["--data.tokenizer", "no-such-tokenizer"], ["tokenizer", "no-such-tokenizer"]),
+    (["--resume", "some/checkpoint"], ["--resume auto"]),
+])
+def test_bad_recipe_inputs_write_nothing(tmp_path: Path, trained: tuple[Path, dict[str, str]], args: list[str],
+                                         names: list[str]) -> None:
+    """Found out once the data (or the resume request) is looked at, before anything is written."""
+    _recipe_case(tmp_path, trained[1], args, names)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args,names", [
     (["--prior.model.n_head", "3"], ["prior.model", "n_embd (32) must be divisible by n_head (3)"]),
     (["--prior.model.conditioning", "mask"], ["prior.model.conditioning", "'none', 'known_mask'", "'mask'"]),
     (["--base.train.steps", "-3"], ["base.train", "steps", "-3"]),
     (["--ar.train.steps", "-2"], ["ar.train", "steps", "-2"]),
-    (["--resume", "some/checkpoint"], ["--resume auto"]),
     (["--model.code_init_sigma", "0"], ["model", "code_init_sigma must be a number > 0"]),
     (["--model.code_lr_factor", "nan"], ["model", "code_lr_factor must be a number > 0"]),
     (["--model.code_warmup_steps", "-1"], ["model", "code_warmup_steps must not be negative"]),
@@ -72,9 +84,8 @@ def _recipe_case(tmp_path: Path, env: dict[str, str], args: list[str], names: li
     (["--run.name", "a/b"], ["run: name must be a plain folder name", "'a/b'"]),
     (["--prior.train.grad_clip", "nan"], ["prior.train: grad_clip must be a finite number"]),
 ])
-def test_bad_recipe_settings_write_nothing(tmp_path: Path, trained: tuple[Path, dict[str, str]], args: list[str],
-                                           names: list[str]) -> None:
-    _recipe_case(tmp_path, trained[1], args, names)
+def test_bad_recipe_settings_write_nothing(tmp_path: Path, args: list[str], names: list[str]) -> None:
+    _recipe_case(tmp_path, {}, args, names, in_process=True)
     assert not (tmp_path / "runs").exists()  # not even an empty run folder
 
 
@@ -90,7 +101,7 @@ def test_bad_recipe_settings_write_nothing(tmp_path: Path, trained: tuple[Path, 
 ])
 def test_bad_settings_fail_at_load(tmp_path: Path, args: list[str], names: list[str]) -> None:
     """Checked when the config loads, before the run folder named by --recipe_run is even looked at."""
-    expect_clean_failure(args, tmp_path, tmp_path, names)
+    expect_clean_failure(args, tmp_path, tmp_path, names, in_process=True)
 
 
 @pytest.mark.parametrize("content", ["truncated", "{}"])
@@ -141,11 +152,19 @@ def test_sample_on_cuda_without_cuda(run_copy: Path, tmp_path: Path, trained: tu
     (["--recipe_run", "{run}", "--size", "config", "--token_flow.n_head", "3"], ["token_flow.n_embd (256)",
                                                                                  "n_head (3)"]),
     (["--recipe_run", "{run}", "--token_flow.head", "embedding"], ["rounding=lm_head needs"]),
+])
+def test_bad_token_flow_settings_write_nothing(tmp_path: Path, args: list[str], names: list[str]) -> None:
+    args = [a.replace("{run}", str(tmp_path / "runs" / "psf")) for a in args]
+    expect_clean_failure(["psf", "token-flow", *args, "--device", "cpu"], tmp_path, tmp_path, names,
+                         in_process=True)
+
+
+@pytest.mark.parametrize("args,names", [
     (["--recipe_run", "{run}/no-such-run"], ["no-such-run", "not a finished 'psf recipe' run"]),
     (["--recipe_run", "{run}", "--param_tolerance", "0.001"], ["no token-flow size within", "size: config"]),
 ])
-def test_bad_token_flow_settings_write_nothing(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
-                                               args: list[str], names: list[str]) -> None:
+def test_token_flow_on_a_run_it_cannot_use(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
+                                           args: list[str], names: list[str]) -> None:
     args = [a.replace("{run}", str(run_copy)) for a in args]
     expect_clean_failure(["psf", "token-flow", *args, "--device", "cpu"], tmp_path, tmp_path / "runs", names,
                          trained[1])

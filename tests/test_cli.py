@@ -38,6 +38,38 @@ def test_help_into_a_closed_pipe_prints_no_traceback(argv):
     assert proc.wait(timeout=120) in (0, 1) and err == "", err
 
 
+# Runs the console script's main() in a fresh interpreter and reports, as its last stderr line, the exit status and
+# which heavy libraries got imported.
+_IMPORTS = ("import json, sys\nfrom forethought.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+            "except SystemExit as e:\n    code = e.code\nheavy = [m for m in ('torch', 'numpy', 'transformers', "
+            "'accelerate', 'peft') if m in sys.modules]\nprint(json.dumps([code, heavy]), file=sys.stderr)")
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["--help"], 0),
+    (["myopia", "synthetic", "--bogus", "1"], 2),
+    (["myopia", "synthetic", "--help"], 0),
+    (["myopia", "lm", "--config", "tiny", "--gpt.n_head", "3"], 2),
+    (["myopia", "gradients", "--help"], 0),
+    (["myopia", "probe", "--k_max", "0", "--lm_run", "x"], 2),
+    (["demo", "--help"], 0),
+    (["demo", "--systems", "[nope]"], 2),
+    (["predgen", "train", "--help"], 0),
+    (["predgen", "train", "--config", "tiny", "--method", "predgenn"], 2),
+    (["predgen", "eval", "--eval.batch_size", "0", "--run_dir", "x"], 2),
+    (["predgen", "predict", "--help"], 0),
+    (["predgen", "compare", "--help"], 0),
+    (["predgen", "mine", "--help"], 0),
+])
+def test_help_and_bad_settings_import_no_torch(argv: list[str], code: int, tmp_path: Path) -> None:
+    """The configs of these commands live in torch-free modules, so ``--help`` and a mistake in the settings
+    answer before torch, numpy or transformers load (a fresh interpreter: this one holds them all)."""
+    out = subprocess.run([sys.executable, "-c", _IMPORTS, *argv, "--run.out_dir", str(tmp_path / "runs")],
+                         env=ENV, capture_output=True, text=True, timeout=120)
+    assert json.loads(out.stderr.strip().splitlines()[-1]) == [code, []], out.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["myopia", "synthetic", "--train.stepz", "3"], "unknown config key 'train.stepz'"),
     (["myopia", "nope"], "unknown command 'myopia nope'"),

@@ -279,7 +279,7 @@ def _train(tmp_path, name, steps=6, resume=None, eval_fn=None, die_at_call=0, gp
 
     from forethought.core.run import Run
     from forethought.core.runtime import compute_init, step_generator
-    from forethought.core.trainer import train
+    from forethought.core.trainer import TrainHooks, train
 
     rt = compute_init("cpu", seed=0)
     torch.manual_seed(0)
@@ -300,7 +300,7 @@ def _train(tmp_path, name, steps=6, resume=None, eval_fn=None, die_at_call=0, gp
 
     tcfg = TrainConfig(steps=steps, batch_size=8, lr=0.05, log_every=1, **cfg)
     run = Run.create(tmp_path, name)
-    out = train(model, loss_fn, batch_fn, tcfg, run, rt, resume=resume, eval_fn=eval_fn)
+    out = train(model, loss_fn, batch_fn, tcfg, run, rt, TrainHooks(eval_fn=eval_fn), resume=resume)
     return model, out, run
 
 

@@ -41,4 +41,4 @@ def test_bad_system_keeps_the_previous_demo(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     assert main(["demo", "--run.out_dir", str(runs), *NOTHING]) == 0
     expect_clean_failure(["demo", "--run.out_dir", str(runs), "--systems", "[myopia, nope]"], tmp_path, runs,
-                         ["unknown system", "nope"])
+                         ["config key 'systems'", "got 'nope'"], in_process=True)

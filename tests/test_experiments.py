@@ -19,6 +19,7 @@ from forethought.experiments import (
     by_seed,
     collect_runs,
     finished_run,
+    finished_runs,
     invocations,
     over_seeds,
     run_queue,
@@ -228,6 +229,23 @@ def test_finished_runs_are_archived_and_read_back_without_their_folders(tmp_path
     assert collect_runs(runs, ["a-s0", "b-s0", "c-s0"], archive) == got
 
 
+def test_finished_runs_are_found_in_the_folder_or_the_archive_alone(tmp_path: Path) -> None:
+    runs, archive = tmp_path / "runs", tmp_path / "archive"
+    _fake_run(runs / "p=1-vanilla-s0")
+    (runs / "p=1-vanilla-s0" / "config.yaml").write_text("model: {n_layer: 2}\n")
+    _fake_run(runs / "p=1-myopic-s0")
+    (runs / "p=1-myopic-s1").mkdir()  # unfinished: left out
+    _fake_run(runs / "other-s0")  # does not match the pattern
+    first = finished_runs(runs, archive, "p=*-s*")
+    assert list(first) == ["p=1-myopic-s0", "p=1-vanilla-s0"]
+    assert first["p=1-vanilla-s0"]["config"] == {"model": {"n_layer": 2}} and "config" not in first["p=1-myopic-s0"]
+    shutil.rmtree(runs / "p=1-vanilla-s0")  # its folder gone (a fresh machine): the archive answers
+    _fake_run(runs / "p=0.3-vanilla-s0")  # a new run beside it
+    again = finished_runs(runs, archive, "p=*-s*")
+    assert list(again) == ["p=0.3-vanilla-s0", "p=1-myopic-s0", "p=1-vanilla-s0"]
+    assert again["p=1-vanilla-s0"] == first["p=1-vanilla-s0"]
+
+
 def test_invocations_are_listed_once_each(tmp_path: Path) -> None:
     assert invocations(tmp_path / "r", "python b.py") == ["python b.py"]
     assert invocations(tmp_path / "r", "python b.py --collect") == ["python b.py", "python b.py --collect"]
@@ -264,3 +282,17 @@ def test_a_comparison_over_seeds_end_to_end(tmp_path: Path) -> None:
 def test_scripts_get_one_line_instead_of_a_traceback(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"^bad failed \(exit 4\); see "):
         run_queue_or_exit([("bad", [PY, "-c", "raise SystemExit(4)"])], 1, tmp_path, poll_s=0.02)
+
+
+def test_lm_summary_pairs_by_seed_with_the_papers_bonus() -> None:
+    from forethought.experiments.myopia import lm_summary
+
+    loss = {"vanilla": {0: 4.0, 1: 4.2}, "detach_hidden": {0: 4.3, 1: 4.4}, "local": {0: 3.9},
+            "zero_past": {0: 5.0, 1: 5.2}}
+    s = lm_summary(loss)
+    assert s["gap_paired"]["per_seed"] == pytest.approx([0.3, 0.2]) and s["gap"] == pytest.approx(0.25)
+    assert s["local_myopic_bonus"] == pytest.approx(0.1)  # vanilla − local, seed 0 only
+    assert s["myopic_minus_local"] == pytest.approx(0.4)
+    assert s["gap_over_context"] == pytest.approx(0.25 / 1.0)
+    assert s["gap_over_context_per_seed"] == {"0": pytest.approx(0.3), "1": pytest.approx(0.2)}
+    assert lm_summary({"vanilla": {0: 4.0}})["gap_paired"] is None  # nothing to pair yet

@@ -19,7 +19,7 @@ from transformers import (
 from forethought.core.errors import ForethoughtError
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.attention import myopic_attention, reference_myopic_attention, vanilla_attention
-from forethought.myopia.wrap import detach_before, make_myopic
+from forethought.myopia.wrap import make_myopic, per_position_gradient
 from forethought.testing import tiny_gpt_neox, tiny_opt, tiny_phi
 
 T, V = 7, 37
@@ -160,15 +160,7 @@ def test_param_grads_equal_sum_of_per_position_passes(arch):
     ids = _ids()
     model = BUILDERS[arch]()
     params = [p for p in model.parameters() if p.requires_grad]
-    oracle = [torch.zeros_like(p) for p in params]
-    for t in range(T - 1):
-        hs = detach_before(model, t)
-        logits, _ = _forward(model, ids)
-        for h in hs:
-            h.remove()
-        for acc, g in zip(oracle, torch.autograd.grad(_per_pos_loss(logits, ids)[t], params, allow_unused=True)):
-            if g is not None:
-                acc += g
+    oracle = per_position_gradient(model, lambda: _per_pos_loss(_forward(model, ids)[0], ids), params, T - 1)
     make_myopic(model, mode="detach_hidden")
     logits, _ = _forward(model, ids)
     one_pass = torch.autograd.grad(_per_pos_loss(logits, ids).sum(), params, allow_unused=True)

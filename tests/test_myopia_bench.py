@@ -3,6 +3,7 @@ sweep (benchmarks/myopia_horizon.py) run the real CLI, collect JSON with the pap
 skip finished runs when rerun."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,10 @@ def test_p_grid_driver_quick(tmp_path):
     before = {d.name: (d / "results.json").stat().st_mtime for d in runs.iterdir() if d.is_dir()}
     _run("myopia_synthetic.py", "--quick", "--runs", str(runs), "--out", str(out))  # resumable: nothing retrains
     assert before == {d.name: (d / "results.json").stat().st_mtime for d in runs.iterdir() if d.is_dir()}
+    shutil.rmtree(runs)  # a fresh machine: the archived records alone give the same rows
+    _run("myopia_synthetic.py", "--quick", "--collect-only", "--runs", str(runs), "--out", str(out))
+    again = json.loads((out / "myopia_synthetic.json").read_text())
+    assert all(again[k] == res[k] for k in ("p=1", "p=0.1", "model_config", "run_commands", "eval_curves"))
 
 
 def test_horizon_driver_quick(tmp_path):
@@ -42,6 +47,10 @@ def test_horizon_driver_quick(tmp_path):
     assert (out / "myopia_horizon.png").stat().st_size > 1000
     cfg = (runs / "synthetic-k=2-s0" / "config.yaml").read_text()
     assert "horizon: 2" in cfg
+    shutil.rmtree(runs)  # a fresh machine: the archived records alone give the same sweep
+    _run("myopia_horizon.py", "--quick", "--part", "synthetic", "--collect-only", "--runs", str(runs), "--out", str(out))
+    again = json.loads((out / "myopia_horizon.json").read_text())
+    assert again["synthetic"] == res["synthetic"] and again["train_wall_s"] == res["train_wall_s"]
 
 
 def test_pythia_lm_driver_quick(tmp_path):
@@ -55,3 +64,7 @@ def test_pythia_lm_driver_quick(tmp_path):
     v, loc = res["per_seed"]["vanilla"]["0"], res["per_seed"]["local"]["0"]
     assert res["local_myopic_bonus_paired"]["mean"] == v - loc  # the paper's definition
     assert json.loads((out / "myopia_families.json").read_text())["pythia_lm"]["gap_paired"]["seeds"] == [0]
+    shutil.rmtree(runs)  # a fresh machine: the committed archive alone gives the same numbers
+    _run("myopia_pythia_lm.py", "--collect-only", "--runs", str(runs), "--out", str(out))
+    again = json.loads((out / "myopia_pythia_lm.json").read_text())
+    assert again["per_seed"] == res["per_seed"] and again["model"] == res["model"]

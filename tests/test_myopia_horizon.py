@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from forethought.cli import main
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.attention import myopic_attention, reference_myopic_attention, vanilla_attention
-from forethought.myopia.wrap import detach_before, make_myopic
+from forethought.myopia.wrap import make_myopic, per_position_gradient
 from forethought.testing import tiny_gpt_neox, tiny_llama
 
 T, V = 9, 29
@@ -97,15 +97,8 @@ def test_one_layer_equals_sum_of_per_position_passes(arch, horizon):
     ids = _ids()
     model = BUILDERS[arch](layers=1)
     params = list(model.parameters())
-    oracle = [torch.zeros_like(p) for p in params]
-    for t in range(T - 1):
-        hs = detach_before(model, max(t - horizon, 0))
-        logits, _ = _forward(model, ids)
-        for h in hs:
-            h.remove()
-        for acc, g in zip(oracle, torch.autograd.grad(_per_pos_loss(logits, ids)[t], params, allow_unused=True)):
-            if g is not None:
-                acc += g
+    oracle = per_position_gradient(model, lambda: _per_pos_loss(_forward(model, ids)[0], ids), params, T - 1,
+                                   horizon=horizon)
     # HF's LlamaRMSNorm normalises in float32 even in a float64 model: what flows through it (the embeddings'
     # gradient) is float32-exact, and the one-pass and per-position sums round differently there
     slack = 1e4 if arch == "llama" else 1.0

@@ -751,13 +751,14 @@ def test_recipe_applies_the_code_options(tmp_path, monkeypatch):
     seen: dict[str, list] = {"noise": [], "scales": [], "sigma": []}
     real_train, real_forward = recipe_module.train, PSFModel.forward
 
-    def train(model, loss_fn, *args, lr_scales=None, **kwargs):
+    def train(model, loss_fn, *args, hooks, **kwargs):
+        lr_scales = hooks.lr_scales
         if kwargs.get("desc") == "codes":
             seen["scales"].append(sorted(set((lr_scales or {}).values())))
             n = sum(1 for p in model.parameters() if id(p) in (lr_scales or {}))
             assert n == len(model.code_layers())
             seen["sigma"].append(float(model.code_head.bias[model.code_dim:].mean()))
-        return real_train(model, loss_fn, *args, lr_scales=lr_scales, **kwargs)
+        return real_train(model, loss_fn, *args, hooks=hooks, **kwargs)
 
     def forward(self, tokens, *args, **kwargs):
         if self.training and self.use_codes:

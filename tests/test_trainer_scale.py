@@ -25,7 +25,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.precision import base_dtype
 from forethought.core.run import Run
 from forethought.core.runtime import Runtime, compute_init, step_generator, unwrap
-from forethought.core.trainer import TrainConfig, train
+from forethought.core.trainer import TrainConfig, TrainHooks, train
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.wrap import make_myopic
 from forethought.testing import tiny_llama
@@ -241,8 +241,8 @@ def test_lr_scales_and_gradient_norms(tmp_path: Path) -> None:
     run = Run.create(tmp_path, "scales")
     cfg = TrainConfig(steps=1, batch_size=4, lr=1e-3, warmup_steps=0, weight_decay=0.0, log_every=1)
     train(both, loss_fn, lambda s: x, cfg, run, compute_init("cpu", seed=0),
-          grad_groups={"body": list(model.parameters()), "head": list(head.parameters())},
-          lr_scales={id(p): 10.0 for p in head.parameters()})
+          TrainHooks(grad_groups={"body": list(model.parameters()), "head": list(head.parameters())},
+                     lr_scales={id(p): 10.0 for p in head.parameters()}))
     moved = [(p.detach() - b).abs() for p, b in zip(both.parameters(), before)]
     assert torch.allclose(moved[0], torch.full_like(moved[0], 1e-3), rtol=1e-3)
     assert torch.allclose(moved[1], torch.full_like(moved[1], 1e-2), rtol=1e-3)
@@ -253,6 +253,35 @@ def test_lr_scales_and_gradient_norms(tmp_path: Path) -> None:
     loss_fn(both, x)[0].backward()
     assert row["grad_norm_body"] == pytest.approx(float(model.weight.grad.norm()), rel=1e-5)
     assert row["grad_norm_head"] == pytest.approx(float(head.weight.grad.norm()), rel=1e-5)
+
+
+def test_hooks_params_and_after_step(tmp_path: Path) -> None:
+    """``TrainHooks.params`` is all the optimizer trains (the rest keeps its values although it has gradients), and
+    ``after_step`` sees every step once, after the optimizer step, with the gradients still there."""
+    body, head = torch.nn.Linear(3, 2), torch.nn.Linear(2, 1)
+    both = torch.nn.Sequential(body, head)
+    before = [p.detach().clone() for p in both.parameters()]
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    seen: list[tuple[int, bool]] = []
+
+    def after(m: torch.nn.Module, step: int) -> None:
+        seen.append((step, head.weight.grad is not None and body.weight.grad is not None))
+
+    train(both, lambda m, b: (m(b).pow(2).mean(), {}), lambda s: x,
+          TrainConfig(steps=3, batch_size=4, lr=1e-2, log_every=1), Run.create(tmp_path, "hooks"),
+          compute_init("cpu", seed=0), TrainHooks(params=list(head.parameters()), after_step=after))
+    assert seen == [(0, True), (1, True), (2, True)]
+    assert all(torch.equal(p, b) for p, b in zip(body.parameters(), before[:2]))
+    assert not any(torch.equal(p, b) for p, b in zip(head.parameters(), before[2:]))
+
+
+def test_train_takes_its_hooks_as_one_object(tmp_path: Path) -> None:
+    """The hooks are fields of TrainHooks, not keywords of train (a misspelt or old-style keyword fails loudly)."""
+    with pytest.raises(TypeError, match="eval_fn"):
+        train(torch.nn.Linear(1, 1), lambda m, b: (m(b).mean(), {}), lambda s: torch.ones(1, 1),
+              TrainConfig(steps=1, batch_size=1), Run.create(tmp_path, "old"), compute_init("cpu", seed=0),
+              eval_fn=lambda m, step: {})  # type: ignore[call-arg]
+    assert not (tmp_path / "old").exists()
 
 
 def test_accumulation_settings_are_checked(tmp_path: Path) -> None:
@@ -411,7 +440,7 @@ def test_tracker_gets_the_metrics_rows(tmp_path: Path) -> None:
     run = Run.create(tmp_path, "tracked")
     train(_gpt(), token_mean_loss, lambda s: _ragged(8, seed=s),
           TrainConfig(steps=3, batch_size=8, log_every=1, eval_every=2), run, rt,
-          eval_fn=lambda m, step: {"val": float(step)})
+          TrainHooks(eval_fn=lambda m, step: {"val": float(step)}))
     rows = [(r["step"], {k: v for k, v in r.items() if k not in ("step", "eval")}) for r in run.metrics()]
     assert rec.rows == rows and len(rows) == 5 and rec.finished and not acc.trackers
 

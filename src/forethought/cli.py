@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from forethought.core.config import describe, load_config
 from forethought.core.errors import ForethoughtError
@@ -27,22 +28,29 @@ class Command:
     system: str
     verb: str
     help: str
-    target: str  # "module:function" taking (cfg, resume) ; "module:Config" class beside it
-    config: str
+    target: str  # "module:function" taking (cfg, resume): imported only once the config has loaded
+    config: str  # "module:Config", from a module that imports no torch, so --help and bad input answer fast
+
+    def config_class(self) -> type:
+        return _load(self.config)
+
+    def run(self, cfg: Any, resume: str | None) -> Any:
+        """Import the command's module (torch, models) and run it on a loaded, checked config."""
+        return _load(self.target)(cfg, resume=resume)
 
 
 COMMANDS = [
     Command("myopia", "synthetic", "train vanilla vs myopic models on the synthetic pre-caching task; "
             "normalised loss per p and per-layer ridge probes",
-            "forethought.myopia.synthetic:run", "forethought.myopia.synthetic:SyntheticConfig"),
+            "forethought.myopia.synthetic:run", "forethought.myopia.config:SyntheticConfig"),
     Command("myopia", "lm", "vanilla vs myopic language-model training (our GPT from scratch or an HF model); "
             "myopia gap overall and per position, local-myopic bonus, transformer-bigram baseline",
-            "forethought.myopia.lm:run", "forethought.myopia.lm:LMConfig"),
+            "forethought.myopia.lm:run", "forethought.myopia.config:LMConfig"),
     Command("myopia", "gradients", "the pre-caching gradient: during vanilla training, the vanilla vs myopic "
             "gradient on fixed batches, per layer (relative difference, cosine)",
-            "forethought.myopia.gradients:run", "forethought.myopia.gradients:GradientsConfig"),
+            "forethought.myopia.gradients:run", "forethought.myopia.config:GradientsConfig"),
     Command("myopia", "probe", "Future-Lens probes: from layer l at position t predict token t+k (k=1..N), "
-            "vanilla vs myopic checkpoints", "forethought.myopia.probe:run", "forethought.myopia.probe:ProbeConfig"),
+            "vanilla vs myopic checkpoints", "forethought.myopia.probe:run", "forethought.myopia.config:ProbeConfig"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
             "forethought.psf.recipe:RecipeConfig"),
@@ -63,18 +71,18 @@ COMMANDS = [
     Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
             "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head; --method base "
             "evaluates the untrained base model zero-shot",
-            "forethought.predgen.commands:run_train", "forethought.predgen.commands:PredGenConfig"),
+            "forethought.predgen.commands:run_train", "forethought.predgen.config:PredGenConfig"),
     Command("predgen", "eval", "evaluate a trained model on its task's eval (or train) split",
-            "forethought.predgen.commands:run_eval", "forethought.predgen.commands:EvalConfig"),
+            "forethought.predgen.commands:run_eval", "forethought.predgen.config:EvalConfig"),
     Command("predgen", "predict", "predict on a file of new inputs with a trained model (writes JSONL)",
-            "forethought.predgen.commands:run_predict", "forethought.predgen.commands:PredictConfig"),
+            "forethought.predgen.commands:run_predict", "forethought.predgen.config:PredictConfig"),
     Command("predgen", "compare", "two runs' predictions on the same eval examples, paired (or a run's adapter vs "
             "its decoded answer, or two curve points): difference, bootstrap 95 % interval, McNemar",
-            "forethought.predgen.compare:run_compare", "forethought.predgen.compare:CompareConfig"),
+            "forethought.predgen.compare:run_compare", "forethought.predgen.config:CompareConfig"),
     Command("predgen", "mine", "MINE estimates of I(Y;Z), pooled vs token-level states of a trained model, "
             "fitted on one half and evaluated on the other, over seeds, with H(Y) and a plot; --words K: the input "
             "words most associated with each answer",
-            "forethought.predgen.mine:run_mine", "forethought.predgen.mine:MineConfig"),
+            "forethought.predgen.mine:run_mine", "forethought.predgen.config:MineConfig"),
     Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
             "forethought.demo:run", "forethought.demo:DemoConfig"),
 ]
@@ -106,7 +114,7 @@ def resolve_config_path(system: str, verb: str, spec: str | None) -> Path | None
 
 
 def _parser(cmd: Command) -> argparse.ArgumentParser:
-    cls = _load(cmd.config)
+    cls = cmd.config_class()
     name = f"forethought {cmd.system} {cmd.verb}".strip()
     epilog = "config keys (override with --section.key VALUE):\n" + "\n".join(describe(cls))
     p = argparse.ArgumentParser(prog=name, description=cmd.help, epilog=epilog,
@@ -155,9 +163,9 @@ def _main(argv: list[str] | None) -> int:
         rest = argv[2:] if cmd.verb else argv[1:]
         parser = _parser(cmd)
         args, overrides = parser.parse_known_args(rest)
-        cfg = load_config(_load(cmd.config), resolve_config_path(cmd.system, cmd.verb or "demo", args.config),
+        cfg = load_config(cmd.config_class(), resolve_config_path(cmd.system, cmd.verb or "demo", args.config),
                           overrides)
-        _load(cmd.target)(cfg, resume=args.resume)
+        cmd.run(cfg, args.resume)
         return 0
     except ForethoughtError as e:
         print(f"forethought: error: {e}", file=sys.stderr)

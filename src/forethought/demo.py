@@ -16,14 +16,17 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from forethought.cli import resolve_config_path
-from forethought.core.config import field, load_config
+from forethought.core.config import at_least, field, load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.run import Run, RunConfig
 
 
+# This module imports no torch (each system's part imports its own modules when it runs): the CLI loads and checks
+# DemoConfig, and prints --help, before the heavy libraries load.
 @dataclass
 class DemoConfig:
     run: RunConfig = field(RunConfig(name="demo"), "run folder, seed, device")
@@ -31,10 +34,19 @@ class DemoConfig:
                                  "sin(8·x), d 32; about 30 s per model on CPU)")
     lm_steps: int = field(300, "training steps per language-model variant")
     corpus: str = field("auto", "'auto' = wikitext-2 when FORETHOUGHT_DATA has it, else the generated corpus")
-    systems: list[str] = field(["myopia", "predgen", "psf"], "which systems to run")
+    systems: list[Literal["myopia", "predgen", "psf"]] = field(["myopia", "predgen", "psf"], "which systems to run")
     predgen_base: str = field("smollm2-135m", "HF causal LM for the PredGen part")
     predgen_steps: int = field(12, "training steps per PredGen method (batch 8)")
     psf_steps: int = field(300, "PSF base-stage steps (the other stages keep the tiny preset's)")
+
+    def validate(self) -> None:
+        # checked when the config loads, so a typo never costs the previous demo (a rerun deletes its folder)
+        at_least(self, 1, "synthetic_steps", "lm_steps", "predgen_steps", "psf_steps")
+        if not self.corpus.strip():
+            raise ForethoughtError(f"corpus must be 'auto', a corpus name or a .txt file, got {self.corpus!r}")
+        if not self.predgen_base.strip():
+            raise ForethoughtError(f"predgen_base must name an HF causal LM (hub id, folder or alias), got "
+                                   f"{self.predgen_base!r}")
 
 
 def _corpus(cfg: DemoConfig) -> tuple[str, str]:
@@ -67,9 +79,6 @@ def claim_folder(folder: Path, resume: str | None) -> None:
 
 def run(cfg: DemoConfig, resume: str | None = None) -> dict:
     t0 = time.perf_counter()
-    unknown = sorted(set(cfg.systems) - {"myopia", "predgen", "psf"})
-    if unknown:  # checked before the previous demo is deleted: a typo must not cost a finished demo
-        raise ForethoughtError(f"demo: unknown system(s) {unknown}; choose from myopia, predgen, psf")
     claim_folder(Path(cfg.run.out_dir) / cfg.run.name, resume)
     root = Run.create(cfg.run.out_dir, cfg.run.name, cfg)
     atomic_write_text(root.path(MARKER), "created by forethought demo; the demo may delete this folder\n")

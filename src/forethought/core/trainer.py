@@ -9,7 +9,7 @@ so an interrupted run sees exactly the same data after resuming, and every rank 
 rank's slice is split again into ``grad_accum`` micro-batches), ``loss_fn(model, batch) -> (loss, metrics)``
 (``loss``: a mean over the batch's rows, or an :class:`~forethought.core.accumulate.AveragedLoss` for averages
 over a varying number of items, such as answer tokens: see core/accumulate.py) and optionally
-``eval_fn(model, step) -> {name: number}``.
+:class:`TrainHooks` (an evaluation callback, a per-step callback, gradient-norm groups, learning-rate factors).
 
 Resume restores the weights, the optimizer and every RNG stream (torch CPU and all CUDA devices, numpy,
 Python), so a resumed run takes the same steps as an uninterrupted one. On the CPU this gives bit-identical
@@ -22,6 +22,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,25 +87,41 @@ def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
     return p
 
 
-def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tuple[Any, dict]],
-          batch_fn: Callable[[int], Any], cfg: TrainConfig, run: Run, rt: Runtime, *,
-          resume: str | None = None, desc: str = "train", params: list[torch.nn.Parameter] | None = None,
-          eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
-          model_config: dict | None = None,
-          after_step: Callable[[torch.nn.Module, int], None] | None = None,
-          grad_groups: dict[str, list[torch.nn.Parameter]] | None = None,
-          lr_scales: dict[int, float] | None = None) -> dict[str, Any]:
-    """Train ``model`` in place for ``cfg.steps`` steps; returns the loss curve and timings. ``after_step(model,
-    step)`` runs after each optimizer step, while the gradients are still there (AdaLoRA's rank allocation).
+@dataclass(frozen=True)
+class TrainHooks:
+    """The optional ways a system plugs into :func:`train`, in one object so the loop's signature stays fixed as
+    features arrive (a new hook is a new field here, not a new parameter at every call site).
+
+    ``params``: what the optimizer trains (default: every parameter with ``requires_grad``).
+    ``eval_fn(model, step) -> {name: number}``: every ``cfg.eval_every`` steps and at the end (RNG forked, logged
+    with ``eval: true``, plotted to eval_curve.png).
+    ``after_step(model, step)``: after each optimizer step, while the gradients are still there (AdaLoRA's rank
+    allocation, PSF's code-noise warm-up).
     ``grad_groups``: on every logged step, ``grad_norm_<name>`` — the L2 norm of that group's gradient (the whole
-    batch's, before clipping) — joins the metrics row (not under FSDP, whose gradients are sharded)."""
+    batch's, before clipping) — joins the metrics row (not under FSDP, whose gradients are sharded).
+    ``lr_scales``: ``id(parameter) -> factor`` on the scheduled learning rate (e.g. a head at 10x the body's)."""
+
+    params: list[torch.nn.Parameter] | None = None
+    eval_fn: Callable[[torch.nn.Module, int], dict] | None = None
+    after_step: Callable[[torch.nn.Module, int], None] | None = None
+    grad_groups: dict[str, list[torch.nn.Parameter]] | None = None
+    lr_scales: dict[int, float] | None = None
+
+
+def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tuple[Any, dict]],
+          batch_fn: Callable[[int], Any], cfg: TrainConfig, run: Run, rt: Runtime,
+          hooks: TrainHooks = TrainHooks(), *, resume: str | None = None, desc: str = "train",
+          model_config: dict | None = None) -> dict[str, Any]:
+    """Train ``model`` in place for ``cfg.steps`` steps; returns the loss curve and timings. ``hooks``: the
+    optional callbacks and parameter settings (:class:`TrainHooks`); ``model_config``: saved beside each
+    checkpoint's weights."""
     acc = rt.accelerator
     k = cfg.grad_accum
     if cfg.batch_size % (k * rt.world_size):
         raise ForethoughtError(f"{desc}: batch_size {cfg.batch_size} is not divisible by grad_accum {k} x "
                                f"{rt.world_size} process(es)")
     fsdp = acc.distributed_type == "FSDP"  # accelerate's DistributedType is a str enum
-    trainable = params if params is not None else [p for p in model.parameters() if p.requires_grad]
+    trainable = hooks.params if hooks.params is not None else [p for p in model.parameters() if p.requires_grad]
     partial = sum(p.numel() for p in trainable) < sum(p.numel() for p in model.parameters())
     trained_ids = {id(p) for p in trainable}
     trained_names = {n for n, p in model.named_parameters() if id(p) in trained_ids}  # FSDP checkpoints keep these
@@ -115,7 +132,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
     if cfg.activation_checkpointing:
         set_activation_checkpointing(model, True)
     model.to(rt.device)
-    scales = lr_scales or {}
+    scales = hooks.lr_scales or {}
     groups = []
     for scale in dict.fromkeys([1.0, *scales.values()]):  # one pair of groups (decay / none) per lr factor
         mine = [p for p in trainable if scales.get(id(p), 1.0) == scale]
@@ -170,20 +187,20 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         step_out = accumulate_gradients(wrapped, loss_fn, micro, acc, check)
         done = step + 1
         logged = done % cfg.log_every == 0 or done == cfg.steps
-        norms = grad_norms(grad_groups) if logged and grad_groups and not fsdp else {}
+        norms = grad_norms(hooks.grad_groups) if logged and hooks.grad_groups and not fsdp else {}
         if cfg.grad_clip > 0:
             acc.clip_grad_norm_(clip, cfg.grad_clip)
         opt.step()
-        if after_step is not None:
-            after_step(wrapped, step)
+        if hooks.after_step is not None:
+            hooks.after_step(wrapped, step)
         if logged:
             mean_loss = acc.reduce(step_out.loss.detach(), reduction="mean").item()
             curve.append((done, mean_loss))
             log({"step": done, "loss": mean_loss, "lr": lr_at(step, cfg),
                  **{name: float(v) for name, v in step_out.metrics.items()}, **norms})
             bar.set_postfix(loss=f"{mean_loss:.4f}")
-        if eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
-            log({"step": done, "eval": True, **run_eval(eval_fn, acc.unwrap_model(wrapped), done)})
+        if hooks.eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
+            log({"step": done, "eval": True, **run_eval(hooks.eval_fn, acc.unwrap_model(wrapped), done)})
             wrapped.train()
         if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
             acc.wait_for_everyone()

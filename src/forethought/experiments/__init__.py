@@ -22,10 +22,17 @@ subprocess (the same code path a user runs), so the systems never import this pa
 them; ``cli`` and the benchmark scripts sit on top of both.
 """
 
-from forethought.experiments.archive import collect_runs, finished_run, invocations, run_started, training_log
+from forethought.experiments.archive import (
+    collect_runs,
+    finished_run,
+    finished_runs,
+    invocations,
+    run_started,
+    training_log,
+)
 from forethought.experiments.jobs import Job, JobFailed, run_queue, run_queue_or_exit, seed_jobs, subprocess_env
 from forethought.experiments.stats import by_seed, gradient_summary, over_seeds, seed_paired
 
-__all__ = ["Job", "JobFailed", "by_seed", "collect_runs", "finished_run", "gradient_summary", "invocations",
+__all__ = ["Job", "JobFailed", "by_seed", "collect_runs", "finished_run", "finished_runs", "gradient_summary", "invocations",
            "over_seeds", "run_queue", "run_queue_or_exit", "run_started", "seed_jobs", "seed_paired",
            "subprocess_env", "training_log"]

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from forethought.core.io import atomic_write_text, read_jsonl
 from forethought.core.run import read_metrics
 
@@ -38,7 +40,8 @@ def training_log(run_dir: Path) -> list[dict[str, Any]]:
 def run_record(run_dir: Path) -> dict[str, Any]:
     """A finished run folder as one record: ``results``, ``predictions`` (when it wrote predictions.jsonl),
     ``command``, ``started``, ``finished`` (epoch seconds), ``train_log`` (:func:`training_log`),
-    ``torch_threads``, and ``models`` (the resolved pretrained models of env.json, when it names any)."""
+    ``torch_threads``, ``models`` (the resolved pretrained models of env.json, when it names any) and ``config``
+    (its config.yaml, when it has one)."""
     run_dir = Path(run_dir)
     env = json.loads((run_dir / "env.json").read_text())
     record: dict[str, Any] = {"results": json.loads((run_dir / "results.json").read_text())}
@@ -49,6 +52,8 @@ def run_record(run_dir: Path) -> dict[str, Any]:
                    "torch_threads": env.get("machine", {}).get("torch_threads")})
     if env.get("models"):
         record["models"] = env["models"]
+    if (run_dir / "config.yaml").is_file():  # the settings as run (a later collect may need the model section)
+        record["config"] = yaml.safe_load((run_dir / "config.yaml").read_text())
     return record
 
 
@@ -77,6 +82,14 @@ def collect_runs(runs_dir: Path, names: list[str], archive: Path) -> dict[str, d
         if record is not None:
             out[name] = record
     return out
+
+
+def finished_runs(runs_dir: Path, archive: Path, pattern: str) -> dict[str, dict[str, Any]]:
+    """Every finished run whose name matches the glob ``pattern``, found as a run folder under ``runs_dir`` or as
+    an archived record (a fresh machine has only the archive), by name in sorted order; see :func:`collect_runs`."""
+    names = {d.name for d in Path(runs_dir).glob(pattern) if d.is_dir()}
+    names |= {f.stem for f in Path(archive).glob(f"{pattern}.json")}
+    return collect_runs(runs_dir, sorted(names), archive)
 
 
 def invocations(runs_dir: Path, command: str) -> list[str]:

@@ -19,22 +19,21 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
-from forethought.core.config import at_least, field, positive
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import pyplot, save_figure
-from forethought.core.run import Run, RunConfig
+from forethought.core.run import Run
 from forethought.core.runtime import runtime_for, step_generator, unwrap
-from forethought.core.trainer import TrainConfig, to_device, train
+from forethought.core.trainer import TrainHooks, to_device, train
 from forethought.data.corpora import eval_windows, random_windows
-from forethought.models.gpt import GPT, GPTConfig
+from forethought.models.gpt import GPT
 from forethought.myopia import lm, synthetic
+from forethought.myopia.config import GradientsConfig  # its home imports no torch; importable from here too
 from forethought.myopia.wrap import make_myopic, myopia_mode
 
 LossFn = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, dict]]
@@ -114,50 +113,6 @@ def compare(g: dict[str, torch.Tensor], g_m: dict[str, torch.Tensor],
 # ---------------------------------------------------------------- the command
 
 
-@dataclass
-class GradientsConfig:
-    run: RunConfig = field(RunConfig(name="myopia-gradients"), "run folder, seed, device")
-    experiment: Literal["synthetic", "lm"] = field("synthetic", "the synthetic pre-caching task, or language "
-                                                   "modelling (myopia lm's data and models)")
-    mode: Literal["detach_hidden", "detach_kv"] = field("detach_hidden", "the myopic gradient g_m's mode")
-    measure_batches: int = field(4, "fixed batches (train.batch_size each) g and g_m are averaged over")
-    p: float = field(1.0, "synthetic: Bernoulli probability p")
-    task: synthetic.TaskConfig = field(synthetic.TaskConfig(), "synthetic: the task")
-    base: str = field("gpt", "lm: 'gpt' = our GPT from scratch (the model section); else an HF causal LM")
-    base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
-        "auto", "lm with an HF base: dtype it is loaded in (auto = fp32 when its weights train, run.precision "
-        "under LoRA)")
-    lora_r: int = field(0, "lm with an HF base: LoRA rank (0 = full fine-tuning)")
-    lora_alpha: int = field(32, "lm with an HF base: LoRA alpha")
-    model: GPTConfig = field(
-        GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, activation="relu", init="torch",
-                  final_norm=False),
-        "our GPT (synthetic, or lm with base gpt); input/output sizes are set by the experiment")
-    data: lm.LMDataConfig = field(lm.LMDataConfig(), "lm: corpus and tokenisation (its eval and curve "
-                                  "sequence counts are not used here: see eval_sequences)")
-    eval_sequences: int = field(512, "held-out sequences for the loss reported beside each measurement")
-    train: TrainConfig = field(TrainConfig(steps=5000, batch_size=64, lr=1e-3, warmup_steps=300, min_lr_ratio=0.1,
-                                           log_every=100, eval_every=100, checkpoint_every=1000),
-                               "optimisation of the vanilla model; eval_every = how often to measure")
-
-    def validate(self) -> None:
-        at_least(self, 0, "lora_r")
-        positive(self, "lora_alpha")
-        if self.measure_batches < 1:
-            raise ForethoughtError(f"measure_batches must be at least 1, got {self.measure_batches}")
-        if self.eval_sequences < 1:
-            raise ForethoughtError(f"eval_sequences must be at least 1, got {self.eval_sequences}")
-        if self.train.steps < 1 or self.train.eval_every < 1:
-            raise ForethoughtError("train.steps and train.eval_every must be at least 1 (the measurements run "
-                                   "every eval_every steps)")
-        if not 0 < self.p <= 1:
-            raise ForethoughtError(f"p must be in (0, 1], got {self.p}")
-        seq = self.task.seq_len if self.experiment == "synthetic" else self.data.seq_len
-        if (self.experiment == "synthetic" or self.base == "gpt") and seq > self.model.n_positions:
-            raise ForethoughtError(f"the sequence length ({seq}) must be <= model.n_positions "
-                                   f"({self.model.n_positions})")
-
-
 def _lm_config(cfg: GradientsConfig) -> lm.LMConfig:
     gpt = copy.deepcopy(cfg.model)
     gpt.input_dim, gpt.output_dim = 0, 0  # token ids in, LM logits out
@@ -216,7 +171,7 @@ def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
         return {**compare(g, g_m, groups), **held_out(m)}
 
     out = train(model, loss_fn, batch_fn, cfg.train, parent, rt, resume=resume, desc=f"{cfg.experiment} vanilla",
-                eval_fn=eval_fn, model_config=model.config_dict() if isinstance(model, GPT) else None)
+                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.config_dict() if isinstance(model, GPT) else None)
     results = {"experiment": cfg.experiment, "mode": cfg.mode, "steps": cfg.train.steps,
                "batch_size": cfg.train.batch_size, "measure_batches": cfg.measure_batches,
                "groups": {k: len(v) for k, v in groups.items()},

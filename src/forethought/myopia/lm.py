@@ -27,83 +27,31 @@ import copy
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, verify_checkpoint
-from forethought.core.config import at_least, field, load_config, positive
+from forethought.core.config import load_config
 from forethought.core.env import cache_dir
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import line_plot
 from forethought.core.precision import base_dtype
-from forethought.core.run import Run, RunConfig
+from forethought.core.run import Run
 from forethought.core.runtime import runtime_for, step_generator, unwrap
-from forethought.core.trainer import TrainConfig, train
+from forethought.core.trainer import TrainHooks, train
 from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
-from forethought.models.gpt import GPT, GPTConfig
-from forethought.myopia.wrap import Mode, MyopiaSettings, make_myopic
-
-VARIANTS = ("vanilla", "detach_hidden", "detach_kv", "local", "zero_past")
-
-
-@dataclass
-class LMDataConfig:
-    corpus: str = field("wikitext-2", "corpus name (wikitext-2, tinyshakespeare, tinystories, generated), a .txt "
-                        "path, or hf:<dataset>")
-    tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id; 'auto' = the HF base model's own")
-    seq_len: int = field(64, "tokens per training sequence (the paper uses 64)")
-    eval_sequences: int = field(512, "validation sequences (non-overlapping windows of the valid split)")
-    curve_sequences: int = field(64, "validation windows scored every --train.eval_every steps (the first of the "
-                                 "eval_sequences windows, the same ones at every evaluation)")
-    cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
-
-    def validate(self) -> None:
-        # curve_sequences is checked by the commands that score a curve (myopia lm), not here: gradients ignores it
-        at_least(self, 1, "seq_len", "eval_sequences")
-        if not self.corpus.strip():
-            raise ForethoughtError("corpus must name a corpus, a .txt file or hf:<dataset>")
-
-
-@dataclass
-class LMConfig:
-    run: RunConfig = field(RunConfig(name="myopia-lm"), "run folder, seed, device")
-    base: str = field("gpt", "'gpt' = our GPT from scratch; else an HF causal LM to fine-tune (hub id, folder, "
-                      "smollm2-135m)")
-    base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
-        "auto", "HF base: dtype it is loaded in (auto = fp32 when its weights train, run.precision under LoRA)")
-    gpt: GPTConfig = field(GPTConfig(n_positions=64, n_embd=256, n_layer=4, n_head=4), "our GPT (base: gpt)")
-    lora_r: int = field(0, "HF base: LoRA rank through peft (0 = full fine-tuning)")
-    lora_alpha: int = field(32, "HF base: LoRA alpha")
-    variants: list[Mode] = field(["vanilla", "detach_hidden", "local", "zero_past"], "what to train")
-    myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
-                                   "detach_kv)")
-    data: LMDataConfig = field(LMDataConfig(), "corpus and tokenisation")
-    train: TrainConfig = field(TrainConfig(steps=2000, batch_size=32, lr=1e-3, warmup_steps=100, log_every=50,
-                                           weight_decay=0.1, checkpoint_every=500), "optimisation")
-
-    def validate(self) -> None:
-        at_least(self, 0, "lora_r")
-        positive(self, "lora_alpha")
-        for v in self.variants:
-            if v not in VARIANTS:
-                raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")
-        if "local" in self.variants and "vanilla" not in self.variants[:self.variants.index("local")]:
-            raise ForethoughtError("variants: 'local' needs 'vanilla' trained before it (its frozen past states "
-                                   "come from the trained vanilla model), e.g. [vanilla, local]")
-        if self.train.steps < 1:  # every variant must leave a checkpoint for 'myopia probe'
-            raise ForethoughtError(f"train.steps must be at least 1, got {self.train.steps}")
-        if self.data.curve_sequences < 1:
-            raise ForethoughtError(f"data.curve_sequences must be at least 1, got {self.data.curve_sequences}")
-        if self.base == "gpt" and self.data.seq_len > self.gpt.n_positions:
-            raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
-        if self.base != "gpt":
-            base_dtype(self.base_dtype, self.run.precision, trains_base=self.lora_r == 0)
+from forethought.models.gpt import GPT
+from forethought.myopia.config import (  # noqa: F401  (their home imports no torch; importable from here too)
+    VARIANTS,
+    LMConfig,
+    LMDataConfig,
+    MyopiaSettings,
+)
+from forethought.myopia.wrap import make_myopic
 
 
 def horizon_for(settings: MyopiaSettings, variant: str) -> int:
@@ -235,7 +183,8 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
             make_myopic(model, mode=variant, frozen=vanilla_model if variant == "local" else None,
                         horizon=horizon_for(cfg.myopia, variant))
         sub = Run.create(parent.dir, variant, is_main=rt.is_main)
-        out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant, eval_fn=eval_fn,
+        out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant,
+                    hooks=TrainHooks(eval_fn=eval_fn),
                     model_config=model.config_dict() if isinstance(model, GPT) else None)
         per_pos = per_position_loss(model, windows)
         res = {"val_loss": float(np.mean(per_pos)), "per_position": per_pos, "train_wall_s": out["wall_s"],

@@ -13,46 +13,17 @@ myopic models shows how much future information the states carry beyond what the
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from forethought.core.config import at_least, field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import line_plot
-from forethought.core.run import Run, RunConfig
+from forethought.core.run import Run
 from forethought.core.runtime import runtime_for
 from forethought.models.gpt import GPT
-from forethought.myopia.wrap import Mode
-
-
-@dataclass
-class ProbeConfig:
-    run: RunConfig = field(RunConfig(name="myopia-probe"), "run folder, seed, device")
-    lm_run: str = field("", "a 'forethought myopia lm' run folder whose models to probe")
-    variants: list[Mode] = field(["vanilla", "detach_hidden"], "which of its trained variants")
-    layers: list[int] = field([], "layers to probe (0 = embedding; empty = all)")
-    k_max: int = field(4, "predict tokens t+1 .. t+k_max")
-    fit_sequences: int = field(512, "training-split windows to fit the probes on")
-    eval_sequences: int = field(256, "validation-split windows to score them on")
-    ridge: float = field(1e-3, "ridge penalty relative to the mean feature variance")
-
-    def validate(self) -> None:
-        if not self.lm_run:
-            raise ForethoughtError("probe: give the run to probe with --lm_run runs/<myopia lm run>")
-        if self.k_max < 1:
-            raise ForethoughtError("probe: k_max must be >= 1")
-        at_least(self, 1, "fit_sequences", "eval_sequences")
-        at_least(self, 0, "ridge")
-        if any(layer < 0 for layer in self.layers):
-            raise ForethoughtError(f"layers must be >= 0 (0 = the embedding), got {self.layers}")
-        from forethought.myopia.lm import VARIANTS
-
-        for v in self.variants:
-            if v not in VARIANTS:
-                raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")
+from forethought.myopia.config import ProbeConfig  # its home imports no torch; importable from here too
 
 
 def lm_head(model: torch.nn.Module) -> torch.nn.Module:

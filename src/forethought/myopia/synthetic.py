@@ -15,92 +15,25 @@ sum (the paper probes it at layer 2); both on sequences drawn at the model's own
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from forethought.core.config import at_least, field, finite
-from forethought.core.errors import ForethoughtError
 from forethought.core.plots import heatmaps, line_plot
-from forethought.core.run import Run, RunConfig
+from forethought.core.run import Run
 from forethought.core.runtime import runtime_for, step_generator
-from forethought.core.trainer import TrainConfig, train
-from forethought.models.gpt import GPT, GPTConfig
+from forethought.core.trainer import TrainHooks, train
+from forethought.models.gpt import GPT
+from forethought.myopia.config import (  # noqa: F401  (their home imports no torch; importable from here too)
+    ProbeSettings,
+    SyntheticConfig,
+    SyntheticMode,
+    TaskConfig,
+)
 from forethought.myopia.probe import fit_ridge
-from forethought.myopia.wrap import MyopiaSettings, make_myopic
+from forethought.myopia.wrap import make_myopic
 
-# the models the synthetic task trains (not 'local': it needs a trained vanilla LM's states)
-SyntheticMode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past"]
 FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "square": torch.square}
-
-
-@dataclass
-class TaskConfig:
-    seq_len: int = field(64, "positions per sequence")
-    window: int = field(10, "number of past inputs summed in the target")
-    shift: int = field(1, "first lag in the sum (1 = the previous input)")
-    frequency: float = field(10.0, "the 10 in sin(10·x)")
-    function: Literal["sin", "cos", "tanh", "square"] = field("sin", "f in the target")
-
-    def validate(self) -> None:
-        at_least(self, 1, "seq_len", "window")
-        at_least(self, 0, "shift")
-        finite(self, "frequency")
-
-
-@dataclass
-class ProbeSettings:
-    max_lag: int = field(20, "probe lags 0..max_lag")
-    train_sequences: int = field(2048, "sequences to fit the ridge probes on")
-    test_sequences: int = field(1024, "held-out sequences to score R² on")
-    ridge: float = field(1e-2, "ridge penalty (relative to the mean feature variance)")
-
-    def validate(self) -> None:
-        at_least(self, 0, "max_lag", "ridge")
-        at_least(self, 1, "train_sequences", "test_sequences")
-
-
-@dataclass
-class SyntheticConfig:
-    run: RunConfig = field(RunConfig(name="myopia-synthetic"), "run folder, seed, device")
-    task: TaskConfig = field(TaskConfig(), "the synthetic task")
-    p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
-    modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
-    myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
-                                   "detach_kv)")
-    model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
-                             "GPT-2 architecture (inputs through a linear embedding)")
-    train: TrainConfig = field(TrainConfig(steps=6000, batch_size=64, lr=1e-3, warmup_steps=200, log_every=50),
-                               "optimisation")
-    eval_sequences: int = field(16384, "fresh sequences for the normalised loss")
-    curve_sequences: int = field(512, "fresh sequences (seeded: the same ones at every evaluation) for the "
-                                 "normalised loss every --train.eval_every steps")
-    probe: ProbeSettings = field(ProbeSettings(), "ridge probes")
-
-    def validate(self) -> None:
-        if not self.p_values or any(not 0 < p <= 1 for p in self.p_values):
-            raise ForethoughtError(f"p_values must be in (0, 1], got {self.p_values}")
-        from forethought.myopia.wrap import MODES
-
-        for m in self.modes:
-            if m not in MODES or m == "local":
-                raise ForethoughtError(f"modes: unknown or unsupported mode '{m}' "
-                                       "(vanilla, detach_hidden, detach_kv, zero_past)")
-        first = max(self.probe.max_lag, self.task.shift + self.task.window - 1)  # the probes' first position
-        if first >= self.task.seq_len:
-            raise ForethoughtError(f"task.seq_len ({self.task.seq_len}) must exceed probe.max_lag and task.shift + "
-                                   f"task.window - 1 (= {first}): the probes read positions from there on")
-        if self.task.seq_len > self.model.n_positions:
-            raise ForethoughtError("task.seq_len must be <= model.n_positions")
-        if self.model.input_dim != 2 or self.model.output_dim != 1:
-            raise ForethoughtError("the synthetic task needs model.input_dim = 2 and model.output_dim = 1")
-        if self.train.steps < 1:
-            raise ForethoughtError(f"train.steps must be at least 1, got {self.train.steps}")
-        for name in ("eval_sequences", "curve_sequences"):  # zero sequences would report a NaN loss
-            if getattr(self, name) < 1:
-                raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 def sample_task(task: TaskConfig, p: float, batch: int, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -197,7 +130,7 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
 
     t0 = time.perf_counter()
     out = train(model, huber_loss, batch_fn, cfg.train, run, rt, resume=resume, desc=f"p={p:g} {mode}",
-                eval_fn=eval_fn, model_config=model.config_dict())
+                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.config_dict())
     loss, per_pos = normalised_loss(model, cfg.task, p, cfg.eval_sequences, cfg.run.seed + 1)
     r2, r2_sum = probes(model, cfg.task, cfg.probe, cfg.run.seed + 2, p)  # on the model's own p
     res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2, "probe_sum_r2": r2_sum,

@@ -27,7 +27,6 @@ from __future__ import annotations
 import inspect
 import sys
 import types
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -36,7 +35,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from forethought.core.config import field as config_field
 from forethought.core.errors import ForethoughtError
 from forethought.myopia.attention import (
     blend,
@@ -45,26 +43,9 @@ from forethought.myopia.attention import (
     weight_grad_only,
     window_mask,
 )
+from forethought.myopia.config import MODES, Mode  # their home imports no torch; importable from here too
 
-Mode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past", "local"]
-# every model a myopia command can train (the configs' lists are checked against it when they load)
-Mode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past", "local"]
-MODES: tuple[str, ...] = typing.get_args(Mode)
 _ATTR = "_forethought_myopia"
-
-
-@dataclass
-class MyopiaSettings:
-    """The ``--myopia.*`` settings of the commands that train myopic models."""
-
-    horizon: int = config_field(
-        0, "myopia horizon k: in every attention layer, query t reads the live keys/values of positions t-k..t and "
-        "detached ones before (0 = myopic, >= seq_len - 1 = vanilla; through L layers the gradient of position "
-        "t's loss reaches back at most L*k positions). Applies to the detach_hidden / detach_kv models")
-
-    def validate(self) -> None:
-        if self.horizon < 0:
-            raise ForethoughtError(f"myopia.horizon must be >= 0, got {self.horizon}")
 
 
 @dataclass
@@ -419,3 +400,23 @@ def detach_before(model: nn.Module, t: int) -> list[torch.utils.hooks.RemovableH
         return (x, *args[1:]), kwargs
 
     return [m.register_forward_pre_hook(hook, with_kwargs=True) for _, m in attention_modules(model)]
+
+
+def per_position_gradient(model: nn.Module, losses: Callable[[], torch.Tensor], params: list[nn.Parameter],
+                          positions: int, horizon: int = 0) -> list[torch.Tensor]:
+    """The slow form of myopic training's gradient, for checking the one-pass form: Σ_t ∂ℓ_t/∂θ with one forward
+    and backward per position t, every attention layer reading positions < t − horizon as constants
+    (:func:`detach_before`). ``losses()`` runs ``model`` and returns its per-position losses (positions,);
+    parameters no loss reaches get zeros. Returns one gradient per parameter of ``params``."""
+    total = [torch.zeros_like(p) for p in params]
+    for t in range(positions):
+        handles = detach_before(model, max(t - horizon, 0))
+        try:
+            loss_t = losses()[t]
+        finally:
+            for h in handles:
+                h.remove()
+        for acc, g in zip(total, torch.autograd.grad(loss_t, params, allow_unused=True)):
+            if g is not None:
+                acc += g
+    return total

@@ -18,45 +18,30 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json, atomic_write_text
 from forethought.core.plots import pyplot, save_figure
 from forethought.core.precision import base_dtype
 from forethought.core.run import Run
 from forethought.core.runtime import mix_seed, runtime_for, unwrap
-from forethought.core.trainer import train
-from forethought.predgen.checks import at_least
+from forethought.core.trainer import TrainHooks, train
 from forethought.predgen.compare import curve_predictions_path
-from forethought.predgen.config import EvalSettings, PredGenConfig
+from forethought.predgen.config import (  # their home imports no torch; the names also resolve here
+    EvalConfig,
+    EvalSettings,
+    PredGenConfig,
+    PredictConfig,
+)
 from forethought.predgen.data import eval_subset, load_splits, split_record
-from forethought.predgen.methods import (
-    Encoder,
-    Predictions,
-    generator_loss,
-    predgen_loss,
-    predict,
-    predictor_loss,
-    sampling_p,
-    with_sampling,
-)
+from forethought.predgen.methods import Encoder, Predictions, predict, sampling_p, with_sampling
 from forethought.predgen.metrics import classification_metrics, regression_metrics
-from forethought.predgen.model import (
-    METHODS,
-    PredGenModel,
-    apply_adapter,
-    build_head,
-    check_layer,
-    hidden_size,
-    save_model,
-    vocab_size,
-)
+from forethought.predgen.model import PredGenModel, apply_adapter, check_layer, hidden_size, save_model, vocab_size
+from forethought.predgen.registry import Method, method_named
 from forethought.predgen.saved import load_saved, saved_examples
 from forethought.predgen.tasks import read_inputs
 
@@ -65,15 +50,10 @@ from forethought.predgen.tasks import read_inputs
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _pooling(cfg_pooling: str, method: str) -> str:
-    return cfg_pooling or ("last" if method == "predictor" else "attention")
-
-
 def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     from forethought.models.hf import load_causal_lm
 
-    if cfg.method not in (*METHODS, "base"):
-        raise ForethoughtError(f"unknown method '{cfg.method}'; choose one of {', '.join(METHODS)}, base")
+    method = method_named(cfg.method)
     dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.adapter.method == "full")
     rt = runtime_for(cfg.run)
     spec, train_ex, val_ex, eval_split = load_splits(cfg.task, cfg.run.seed)
@@ -81,11 +61,11 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     eval_ex = eval_subset(eval_split, cfg.task.max_eval_examples, cfg.run.seed)
     lm, tok = load_causal_lm(cfg.base, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     check_layer(cfg.layer, lm)
-    enc = Encoder(spec, tok, cfg.prompt, decode=cfg.method != "predictor")
+    enc = Encoder(spec, tok, cfg.prompt, decode=method.decodes)
     eval_items = enc.encode(eval_ex)
     val_items = enc.encode(val_ex)  # selection happens here, never on the eval split
-    if cfg.method == "base":
-        return zero_shot(cfg, enc, PredGenModel(lm, None), eval_items, val_items, len(train_ex), rt)
+    if not method.trains:
+        return zero_shot(cfg, method, enc, PredGenModel(lm, None), eval_items, val_items, len(train_ex), rt)
     encoded: dict[int, dict[str, Any]] = {}  # training examples are tokenised when first drawn (SST-2: 67k)
 
     def train_item(i: int) -> dict[str, Any]:
@@ -98,9 +78,9 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     bias = None
     if spec.task_type == "regression":
         bias = statistics.fmean(float(enc.target(ex)) for ex in train_ex)
-    pooling = _pooling(cfg.head.pooling, cfg.method)
-    head = build_head(cfg.method, hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias, cfg.head.reads,
-                      vocab_size(lm))
+    pooling = method.pooling(cfg.head.pooling)
+    head = method.build_head(hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias, cfg.head.reads,
+                             vocab_size(lm))
     model = PredGenModel(lm, head)
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     n, bs = len(train_ex), cfg.train.batch_size
@@ -116,15 +96,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
                              mix_seed("predgen-sampling", cfg.run.seed, step))
 
     task_type = spec.task_type
-    if cfg.method == "predictor":
-        def loss_fn(m: Any, b: dict) -> Any:
-            return m(predictor_loss, b, task_type, cfg.layer)
-    elif cfg.method == "generator":
-        def loss_fn(m: Any, b: dict) -> Any:
-            return m(generator_loss, b, cfg.mask_prompt)
-    else:
-        def loss_fn(m: Any, b: dict) -> Any:
-            return m(predgen_loss, b, cfg.predgen, enc, task_type, cfg.layer, cfg.mask_prompt)
+    loss_fn = method.loss_fn(cfg, enc)
 
     after_step = None
     if cfg.adapter.method == "adalora":
@@ -133,7 +105,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
 
     eval_fn = None
     if cfg.train.eval_every > 0:
-        eval_fn = curve_eval_fn(cfg.method, enc, val_items or eval_items, cfg.eval.batch_size, cfg.layer, rt.device,
+        eval_fn = curve_eval_fn(method, enc, val_items or eval_items, cfg.eval.batch_size, cfg.layer, rt.device,
                                 run.dir if rt.is_main else None)
     # the writer (the LM's adapter) and the head's gradient norms: WDAL's forms scale them differently
     groups = {"writer": [p for p in model.lm.parameters() if p.requires_grad]}
@@ -141,7 +113,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
         groups["head"] = [p for p in model.head.parameters() if p.requires_grad]
     scales = {id(p): cfg.head.lr_scale for p in groups.get("head", [])} if cfg.head.lr_scale != 1.0 else None
     out = train(model, loss_fn, batch_fn, cfg.train, run, rt, resume=resume, desc=f"predgen {cfg.method}",
-                after_step=after_step, eval_fn=eval_fn, grad_groups=groups, lr_scales=scales)
+                hooks=TrainHooks(after_step=after_step, eval_fn=eval_fn, grad_groups=groups, lr_scales=scales))
     results: dict[str, Any] = {"method": cfg.method, "task": spec.name, "base": cfg.base,
                                "adapter": dataclasses.asdict(cfg.adapter), "steps": cfg.train.steps,
                                "batch_size": bs, "train_examples": n, "eval_examples": len(eval_items),
@@ -158,8 +130,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
                 "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split, val_ex)}
         save_model(model, tok, run.dir / "model", meta, cfg.adapter)
         model.to(rt.device)
-        evaluate_validation(model, cfg.method, enc, val_items, cfg, rt.device, run.dir, results)
-        metrics, preds = evaluate(model, cfg.method, enc, eval_items, cfg.eval, cfg.layer, rt.device)
+        evaluate_validation(model, method, enc, val_items, cfg, rt.device, run.dir, results)
+        metrics, preds = evaluate(model, method, enc, eval_items, cfg.eval, cfg.layer, rt.device)
         results.update(metrics)
         write_predictions(run.dir / "predictions.jsonl", enc, eval_items, preds)
         if "learning_curve" in results:
@@ -182,7 +154,7 @@ def check_task_settings(cfg: PredGenConfig, spec: Any) -> None:
                                    "task (use head.reads states)")
 
 
-def evaluate_validation(model: PredGenModel, method: str, enc: Encoder, items: list[dict[str, Any]],
+def evaluate_validation(model: PredGenModel, method: Method, enc: Encoder, items: list[dict[str, Any]],
                         cfg: PredGenConfig, device: Any, run_dir: Path, results: dict[str, Any]) -> None:
     """The validation split's metrics (``results["validation"]``, the numbers to select on) and predictions
     (``validation_predictions.jsonl``, for paired selection with ``predgen compare``); nothing without one."""
@@ -194,20 +166,21 @@ def evaluate_validation(model: PredGenModel, method: str, enc: Encoder, items: l
     write_predictions(run_dir / "validation_predictions.jsonl", enc, items, preds)
 
 
-def zero_shot(cfg: PredGenConfig, enc: Encoder, model: PredGenModel, eval_items: list[dict[str, Any]],
+def zero_shot(cfg: PredGenConfig, method: Method, enc: Encoder, model: PredGenModel, eval_items: list[dict[str, Any]],
               val_items: list[dict[str, Any]], n_train: int, rt: Any) -> dict[str, Any]:
-    """``--method base``: the untrained base model evaluated as a generator (its greedy answer under each
-    example's choices; with ``--eval.decoder rank`` the log-likelihood ranking), nothing trained or saved."""
+    """A method that trains nothing (``--method base``): the untrained base model evaluated as it predicts (base:
+    its greedy answer under each example's choices; with ``--eval.decoder rank`` the log-likelihood ranking),
+    nothing trained or saved."""
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
-    results: dict[str, Any] = {"method": "base", "task": enc.spec.name, "base": cfg.base,
+    results: dict[str, Any] = {"method": method.name, "task": enc.spec.name, "base": cfg.base,
                                "adapter": dataclasses.asdict(cfg.adapter), "steps": 0, "batch_size": 0,
                                "train_examples": n_train, "eval_examples": len(eval_items), "train_wall_s": 0.0,
                                "final_loss": None, "trainable_params": 0, "seed": cfg.run.seed,
                                "val_examples": len(val_items)}
     if rt.is_main:
         model.to(rt.device)
-        evaluate_validation(model, "base", enc, val_items, cfg, rt.device, run.dir, results)
-        metrics, preds = evaluate(model, "base", enc, eval_items, cfg.eval, cfg.layer, rt.device)
+        evaluate_validation(model, method, enc, val_items, cfg, rt.device, run.dir, results)
+        metrics, preds = evaluate(model, method, enc, eval_items, cfg.eval, cfg.layer, rt.device)
         results.update(metrics)
         write_predictions(run.dir / "predictions.jsonl", enc, eval_items, preds)
         run.write_results(results)
@@ -227,19 +200,21 @@ def _perm(n: int, seed: int, epoch: int) -> list[int]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def curve_eval_fn(method: str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
+def curve_eval_fn(method: Method | str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
                   device: torch.device | str, run_dir: Path | None = None) -> Callable[[Any, int], dict[str, float]]:
     """The trainer's ``eval_fn``: the metrics of the method's prediction on ``items`` (the run's evaluation
     examples, so the last point equals the final evaluation); PredGen's also of its decoded answer
     (``decoded_<metric>``), which the same pass produced: the adapter and the answer it read can learn at
-    different rates. With ``run_dir`` each point's predictions are kept too
+    different rates. ``method``: the object or its name. With ``run_dir`` each point's predictions are kept too
     (``curve_predictions/step-NNNNNN.jsonl``), so two points can be compared paired (``predgen compare``)."""
+    method = method_named(method)
+
     def fn(model: Any, step: int) -> dict[str, float]:
         preds = predict(model, method, enc, items, batch_size, layer, False, device)
         if run_dir is not None:
             write_predictions(curve_predictions_path(run_dir, step), enc, items, preds)
         out = score(enc, items, preds.prediction)
-        if method == "predgen":  # its decoded answer is scored beside the adapter's prediction
+        if method.answers_twice:  # its decoded answer is scored beside the head's prediction
             out.update({f"decoded_{k}": v for k, v in score(enc, items, preds.decoded).items()})
         return out
 
@@ -282,7 +257,8 @@ def train_report(name: str, results: dict[str, Any]) -> str:
     """report.md of a ``predgen train`` run: what was trained, its metrics, the curve."""
     a = results["adapter"]
     metric_keys = ["accuracy", "macro_f1"] if "accuracy" in results else ["mse", "mae", "pearson", "spearman"]
-    if results["method"] == "base":
+    trained = method_named(results["method"]).trains
+    if not trained:
         setting = (f"Base `{results['base']}`, untrained (zero-shot), seed {results['seed']}; evaluated on "
                    f"{results['eval_examples']} examples.")
     else:
@@ -307,8 +283,7 @@ def train_report(name: str, results: dict[str, Any]) -> str:
         n = len(results["learning_curve"])
         lines += ["", f"Learning curve ({n} points, `results.json` `learning_curve`):", "",
                   "![learning curve](learning_curve.png)"]
-    files = "`results.json`, `predictions.jsonl`" + ("" if results["method"] == "base" else
-                                                    ", `metrics.jsonl`, `model/`")
+    files = "`results.json`, `predictions.jsonl`" + (", `metrics.jsonl`, `model/`" if trained else "")
     lines += ["", f"Files: {files}{', `validation_predictions.jsonl`' if 'validation' in results else ''}."]
     return "\n".join(lines) + "\n"
 
@@ -325,7 +300,7 @@ def score(enc: Encoder, items: list[dict[str, Any]], values: list[Any]) -> dict[
     return regression_metrics(targets, values)
 
 
-def evaluate(model: PredGenModel, method: str, enc: Encoder, items: list[dict[str, Any]], es: EvalSettings,
+def evaluate(model: PredGenModel, method: Method | str, enc: Encoder, items: list[dict[str, Any]], es: EvalSettings,
              layer: int, device: torch.device | str = "cpu") -> tuple[dict[str, Any], Predictions]:
     """Metrics of the method's prediction (PredGen: the adapter's), of the decoded answer beside it, and of
     the expected value (regression, decoder=expected); parse-failure rate; examples/s and latency."""
@@ -374,27 +349,11 @@ def write_predictions(path: Path, enc: Encoder, items: list[dict[str, Any]], pre
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
-@dataclass
-class EvalConfig:
-    model: str = field("", "a trained run folder (or its model/ folder)")
-    split: Literal["train", "validation", "eval"] = field(
-        "eval", "which split of the model's task (exactly as its run drew it; validation: carved by "
-        "task.val_examples)")
-    max_examples: int = field(0, "at most this many examples (a seeded subset; 0 = all)")
-    seed: int | None = field(None, "seed of the max_examples subset (default: the run's seed, so the run's "
-                             "max_eval_examples gives the examples it was evaluated on)")
-    device: str = field("auto", "auto | cpu | cuda")
-    eval: EvalSettings = field(EvalSettings(), "batch size, decoder, latency")
-    out: str = field("", "where to write the results JSON ('' = <run>/eval-<split>.json)")
-
-    def validate(self) -> None:
-        at_least(self, 0, "max_examples")
-
-
 def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     saved = load_saved(cfg.model, cfg.device)
     meta, enc = saved.meta, saved.enc
-    if cfg.eval.decoder == "rank" and (meta["method"] == "predictor" or enc.spec.task_type != "classification"):
+    if cfg.eval.decoder == "rank" and (not method_named(meta["method"]).decodes
+                                       or enc.spec.task_type != "classification"):
         raise ForethoughtError("eval.decoder rank ranks the choices of a generating method (generator, predgen) "
                                "on a classification task")
     items = enc.encode(saved_examples(saved, cfg.split, cfg.max_examples, cfg.seed))
@@ -407,16 +366,6 @@ def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     print(json.dumps({k: v for k, v in results.items() if not isinstance(v, dict)}, indent=1))
     print(f"wrote {out}")
     return results
-
-
-@dataclass
-class PredictConfig:
-    model: str = field("", "a trained run folder (or its model/ folder)")
-    input: str = field("", "a .csv/.tsv/.jsonl file with the fields the task's template reads")
-    output: str = field("", "predictions JSONL to write ('' = <input stem>.predictions.jsonl beside the input)")
-    id_field: str = field("", "a column of ids to copy into the output")
-    device: str = field("auto", "auto | cpu | cuda")
-    eval: EvalSettings = field(EvalSettings(latency_examples=0), "batch size and decoder")
 
 
 def run_predict(cfg: PredictConfig, resume: str | None = None) -> Path:

@@ -11,18 +11,16 @@ sides must hold the same examples.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 from forethought.eval.stats import mcnemar_exact, paired_bootstrap
+from forethought.predgen.config import AnswerKey, CompareConfig  # noqa: F401 (its home imports no numpy)
 from forethought.predgen.tasks.readers import jsonl_rows
 
 CURVE_DIR = "curve_predictions"
-AnswerKey = Literal["prediction", "decoded", "expected_value", "rank", "rank_norm"]
 WHO_WRITES = {"decoded": "a Predictor's run writes no 'decoded' (its answer is not generated)",
               "expected_value": "only a regression run evaluated with --eval.decoder expected writes it",
               "rank": "only a classification run evaluated with --eval.decoder rank writes it",
@@ -103,27 +101,6 @@ def read_side(source: str, step: int) -> tuple[Path, list[dict]]:
     if not rows:
         raise ForethoughtError(f"{path} holds no predictions")
     return path, rows
-
-
-@dataclass
-class CompareConfig:
-    a: str = field("", "side A: a run folder or a predictions JSONL")
-    b: str = field("", "side B: a run folder or a predictions JSONL (may be A itself, with another key or step)")
-    key_a: AnswerKey = field("prediction", "A's answer: 'prediction' (PredGen: its adapter's), the 'decoded' answer "
-                             "(Generator, PredGen), the 'expected_value' (regression, eval.decoder expected) or "
-                             "the 'rank' / 'rank_norm' choice (classification, eval.decoder rank)")
-    key_b: AnswerKey = field("prediction", "B's answer, as key_a")
-    step_a: int = field(0, "A's learning-curve point at this training step (0 = the final predictions)")
-    step_b: int = field(0, "B's learning-curve point, as step_a")
-    n_boot: int = field(10_000, "bootstrap resamples")
-    seed: int = field(0, "seed of the bootstrap resamples")
-    out: str = field("", "also write the comparison as JSON here ('' = print only)")
-
-    def validate(self) -> None:
-        if self.n_boot < 1:
-            raise ForethoughtError(f"n_boot must be positive, got {self.n_boot}")
-        if self.step_a < 0 or self.step_b < 0:
-            raise ForethoughtError("step_a and step_b are training steps (0 = the final predictions)")
 
 
 def run_compare(cfg: CompareConfig, resume: str | None = None) -> dict[str, Any]:

@@ -1,19 +1,79 @@
-"""The settings of ``forethought predgen train`` (task, head, evaluation and the whole run), in one place so the
-training command, the saved-model loader and the data split read the same classes."""
+"""The settings of every ``forethought predgen`` command — train (task, prompt, head, PredGen's, adapter,
+evaluation, the whole run), eval, predict and mine — in one module that imports no torch, so loading a config,
+``--help`` and a bad flag are fast and fail before any model loads. The modules that use them (``commands``,
+``methods``, ``model``, ``mine``) import them from here; their old names there still resolve."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from forethought.core.config import field
+from forethought.core.config import at_least, field, positive, within
 from forethought.core.errors import ForethoughtError
 from forethought.core.run import RunConfig
-from forethought.core.trainer import TrainConfig
-from forethought.predgen.checks import at_least, positive
-from forethought.predgen.methods import PredGenSettings, PromptConfig
-from forethought.predgen.model import AdapterConfig
+from forethought.core.train_config import TrainConfig
+from forethought.predgen.registry import METHODS, method_named, method_names
 from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, WASSA_EMOTIONS, known_tasks
+
+PEFT_METHODS = ("lora", "adalora", "dora", "full")
+# --method and --head.pooling accept what the registry's methods define (the CLI / YAML spelling is the name)
+MethodName = Literal[method_names()]  # type: ignore[valid-type]
+_HEADED = [m for m in METHODS.values() if m.has_head]
+Pooling = Literal[("", *dict.fromkeys(p for m in _HEADED for p in m.poolings))]  # type: ignore[valid-type]
+
+
+@dataclass
+class AdapterConfig:
+    """One PEFT setting, shared by the three methods so comparisons are fair."""
+
+    method: Literal["lora", "adalora", "dora", "full"] = field("lora", "lora | adalora | dora | full fine-tuning")
+    r: int = field(16, "LoRA rank (AdaLoRA: the target average rank; its initial rank is 1.5x)")
+    alpha: int = field(32, "LoRA alpha")
+    dropout: float = field(0.0, "LoRA dropout")
+    target_modules: str = field("all-linear", "peft target modules: 'all-linear' or comma-separated names")
+
+    def validate(self) -> None:
+        at_least(self, 1, "r")
+        positive(self, "alpha")
+        within(self, 0, 1, "dropout", high_open=True)
+        if not [t for t in str(self.target_modules).split(",") if t.strip()]:
+            raise ForethoughtError("target_modules must name at least one module (or be 'all-linear')")
+
+
+@dataclass
+class PromptConfig:
+    max_prompt_tokens: int = field(256, "prompt token budget; the task's long field (e.g. BoolQ's passage) is cut "
+                                   "to fit, never dropped")
+    truncate_side: Literal["", "left", "right"] = field(
+        "", "which end of the long field is cut: right (keep the start) | left | '' = task default")
+    chat: bool = field(False, "wrap the prompt in the model's chat template (instruct models)")
+    decimals: int = field(2, "regression answers are written with this many fixed decimals (3.14)")
+
+    def validate(self) -> None:
+        at_least(self, 1, "max_prompt_tokens")
+        within(self, 0, 6, "decimals")
+
+
+@dataclass
+class PredGenSettings:
+    schedule: Literal["linear", "exponential", "inverse_sigmoid", "constant"] = field(
+        "linear", "scheduled-sampling schedule of p (probability of feeding the model's own token)")
+    p_start: float = field(0.0, "p at step 0")
+    p_end: float = field(1.0, "p at the end of the ramp")
+    ramp_steps: int = field(0, "steps over which p ramps (0 = all training steps)")
+    per: Literal["token", "sequence"] = field("token", "one scheduled-sampling coin per token or per sequence")
+    tokens: Literal["greedy", "sampled"] = field("greedy", "the model's token: argmax, or sampled from its softmax")
+    adapter_states: Literal["rollout", "mixed", "teacher_forced"] = field(
+        "rollout", "where the adapter reads Z: a model-fed roll-out (default, no gold answer tokens), the mixed "
+        "scheduled-sampling pass, or the teacher-forced pass (leaks the label; for the ablation only)")
+    wdal: Literal["paper", "reference", "sum"] = field(
+        "paper", "paper = L_W·L_D (the printed formula's identity), reference = the reference code's form, "
+        "sum = L_W + L_D")
+
+    def validate(self) -> None:
+        within(self, 0, 1, "p_start", "p_end")
+        at_least(self, 0, "ramp_steps")
+
 
 # for the help and errors: every built-in task (the per-emotion WASSA ones as one pattern), the multiple-choice ones
 _BUILTIN_TASKS = ", ".join("wassa, wassa-<emotion>" if n == "wassa" else n for n in known_tasks()
@@ -69,13 +129,11 @@ class TaskConfig:
         return {k: v for k, v in opts.items() if v is not None}
 
 
-HEAD_READS = ("states", "logits", "choices")
-
-
 @dataclass
 class HeadConfig:
-    pooling: Literal["", "last", "mean", "attention"] = field(
-        "", "predictor: last | mean; predgen adapter: attention | mean ('' = last / attention)")
+    pooling: Pooling = field(
+        "", "; ".join(f"{m.name}: {' | '.join(m.poolings)}" for m in _HEADED) +
+        f" ('' = {' / '.join(m.poolings[0] for m in _HEADED)})")
     hidden: int = field(256, "predgen adapter MLP width (reads logits: the width of its first linear layer)")
     lr_scale: float = field(1.0, "the head's / adapter's learning rate is train.lr times this (1 = one rate for "
                             "all, as in the paper)")
@@ -107,9 +165,8 @@ class EvalSettings:
 @dataclass
 class PredGenConfig:
     run: RunConfig = field(RunConfig(name="predgen"), "run folder, seed, device")
-    method: Literal["predictor", "generator", "predgen", "base"] = field(
-        "predgen", "predictor | generator | predgen | base (the untrained base model, evaluated zero-shot as a "
-        "generator: nothing is trained)")
+    method: MethodName = field(
+        "predgen", " | ".join(m.name + (f" ({m.note})" if m.note else "") for m in METHODS.values()))
     base: str = field("smollm2-135m", "HF causal LM: hub id, local folder, or smollm2-135m (offline)")
     base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
         "auto", "dtype the base is loaded in: auto = run.precision for a frozen base (LoRA / AdaLoRA / DoRA), "
@@ -127,12 +184,83 @@ class PredGenConfig:
     eval: EvalSettings = field(EvalSettings(), "evaluation")
 
     def validate(self) -> None:
-        pooling = {"predictor": ("", "last", "mean"), "predgen": ("", "attention", "mean")}.get(self.method)
-        if pooling is not None and self.head.pooling not in pooling:
-            raise ForethoughtError(f"head.pooling {self.head.pooling} does not apply to the {self.method}'s head; "
-                                   f"use {' or '.join(p for p in pooling if p)}")
-        if self.head.reads != "states" and self.method != "predgen":
-            raise ForethoughtError(f"head.reads {self.head.reads} is PredGen's adapter's input; the {self.method} "
-                                   "has none (use --method predgen)")
-        if self.eval.decoder == "rank" and self.method == "predictor":
-            raise ForethoughtError("eval.decoder rank ranks the generated choices; the predictor generates none")
+        method_named(self.method).check(self)
+
+
+@dataclass
+class EvalConfig:
+    model: str = field("", "a trained run folder (or its model/ folder)")
+    split: Literal["train", "validation", "eval"] = field(
+        "eval", "which split of the model's task (exactly as its run drew it; validation: carved by "
+        "task.val_examples)")
+    max_examples: int = field(0, "at most this many examples (a seeded subset; 0 = all)")
+    seed: int | None = field(None, "seed of the max_examples subset (default: the run's seed, so the run's "
+                             "max_eval_examples gives the examples it was evaluated on)")
+    device: str = field("auto", "auto | cpu | cuda")
+    eval: EvalSettings = field(EvalSettings(), "batch size, decoder, latency")
+    out: str = field("", "where to write the results JSON ('' = <run>/eval-<split>.json)")
+
+    def validate(self) -> None:
+        at_least(self, 0, "max_examples")
+
+
+@dataclass
+class PredictConfig:
+    model: str = field("", "a trained run folder (or its model/ folder)")
+    input: str = field("", "a .csv/.tsv/.jsonl file with the fields the task's template reads")
+    output: str = field("", "predictions JSONL to write ('' = <input stem>.predictions.jsonl beside the input)")
+    id_field: str = field("", "a column of ids to copy into the output")
+    device: str = field("auto", "auto | cpu | cuda")
+    eval: EvalSettings = field(EvalSettings(latency_examples=0), "batch size and decoder")
+
+
+REPRESENTATIONS = ("pooled_last", "pooled_mean", "tokens")
+
+
+@dataclass
+class MineConfig:
+    model: str = field("", "a trained run folder (or its model/ folder)")
+    split: str = field("eval", "examples to estimate on: eval | train, exactly as the model's run drew them (split "
+                       "into fit / evaluation halves)")
+    layer: int | None = field(None, "hidden-state layer whose states are Z (default: the layer the model reads; "
+                              "0 = the embeddings, -1 = the last layer)")
+    max_examples: int = field(1000, "at most this many examples (a seeded subset; 0 = all)")
+    representations: list[str] = field(list(REPRESENTATIONS), "pooled_last, pooled_mean, tokens ([] = no MINE, "
+                                       "with --words)")
+    words: int = field(0, "token-level analysis: the K input words most associated (NPMI) with each answer the "
+                       "model writes (classification; 0 = off)")
+    word_min_count: int = field(5, "token-level analysis: only words in at least this many of the examples")
+    word_list: list[str] = field([], "token-level analysis: also report these words' scores (any count)")
+    seeds: list[int] = field([0, 1, 2], "one half/half split and statistics-network init per seed")
+    steps: int = field(600, "statistics-network training steps")
+    batch_size: int = field(128, "examples per MINE step")
+    lr: float = field(1e-4, "Adam learning rate")
+    hidden: int = field(256, "statistics-network width")
+    ema: float = field(0.01, "moving-average rate of E[e^T] (bias-corrected gradient)")
+    feature_batch_size: int = field(16, "examples per forward pass when extracting states")
+    device: str = field("auto", "auto | cpu | cuda")
+    out: str = field("", "results JSON ('' = <run>/mine.json; the plot goes beside it)")
+
+
+AnswerKey = Literal["prediction", "decoded", "expected_value", "rank", "rank_norm"]
+
+
+@dataclass
+class CompareConfig:
+    a: str = field("", "side A: a run folder or a predictions JSONL")
+    b: str = field("", "side B: a run folder or a predictions JSONL (may be A itself, with another key or step)")
+    key_a: AnswerKey = field("prediction", "A's answer: 'prediction' (PredGen: its adapter's), the 'decoded' answer "
+                             "(Generator, PredGen), the 'expected_value' (regression, eval.decoder expected) or "
+                             "the 'rank' / 'rank_norm' choice (classification, eval.decoder rank)")
+    key_b: AnswerKey = field("prediction", "B's answer, as key_a")
+    step_a: int = field(0, "A's learning-curve point at this training step (0 = the final predictions)")
+    step_b: int = field(0, "B's learning-curve point, as step_a")
+    n_boot: int = field(10_000, "bootstrap resamples")
+    seed: int = field(0, "seed of the bootstrap resamples")
+    out: str = field("", "also write the comparison as JSON here ('' = print only)")
+
+    def validate(self) -> None:
+        if self.n_boot < 1:
+            raise ForethoughtError(f"n_boot must be positive, got {self.n_boot}")
+        if self.step_a < 0 or self.step_b < 0:
+            raise ForethoughtError("step_a and step_b are training steps (0 = the final predictions)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,9 +27,8 @@ from torch.profiler import record_function
 from tqdm.auto import tqdm
 
 from forethought.core.accumulate import AveragedLoss, Rows
-from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
-from forethought.predgen.checks import at_least, within
+from forethought.predgen.config import PredGenSettings, PromptConfig  # their home imports no torch
 from forethought.predgen.decoding import (
     AnswerTrie,
     PromptPass,
@@ -48,49 +47,10 @@ from forethought.predgen.losses import (
     wdal_reference,
 )
 from forethought.predgen.model import AdapterInput, ChoiceStates, PredGenModel
+from forethought.predgen.registry import Method, method_named
 from forethought.predgen.tasks import Example, TaskSpec, format_target, parse_target, render_prompt
 
 MAX_CANDIDATES = 20_000
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Settings
-# ----------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class PromptConfig:
-    max_prompt_tokens: int = field(256, "prompt token budget; the task's long field (e.g. BoolQ's passage) is cut "
-                                   "to fit, never dropped")
-    truncate_side: Literal["", "left", "right"] = field(
-        "", "which end of the long field is cut: right (keep the start) | left | '' = task default")
-    chat: bool = field(False, "wrap the prompt in the model's chat template (instruct models)")
-    decimals: int = field(2, "regression answers are written with this many fixed decimals (3.14)")
-
-    def validate(self) -> None:
-        at_least(self, 1, "max_prompt_tokens")
-        within(self, 0, 6, "decimals")
-
-
-@dataclass
-class PredGenSettings:
-    schedule: Literal["linear", "exponential", "inverse_sigmoid", "constant"] = field(
-        "linear", "scheduled-sampling schedule of p (probability of feeding the model's own token)")
-    p_start: float = field(0.0, "p at step 0")
-    p_end: float = field(1.0, "p at the end of the ramp")
-    ramp_steps: int = field(0, "steps over which p ramps (0 = all training steps)")
-    per: Literal["token", "sequence"] = field("token", "one scheduled-sampling coin per token or per sequence")
-    tokens: Literal["greedy", "sampled"] = field("greedy", "the model's token: argmax, or sampled from its softmax")
-    adapter_states: Literal["rollout", "mixed", "teacher_forced"] = field(
-        "rollout", "where the adapter reads Z: a model-fed roll-out (default, no gold answer tokens), the mixed "
-        "scheduled-sampling pass, or the teacher-forced pass (leaks the label; for the ablation only)")
-    wdal: Literal["paper", "reference", "sum"] = field(
-        "paper", "paper = L_W·L_D (the printed formula's identity), reference = the reference code's form, "
-        "sum = L_W + L_D")
-
-    def validate(self) -> None:
-        within(self, 0, 1, "p_start", "p_end")
-        at_least(self, 0, "ramp_steps")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -443,11 +403,14 @@ def batches(items: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, A
 
 
 @torch.no_grad()
-def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, Any]], batch_size: int, layer: int,
-            expected: bool = False, device: torch.device | str = "cpu", rank: bool = False) -> Predictions:
+def predict(m: PredGenModel, method: Method | str, enc: Encoder, items: list[dict[str, Any]], batch_size: int,
+            layer: int, expected: bool = False, device: torch.device | str = "cpu", rank: bool = False
+            ) -> Predictions:
     """Predictions for encoded items, in order. No gold information is used (targets may be absent).
-    ``method`` base: the untrained LM as a generator. ``rank`` (classification): also rank each item's choices
-    by their log-likelihood after the prompt."""
+    ``method`` (or its name): a head without decoding reads the prompt (Predictor); a method that decodes
+    predicts its answer (Generator, base) or, with a head, the head's reading of that answer (PredGen).
+    ``rank`` (classification): also rank each item's choices by their log-likelihood after the prompt."""
+    method = method_named(method)
     m.eval()
     task_type = enc.spec.task_type
     pred: list[Any] = []
@@ -457,23 +420,23 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
     ranked: list[int] = []
     ranked_norm: list[int] = []
     probs: list[list[float]] = []
-    rank = rank and task_type == "classification" and method != "predictor"
+    rank = rank and task_type == "classification" and method.decodes
     failures = 0
     t0 = time.perf_counter()
     n_batches = -(-len(items) // batch_size)
-    for chunk in tqdm(batches(items, batch_size), total=n_batches, desc=f"predict ({method})", mininterval=5,
-                      disable=n_batches < 2):
+    for chunk in tqdm(batches(items, batch_size), total=n_batches, desc=f"predict ({method.name})",
+                      mininterval=5, disable=n_batches < 2):
         b = enc.collate([{k: i[k] for k in ("prompt", "trie", "present", "choices") if k in i} for i in chunk])
         present = b.get("present")
         ids, mask = b["prompt_ids"].to(device), b["prompt_mask"].to(device)
         pp = prompt_pass(m.lm, ids, mask, layer)  # one prompt pass serves the head, the decoder and E[y]
-        if method == "predictor":
+        if not method.decodes:  # its head reads the prompt
             out = mask_absent(m.head(pp.states, mask), present)
             pred += _from_head(out, task_type)
             probs += torch.softmax(out.float(), -1).tolist() if task_type == "classification" else []
             continue
         tries = enc.tries(b)
-        reads = getattr(m.head, "reads", None) if method == "predgen" else None
+        reads = getattr(m.head, "reads", None) if method.has_head else None
         d = constrained_greedy(m.lm, tries, ids, mask, layer, enc.pad_id, prompt=pp, keep_logits=reads == "logits")
         values = [t.values[c] for t, c in zip(tries if isinstance(tries, list) else [tries] * len(chunk), d.choice)]
         for row, tok in zip(d.mask.cpu(), d.tokens.cpu()):
@@ -481,7 +444,7 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
             texts.append(text)
             failures += not enc.text_answers and parse_target(enc.spec, text) is None  # a choice's text: none
         decoded += values
-        if method == "predgen":
+        if method.has_head:  # its head reads the answer it wrote
             inp = AdapterInput(d.states, d.mask, d.logits)
             if reads == "choices":
                 inp.choices = choice_states(m.lm, pp, mask, b["choices"], enc.eos_id, layer)
@@ -500,7 +463,7 @@ def predict(m: PredGenModel, method: str, enc: Encoder, items: list[dict[str, An
             dist = answer_distribution(m.lm, enc.number_trie, ids, mask, prompt=pp)  # (B, n_candidates)
             ev += (dist @ torch.tensor(enc.values, dtype=torch.float64, device=dist.device)).tolist()
     seconds = time.perf_counter() - t0
-    gen = method != "predictor"
+    gen = method.decodes
     return Predictions(pred, decoded if gen else None, texts if gen else None, ev if ev else None,
                        ranked if rank else None, ranked_norm if rank else None, probs or None, failures, seconds)
 

@@ -23,51 +23,22 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 from forethought.core.plots import bar_plot
+from forethought.predgen.config import REPRESENTATIONS, MineConfig  # their home imports no torch
 from forethought.predgen.decoding import constrained_greedy, prompt_pass
 from forethought.predgen.methods import Encoder, batches
 from forethought.predgen.metrics import mean_std
 from forethought.predgen.model import check_layer, read_meta
 from forethought.predgen.saved import load_saved, model_folder, saved_examples
 from forethought.predgen.tasks import Example
-
-REPRESENTATIONS = ("pooled_last", "pooled_mean", "tokens")
-
-
-@dataclass
-class MineConfig:
-    model: str = field("", "a trained run folder (or its model/ folder)")
-    split: str = field("eval", "examples to estimate on: eval | train, exactly as the model's run drew them (split "
-                       "into fit / evaluation halves)")
-    layer: int | None = field(None, "hidden-state layer whose states are Z (default: the layer the model reads; "
-                              "0 = the embeddings, -1 = the last layer)")
-    max_examples: int = field(1000, "at most this many examples (a seeded subset; 0 = all)")
-    representations: list[str] = field(list(REPRESENTATIONS), "pooled_last, pooled_mean, tokens ([] = no MINE, "
-                                       "with --words)")
-    words: int = field(0, "token-level analysis: the K input words most associated (NPMI) with each answer the "
-                       "model writes (classification; 0 = off)")
-    word_min_count: int = field(5, "token-level analysis: only words in at least this many of the examples")
-    word_list: list[str] = field([], "token-level analysis: also report these words' scores (any count)")
-    seeds: list[int] = field([0, 1, 2], "one half/half split and statistics-network init per seed")
-    steps: int = field(600, "statistics-network training steps")
-    batch_size: int = field(128, "examples per MINE step")
-    lr: float = field(1e-4, "Adam learning rate")
-    hidden: int = field(256, "statistics-network width")
-    ema: float = field(0.01, "moving-average rate of E[e^T] (bias-corrected gradient)")
-    feature_batch_size: int = field(16, "examples per forward pass when extracting states")
-    device: str = field("auto", "auto | cpu | cuda")
-    out: str = field("", "results JSON ('' = <run>/mine.json; the plot goes beside it)")
-
 
 # ----------------------------------------------------------------------------------------------------------
 # The estimator (pure)

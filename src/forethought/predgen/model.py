@@ -19,13 +19,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors import SafetensorError
 
-from forethought.core.config import field
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json, read_json_object
-from forethought.predgen.checks import at_least, positive, within
+from forethought.predgen.config import PEFT_METHODS, AdapterConfig  # their home imports no torch
+from forethought.predgen.registry import method_named, trained_method_names
 
-METHODS = ("predictor", "generator", "predgen")
-PEFT_METHODS = ("lora", "adalora", "dora", "full")
 # predgen.json's keys and their types (a dict is a section)
 META_KEYS: dict[str, type] = {"method": str, "base": str, "task_spec": dict, "prompt": dict, "layer": int,
                               "n_out": int, "head": dict, "adapter": dict}
@@ -34,24 +32,6 @@ T = TypeVar("T")
 # config: OSError or ValueError; bad JSON: ValueError; a torn tensor file: SafetensorError). Anything else is
 # a bug and keeps its traceback.
 FILE_ERRORS = (OSError, ValueError, SafetensorError)
-
-
-@dataclass
-class AdapterConfig:
-    """One PEFT setting, shared by the three methods so comparisons are fair."""
-
-    method: Literal["lora", "adalora", "dora", "full"] = field("lora", "lora | adalora | dora | full fine-tuning")
-    r: int = field(16, "LoRA rank (AdaLoRA: the target average rank; its initial rank is 1.5x)")
-    alpha: int = field(32, "LoRA alpha")
-    dropout: float = field(0.0, "LoRA dropout")
-    target_modules: str = field("all-linear", "peft target modules: 'all-linear' or comma-separated names")
-
-    def validate(self) -> None:
-        at_least(self, 1, "r")
-        positive(self, "alpha")
-        within(self, 0, 1, "dropout", high_open=True)
-        if not [t for t in str(self.target_modules).split(",") if t.strip()]:
-            raise ForethoughtError("target_modules must name at least one module (or be 'all-linear')")
 
 
 def apply_adapter(lm: nn.Module, cfg: AdapterConfig, total_steps: int) -> nn.Module:
@@ -261,24 +241,16 @@ def check_layer(layer: int, lm: nn.Module) -> int:
 
 def build_head(kind: str, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
                reads: str = "states", vocab: int = 0) -> nn.Module | None:
-    """``predictor`` -> PoolingHead, ``predgen`` -> its adapter (``reads``: states -> TaskAdapter, logits ->
-    LogitAdapter over ``vocab`` logits, choices -> ChoiceAdapter), ``generator`` / ``base`` -> None. Regression
-    heads start at the mean training target (``bias_init``) so the first MSE steps are not spent on the offset."""
-    if kind in ("generator", "base"):
-        return None
-    if kind == "predictor":
-        head: nn.Module = PoolingHead(d, n_out, pooling)
-    elif reads == "logits":
-        return LogitAdapter(vocab, n_out, hidden)
-    elif reads == "choices":
-        return ChoiceAdapter(d, n_out, pooling, hidden)
-    else:
-        head = TaskAdapter(d, n_out, pooling, hidden)
-    if bias_init is not None:
-        last = head.out if kind == "predictor" else head.mlp[-1]
+    """The head of the method named ``kind`` (see ``registry.Method.build_head``), or None when it has none."""
+    return method_named(kind).build_head(d, n_out, pooling, hidden, bias_init, reads, vocab)
+
+
+def fill_bias(layer: nn.Linear, value: float | None) -> None:
+    """A regression head's output ``layer`` starts at ``value`` (the mean training target), so the first MSE
+    steps are not spent on the offset; None leaves it."""
+    if value is not None:
         with torch.no_grad():
-            last.bias.fill_(bias_init)
-    return head
+            layer.bias.fill_(value)
 
 
 def save_model(model: PredGenModel, tokenizer: Any, folder: Path, meta: dict[str, Any], adapter: AdapterConfig) -> None:
@@ -327,7 +299,7 @@ def read_meta(folder: Path) -> dict[str, Any]:
              if not isinstance(meta[k], t) or (t is int and isinstance(meta[k], bool))]
     if wrong:
         raise ForethoughtError(f"{path} is corrupt: wrong type for {', '.join(wrong)}")
-    if meta["method"] not in METHODS:
+    if meta["method"] not in trained_method_names():
         raise ForethoughtError(f"{path} is corrupt: unknown method {meta['method']!r}")
     head_missing = [k for k in ("pooling", "hidden") if k not in meta["head"]]
     if head_missing:

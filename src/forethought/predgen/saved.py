@@ -12,10 +12,11 @@ import torch
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.runtime import pick_device
-from forethought.predgen.config import PredGenConfig, TaskConfig
+from forethought.predgen.config import PredGenConfig, PromptConfig, TaskConfig
 from forethought.predgen.data import SplitRecord, check_split, eval_subset, load_splits, subset
-from forethought.predgen.methods import Encoder, PromptConfig
+from forethought.predgen.methods import Encoder
 from forethought.predgen.model import PredGenModel, check_layer, from_record, load_model, read_meta
+from forethought.predgen.registry import method_named
 from forethought.predgen.tasks import Example, TaskSpec
 
 
@@ -47,7 +48,7 @@ def load_saved(path: str, device: str, decode: bool | None = None) -> Saved:
     prompt = from_record(PromptConfig, meta["prompt"], f"{where} prompt")
     model, tok = load_model(folder, meta)
     check_layer(meta["layer"], model.lm)
-    enc = Encoder(spec, tok, prompt, decode=meta["method"] != "predictor" if decode is None else decode)
+    enc = Encoder(spec, tok, prompt, decode=method_named(meta["method"]).decodes if decode is None else decode)
     return Saved(folder, meta, model.to(dev), enc, dev)
 
 

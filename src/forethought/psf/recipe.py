@@ -56,7 +56,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run
 from forethought.core.runtime import Runtime, runtime_for, step_generator, unwrap
-from forethought.core.trainer import TrainConfig, train
+from forethought.core.trainer import TrainConfig, TrainHooks, train
 from forethought.data.corpora import eval_windows, random_windows, vocab_size_for
 from forethought.data.planted import PLANTED, build_generator, token_nll
 from forethought.psf.ar import ar_loss, build_ar
@@ -370,8 +370,9 @@ def _model_stage_results(ctx: StageContext, stage: Stage, sub: Run, feats: dict[
         return out["loss"], metrics
 
     out = train(model, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
-                model_config=_model_config(model, feats), after_step=after_step, lr_scales=lr_scales,
-                eval_fn=lambda m, step: evaluate_psf(m, ctx.windows[:EVAL_WINDOWS]))
+                model_config=_model_config(model, feats),
+                hooks=TrainHooks(after_step=after_step, lr_scales=lr_scales,
+                                 eval_fn=lambda m, step: evaluate_psf(m, ctx.windows[:EVAL_WINDOWS])))
     res = {"blocks": model.blocks, "features": feats, "steps": tcfg.steps, "train_wall_s": out["wall_s"],
            "final_loss": out.get("final_loss"), "curve": out["curve"], **evaluate_psf(model, ctx.windows)}
     sub.write_results(res)
@@ -417,8 +418,9 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
         return {"val_flow_loss": prior_val_loss(p, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)}
 
     out = train(prior, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
-                eval_fn=eval_fn, model_config={"model_type": "forethought-psf-prior", **asdict(pcfg),
-                                               "dim": prior.dim, "blocks": prior.blocks, "with_codes": with_codes})
+                hooks=TrainHooks(eval_fn=eval_fn),
+                model_config={"model_type": "forethought-psf-prior", **asdict(pcfg), "dim": prior.dim,
+                              "blocks": prior.blocks, "with_codes": with_codes})
     val = prior_val_loss(prior, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)
     res = {"params": n_params, "blocks": prior.blocks, "dim": prior.dim, "with_codes": with_codes, "steps": tcfg.steps,
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
@@ -445,7 +447,8 @@ def train_ar_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
 
     out = train(model, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, ctx.rt, resume=ctx.resume, desc="ar",
                 model_config={**model.config_dict(), "bos_id": ctx.bos_id},
-                eval_fn=lambda m, step: {"val_ce": ar_val_ce(m, ctx.windows[:EVAL_WINDOWS], ctx.bos_id)})
+                hooks=TrainHooks(eval_fn=lambda m, step: {"val_ce": ar_val_ce(m, ctx.windows[:EVAL_WINDOWS],
+                                                                               ctx.bos_id)}))
     res = {"steps": tcfg.steps, "training_tokens": tcfg.steps * tcfg.batch_size * cfg.model.seq_len,
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
            "val_ce": ar_val_ce(model, ctx.windows, ctx.bos_id)}

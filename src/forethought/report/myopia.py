@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from forethought.report.common import SMOLLM2
 from forethought.report.fmt import interval, mean_std, num, table
-from forethought.report.papers import MYOPIA_LM, MYOPIA_SYNTHETIC, MYOPIA_SYNTHETIC_MYOPIC
+from forethought.report.papers import MYOPIA_LM, MYOPIA_PYTHIA, MYOPIA_SYNTHETIC, MYOPIA_SYNTHETIC_MYOPIC
 
 
 def _paired(d: dict | None, nd: int = 3) -> str:
@@ -29,10 +29,12 @@ def synthetic(r: dict, paper: bool = True) -> list[str]:
                      _paired(row.get("myopic_minus_vanilla"), 2), num(row.get("predict_zero")),
                      f"{num(row.get('vanilla_probe_r2_lag0'), '.2f')} / {num(row.get('myopic_probe_r2_lag0'), '.2f')}",
                      f"{num(row.get('vanilla_probe_r2_best_lag0_10'), '.2f')} / "
-                     f"{num(row.get('myopic_probe_r2_best_lag0_10'), '.2f')}"])
+                     f"{num(row.get('myopic_probe_r2_best_lag0_10'), '.2f')}",
+                     f"{num(row.get('vanilla_probe_sum_r2_last_layer'), '.2f')} / "
+                     f"{num(row.get('myopic_probe_sum_r2_last_layer'), '.2f')}"])
     out = table(["p", "steps × batch", "seeds", "vanilla", "myopic", "paper myopic", "myopic − vanilla (paired)",
-                 "predict zero",
-                 "probe R² lag 0 (van / myo)", "best probe R², lags 0–10 (van / myo)"], rows)
+                 "predict zero", "probe R² lag 0 (van / myo)", "best probe R², lags 0–10 (van / myo)",
+                 "probe R² of the 10-term sum, last layer (van / myo)"], rows)
     m = r.get("machine", {})
     if r.get("train_wall_s_total"):
         out.append(f"\nTraining wall time, all runs: {r['train_wall_s_total'] / 60:.0f} min ({m.get('cpu_count')} "
@@ -117,7 +119,7 @@ PAIRED_PAPER = {"gap_paired": "gap", "local_myopic_bonus_paired": "local_myopic_
                 "myopic_minus_local_paired": "myopic_minus_local"}
 
 
-def lm(r: dict) -> list[str]:
+def lm(r: dict, model: str = "GPT") -> list[str]:
     s, paper = r["setup"], MYOPIA_LM.values
     rows = []
     for name, variant, pkey in LM_VARIANTS:
@@ -127,7 +129,7 @@ def lm(r: dict) -> list[str]:
         rows.append([name, mean_std(r.get(f"{variant}_mean"), r.get(f"{variant}_std")),
                      ", ".join(f"{v:.3f}" for v in seeds.values()) or "–",
                      num(paper.get(pkey) if pkey else None, ".2f")])
-    out = [f"{s['params'] / 1e6:.1f}M-parameter GPT, {s['corpus']} ({s['tokenizer']}), {s['steps']} steps × "
+    out = [f"{s['params'] / 1e6:.1f}M-parameter {model}, {s['corpus']} ({s['tokenizer']}), {s['steps']} steps × "
            f"{s['batch_size']} × {s['seq_len']} tokens = {s['tokens_seen']:,} tokens per model; validation on "
            f"{s['eval_sequences']} windows.", "",
            *table(["model", "val loss (nats), mean ± std", "per seed", "paper (GPT-2 124M)"], rows), "",
@@ -149,6 +151,17 @@ def lm(r: dict) -> list[str]:
                    "gains far less from context than GPT-2 124M does, so the same gap is a larger share of it.")
     out.append(f"\nPaper: {MYOPIA_LM.source}; {MYOPIA_LM.setting}.")
     return out
+
+
+def pythia_lm(r: dict) -> list[str]:
+    """The Pythia-shaped GPT-NeoX trained from scratch on WikiText-2, in the GPT benchmark's table."""
+    m = r.get("model") or {}
+    shape = (f"GPT-NeoX ({m.get('num_hidden_layers')} layers, d {m.get('hidden_size')}, parallel residual, "
+             f"rotary on {m.get('rope_parameters', {}).get('partial_rotary_factor', '?')} of each head)")
+    return lm(r, shape) + ["", f"The paper's Pythia row: {MYOPIA_PYTHIA.setting}: the gap grows from "
+                               f"{MYOPIA_PYTHIA.values['gap_160m']:.2f} nats (160M) to "
+                               f"{MYOPIA_PYTHIA.values['gap_2.8b']:.2f} (2.8B); ours is a random-init model of "
+                               "Pythia-14M's shape trained from scratch, so only the sign and order compare."]
 
 
 def gradients(r: dict) -> list[str]:
@@ -186,8 +199,10 @@ def horizon(r: dict) -> list[str]:
     for part, label in (("synthetic", "normalised loss (p = 1)"), ("lm", "val loss (nats)")):
         per = r.get(part, {}).get("per_k") or {}
         if per:
-            out += table([f"horizon k ({part})", label, "− vanilla",
+            out += table([f"horizon k ({part})", label, "seeds", "− vanilla (paired by seed)",
                           "fraction of the myopic − vanilla difference recovered"],
-                         [[k, num(v["mean"]), num(v.get("minus_vanilla")), num(v.get("fraction_recovered"), ".2f")]
+                         [[k, mean_std(v["mean"], v.get("std")), ", ".join(map(str, v.get("seeds", []))),
+                           _paired(v["minus_vanilla_paired"]) if v.get("minus_vanilla_paired")
+                           else num(v.get("minus_vanilla")), num(v.get("fraction_recovered"), ".2f")]
                           for k, v in per.items()]) + [""]
     return out or ["No horizon runs yet."]

@@ -118,6 +118,12 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "forward, the gradient that reaches earlier positions' states, and the one-pass gradients against the "
             "slow per-position form. Step costs on such small models overstate the steady-state ratio measured on "
             "larger ones (the step-cost table above)."),
+    Section("myopia_pythia_lm.json", "A Pythia-shaped model (GPT-NeoX) on WikiText-2",
+            "FORETHOUGHT_DATA=<data root> python benchmarks/myopia_pythia_lm.py", myopia.pythia_lm, (),
+            "The paper's scaling family through the same `myopia lm` command as the GPT above: a random-init model "
+            "of Pythia-14M's architecture (parallel residual, partial rotary) with the GPT benchmark's 4k BPE, data "
+            "and budget. Every model of a seed shares its initialisation and data order; local myopic and the "
+            "transformer bigram run on seed 0 only."),
     Section("myopia_horizon.json", "The myopia horizon", "python benchmarks/myopia_horizon.py", myopia.horizon,
             ("myopia_horizon.png",),
             "With horizon k, position t's loss may shape the attention inputs of positions t−k..t in every layer "

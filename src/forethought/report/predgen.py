@@ -99,17 +99,22 @@ def tasks(r: dict) -> list[str]:
             "|---|---|---|---|"]
     for task, e in r["tasks"].items():
         for name, d in e["paired"].items():
-            cells = []
-            for s, row in d["per_seed"].items():
-                x = row if "difference" in row else row[d["metric"]]
-                p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
-                cells.append(f"s{s} {x['difference']:+.3f} [{x['ci95'][0]:+.3f}, {x['ci95'][1]:+.3f}]{p}")
             ci = d["ci95_of_seed_mean"]
-            over = f"{d['seed_mean_difference']:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
-            out.append(f"| {task} | {name.replace('_', ' ')} ({d['metric']}) | {'; '.join(cells)} | {over} |")
+            over = f"{d['seed_mean_difference']:+.3f}" + ("" if ci is None else f" {interval(ci)}")
+            out.append(f"| {task} | {name.replace('_', ' ')} ({d['metric']}) | {_seed_cells(d)} | {over} |")
     grads = [(task, v, m["gradients_per_seed"]) for task, e in r["tasks"].items() for v, m in e["methods"].items()
              if v.startswith("predgen") and m.get("gradients_per_seed")]
     return out + _gradient_table(grads, "mean over seeds")
+
+
+def _seed_cells(d: dict) -> str:
+    """A paired comparison's per-seed cells: ``s<seed> difference [95 % interval], p <McNemar>``, "; "-joined."""
+    cells = []
+    for s, row in d["per_seed"].items():
+        x = row if "difference" in row else row[d["metric"]]
+        p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
+        cells.append(f"s{s} {x['difference']:+.3f} {interval(x['ci95'])}{p}")
+    return "; ".join(cells)
 
 
 def _gradient_table(grads: list[tuple[str, str, dict]], over: str) -> list[str]:
@@ -244,12 +249,7 @@ def mc(r: dict) -> list[str]:
                 *table(["variant", *(a.replace("_", " ") for a in keys), "train wall per run (min)"], rows), ""]
         prow = []
         for name, d in e["paired"].items():
-            cells = []
-            for s, row in d["per_seed"].items():
-                x = row if "difference" in row else row[d["metric"]]
-                p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
-                cells.append(f"s{s} {x['difference']:+.3f} {interval(x['ci95'])}{p}")
-            prow.append([" − ".join(_mc_side(x) for x in name.split("_minus_")), "; ".join(cells),
+            prow.append([" − ".join(_mc_side(x) for x in name.split("_minus_")), _seed_cells(d),
                          f"{d['seed_mean_difference']:+.3f} {interval(d['ci95_of_seed_mean'])}"])
         if prow:
             out += [*table(["comparison (first − second)", "per seed [95 % interval]", "seed mean [95 % interval]"],

@@ -5,10 +5,11 @@ A task is a :class:`TaskSpec` (what kind of target, which label words, the promp
 
 - ``spec``: the task spec and examples, template and label checks, the seeded train/eval split;
 - ``builtin``: the built-in tasks, from the data root or the hub (see its docstring for the files and splits):
-  classification SST-2 and BoolQ; multiple choice ARC (easy, challenge), PIQA, SIQA, HellaSwag, WinoGrande and
-  OpenBookQA (``MULTIPLE_CHOICE``: answer ``letter``, ``text`` or ``name``); regression STS-B, SICK, WASSA-2017,
+  their registry and loading, and the classification sets SST-2 and BoolQ; ``builtin_mc`` reads the multiple-
+  choice ones, ARC (easy, challenge), PIQA, SIQA, HellaSwag, WinoGrande and OpenBookQA (``MULTIPLE_CHOICE``:
+  answer ``letter``, ``text`` or ``name``); ``builtin_regression`` the regression ones, STS-B, SICK, WASSA-2017,
   CompLex LCP 2021 (single and multi-word), CLEAR and Humicroedit;
-- ``readers``: CSV/TSV/JSONL records and field values, with one-line errors;
+- ``readers``: CSV/TSV/JSONL (and hub) records and field values, with one-line errors;
 - ``files``: tasks from a data file, and new inputs to predict on;
 - ``prompts``: prompt rendering (token budget, truncation, chat template);
 - ``answers``: answer text (label word / fixed-decimal number) and parsing it back.

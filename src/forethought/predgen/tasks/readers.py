@@ -3,7 +3,7 @@ that name the file, the line and the field.
 
 ``.csv`` is RFC-4180 CSV (quoted fields may hold commas and newlines), ``.tsv`` tab-separated text with no
 quoting (as the GLUE/SST files are), both with a header row; ``.jsonl`` holds one JSON object per line (blank
-lines skipped).
+lines skipped). A hub dataset's split is read as records too (:func:`hub_split`).
 """
 
 from __future__ import annotations
@@ -137,3 +137,11 @@ def as_number(value: Any, where: str, field_name: str) -> float:
     if isinstance(value, bool) or not math.isfinite(number):
         raise ForethoughtError(f"{where}: regression target '{field_name}' is not a number: {value!r}")
     return number
+
+
+def hub_split(loaded: Any, hub_id: str, split_name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The records of split ``split_name`` of a loaded hub dataset, each with where it is (for errors)."""
+    if split_name not in loaded:
+        raise ForethoughtError(f"hub dataset '{hub_id}' has no '{split_name}' split (splits: {', '.join(loaded)})")
+    for i, record in enumerate(loaded[split_name]):
+        yield f"hub dataset {hub_id} {split_name} row {i}", dict(record)

@@ -1,5 +1,6 @@
 """What a task is: a :class:`TaskSpec` (target kind, label words, prompt template) and its :class:`Example` s;
-the checks a spec makes against its examples, and the seeded train/eval split of single-file data."""
+the checks a spec makes against its examples, the seeded train/eval split of single-file data, and what a
+built-in task adds (:class:`Builtin`: its files and readers)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import math
 import random
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from forethought.core.errors import ForethoughtError
@@ -74,6 +77,22 @@ class TaskSpec:
             if not (math.isfinite(low) and math.isfinite(high) and low <= high):
                 raise ForethoughtError(f"task '{self.name}': value_range must be finite (low, high) with low <= high")
             self.value_range = (low, high)
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A built-in task: its spec, the files it reads under the data root, its readers (local: (root, split,
+    seed); hub: (loaded dataset, split, seed)) and its hub copy, if any."""
+
+    spec: TaskSpec
+    files: tuple[str, ...]  # what must exist under the data root
+    read_local: Callable[[Path, str, int], list[Example]]
+    hub_id: str | None = None
+    hub_config: str | None = None
+    read_hub: Callable[[Any, str, int], list[Example]] | None = None
+    # answer 'name' (multiple-choice tasks): the prompt when the default one lists the choices by their own fields
+    # (PIQA's sol1/sol2) rather than in the ``choices`` field that the name format rewrites; None = the default
+    named_template: str | None = None
 
 
 def template_fields(spec: TaskSpec) -> list[str]:

@@ -1,0 +1,235 @@
+"""The settings of the ``forethought myopia`` commands (synthetic, lm, gradients, probe) and the myopia modes, in a
+module that imports no torch: the CLI loads and checks a config (and prints ``--help``) before the heavy libraries
+load. Each command's module re-exports its classes (``forethought.myopia.lm.LMConfig`` is this LMConfig)."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from typing import Literal
+
+from forethought.core.config import at_least, field, finite, positive
+from forethought.core.errors import ForethoughtError
+from forethought.core.precision import base_dtype_name
+from forethought.core.run import RunConfig
+from forethought.core.train_config import TrainConfig
+from forethought.models.gpt_config import GPTConfig
+
+# every model a myopia command can train (the configs' lists are checked against it when they load)
+Mode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past", "local"]
+MODES: tuple[str, ...] = typing.get_args(Mode)
+
+
+@dataclass
+class MyopiaSettings:
+    """The ``--myopia.*`` settings of the commands that train myopic models."""
+
+    horizon: int = field(
+        0, "myopia horizon k: in every attention layer, query t reads the live keys/values of positions t-k..t and "
+        "detached ones before (0 = myopic, >= seq_len - 1 = vanilla; through L layers the gradient of position "
+        "t's loss reaches back at most L*k positions). Applies to the detach_hidden / detach_kv models")
+
+    def validate(self) -> None:
+        if self.horizon < 0:
+            raise ForethoughtError(f"myopia.horizon must be >= 0, got {self.horizon}")
+
+
+# the models the synthetic task trains (not 'local': it needs a trained vanilla LM's states)
+SyntheticMode = Literal["vanilla", "detach_hidden", "detach_kv", "zero_past"]
+
+
+@dataclass
+class TaskConfig:
+    seq_len: int = field(64, "positions per sequence")
+    window: int = field(10, "number of past inputs summed in the target")
+    shift: int = field(1, "first lag in the sum (1 = the previous input)")
+    frequency: float = field(10.0, "the 10 in sin(10·x)")
+    function: Literal["sin", "cos", "tanh", "square"] = field("sin", "f in the target")
+
+    def validate(self) -> None:
+        at_least(self, 1, "seq_len", "window")
+        at_least(self, 0, "shift")
+        finite(self, "frequency")
+
+
+@dataclass
+class ProbeSettings:
+    max_lag: int = field(20, "probe lags 0..max_lag")
+    train_sequences: int = field(2048, "sequences to fit the ridge probes on")
+    test_sequences: int = field(1024, "held-out sequences to score R² on")
+    ridge: float = field(1e-2, "ridge penalty (relative to the mean feature variance)")
+
+    def validate(self) -> None:
+        at_least(self, 0, "max_lag", "ridge")
+        at_least(self, 1, "train_sequences", "test_sequences")
+
+
+@dataclass
+class SyntheticConfig:
+    run: RunConfig = field(RunConfig(name="myopia-synthetic"), "run folder, seed, device")
+    task: TaskConfig = field(TaskConfig(), "the synthetic task")
+    p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
+    modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
+    myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
+                                   "detach_kv)")
+    model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
+                             "GPT-2 architecture (inputs through a linear embedding)")
+    train: TrainConfig = field(TrainConfig(steps=6000, batch_size=64, lr=1e-3, warmup_steps=200, log_every=50),
+                               "optimisation")
+    eval_sequences: int = field(16384, "fresh sequences for the normalised loss")
+    curve_sequences: int = field(512, "fresh sequences (seeded: the same ones at every evaluation) for the "
+                                 "normalised loss every --train.eval_every steps")
+    probe: ProbeSettings = field(ProbeSettings(), "ridge probes")
+
+    def validate(self) -> None:
+        if not self.p_values or any(not 0 < p <= 1 for p in self.p_values):
+            raise ForethoughtError(f"p_values must be in (0, 1], got {self.p_values}")
+        for m in self.modes:
+            if m not in MODES or m == "local":
+                raise ForethoughtError(f"modes: unknown or unsupported mode '{m}' "
+                                       "(vanilla, detach_hidden, detach_kv, zero_past)")
+        first = max(self.probe.max_lag, self.task.shift + self.task.window - 1)  # the probes' first position
+        if first >= self.task.seq_len:
+            raise ForethoughtError(f"task.seq_len ({self.task.seq_len}) must exceed probe.max_lag and task.shift + "
+                                   f"task.window - 1 (= {first}): the probes read positions from there on")
+        if self.task.seq_len > self.model.n_positions:
+            raise ForethoughtError("task.seq_len must be <= model.n_positions")
+        if self.model.input_dim != 2 or self.model.output_dim != 1:
+            raise ForethoughtError("the synthetic task needs model.input_dim = 2 and model.output_dim = 1")
+        if self.train.steps < 1:
+            raise ForethoughtError(f"train.steps must be at least 1, got {self.train.steps}")
+        for name in ("eval_sequences", "curve_sequences"):  # zero sequences would report a NaN loss
+            if getattr(self, name) < 1:
+                raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+# ---------------------------------------------------------------- myopia lm
+
+VARIANTS = ("vanilla", "detach_hidden", "detach_kv", "local", "zero_past")
+
+
+@dataclass
+class LMDataConfig:
+    corpus: str = field("wikitext-2", "corpus name (wikitext-2, tinyshakespeare, tinystories, generated), a .txt "
+                        "path, or hf:<dataset>")
+    tokenizer: str = field("gpt2", "gpt2 | bpe:<N> | an HF tokenizer id; 'auto' = the HF base model's own")
+    seq_len: int = field(64, "tokens per training sequence (the paper uses 64)")
+    eval_sequences: int = field(512, "validation sequences (non-overlapping windows of the valid split)")
+    curve_sequences: int = field(64, "validation windows scored every --train.eval_every steps (the first of the "
+                                 "eval_sequences windows, the same ones at every evaluation)")
+    cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
+
+    def validate(self) -> None:
+        # curve_sequences is checked by the commands that score a curve (myopia lm), not here: gradients ignores it
+        at_least(self, 1, "seq_len", "eval_sequences")
+        if not self.corpus.strip():
+            raise ForethoughtError("corpus must name a corpus, a .txt file or hf:<dataset>")
+
+
+@dataclass
+class LMConfig:
+    run: RunConfig = field(RunConfig(name="myopia-lm"), "run folder, seed, device")
+    base: str = field("gpt", "'gpt' = our GPT from scratch; else an HF causal LM to fine-tune (hub id, folder, "
+                      "smollm2-135m)")
+    base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
+        "auto", "HF base: dtype it is loaded in (auto = fp32 when its weights train, run.precision under LoRA)")
+    gpt: GPTConfig = field(GPTConfig(n_positions=64, n_embd=256, n_layer=4, n_head=4), "our GPT (base: gpt)")
+    lora_r: int = field(0, "HF base: LoRA rank through peft (0 = full fine-tuning)")
+    lora_alpha: int = field(32, "HF base: LoRA alpha")
+    variants: list[Mode] = field(["vanilla", "detach_hidden", "local", "zero_past"], "what to train")
+    myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
+                                   "detach_kv)")
+    data: LMDataConfig = field(LMDataConfig(), "corpus and tokenisation")
+    train: TrainConfig = field(TrainConfig(steps=2000, batch_size=32, lr=1e-3, warmup_steps=100, log_every=50,
+                                           weight_decay=0.1, checkpoint_every=500), "optimisation")
+
+    def validate(self) -> None:
+        at_least(self, 0, "lora_r")
+        positive(self, "lora_alpha")
+        for v in self.variants:
+            if v not in VARIANTS:
+                raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")
+        if "local" in self.variants and "vanilla" not in self.variants[:self.variants.index("local")]:
+            raise ForethoughtError("variants: 'local' needs 'vanilla' trained before it (its frozen past states "
+                                   "come from the trained vanilla model), e.g. [vanilla, local]")
+        if self.train.steps < 1:  # every variant must leave a checkpoint for 'myopia probe'
+            raise ForethoughtError(f"train.steps must be at least 1, got {self.train.steps}")
+        if self.data.curve_sequences < 1:
+            raise ForethoughtError(f"data.curve_sequences must be at least 1, got {self.data.curve_sequences}")
+        if self.base == "gpt" and self.data.seq_len > self.gpt.n_positions:
+            raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
+        if self.base != "gpt":
+            base_dtype_name(self.base_dtype, self.run.precision, trains_base=self.lora_r == 0)
+
+
+# ---------------------------------------------------------------- myopia gradients
+
+@dataclass
+class GradientsConfig:
+    run: RunConfig = field(RunConfig(name="myopia-gradients"), "run folder, seed, device")
+    experiment: Literal["synthetic", "lm"] = field("synthetic", "the synthetic pre-caching task, or language "
+                                                   "modelling (myopia lm's data and models)")
+    mode: Literal["detach_hidden", "detach_kv"] = field("detach_hidden", "the myopic gradient g_m's mode")
+    measure_batches: int = field(4, "fixed batches (train.batch_size each) g and g_m are averaged over")
+    p: float = field(1.0, "synthetic: Bernoulli probability p")
+    task: TaskConfig = field(TaskConfig(), "synthetic: the task")
+    base: str = field("gpt", "lm: 'gpt' = our GPT from scratch (the model section); else an HF causal LM")
+    base_dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(
+        "auto", "lm with an HF base: dtype it is loaded in (auto = fp32 when its weights train, run.precision "
+        "under LoRA)")
+    lora_r: int = field(0, "lm with an HF base: LoRA rank (0 = full fine-tuning)")
+    lora_alpha: int = field(32, "lm with an HF base: LoRA alpha")
+    model: GPTConfig = field(
+        GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, activation="relu", init="torch",
+                  final_norm=False),
+        "our GPT (synthetic, or lm with base gpt); input/output sizes are set by the experiment")
+    data: LMDataConfig = field(LMDataConfig(), "lm: corpus and tokenisation (its eval and curve sequence counts are "
+                               "not used here: see eval_sequences)")
+    eval_sequences: int = field(512, "held-out sequences for the loss reported beside each measurement")
+    train: TrainConfig = field(TrainConfig(steps=5000, batch_size=64, lr=1e-3, warmup_steps=300, min_lr_ratio=0.1,
+                                           log_every=100, eval_every=100, checkpoint_every=1000),
+                               "optimisation of the vanilla model; eval_every = how often to measure")
+
+    def validate(self) -> None:
+        at_least(self, 0, "lora_r")
+        positive(self, "lora_alpha")
+        if self.measure_batches < 1:
+            raise ForethoughtError(f"measure_batches must be at least 1, got {self.measure_batches}")
+        if self.eval_sequences < 1:
+            raise ForethoughtError(f"eval_sequences must be at least 1, got {self.eval_sequences}")
+        if self.train.steps < 1 or self.train.eval_every < 1:
+            raise ForethoughtError("train.steps and train.eval_every must be at least 1 (the measurements run "
+                                   "every eval_every steps)")
+        if not 0 < self.p <= 1:
+            raise ForethoughtError(f"p must be in (0, 1], got {self.p}")
+        seq = self.task.seq_len if self.experiment == "synthetic" else self.data.seq_len
+        if (self.experiment == "synthetic" or self.base == "gpt") and seq > self.model.n_positions:
+            raise ForethoughtError(f"the sequence length ({seq}) must be <= model.n_positions "
+                                   f"({self.model.n_positions})")
+
+
+# ---------------------------------------------------------------- myopia probe
+
+@dataclass
+class ProbeConfig:
+    run: RunConfig = field(RunConfig(name="myopia-probe"), "run folder, seed, device")
+    lm_run: str = field("", "a 'forethought myopia lm' run folder whose models to probe")
+    variants: list[Mode] = field(["vanilla", "detach_hidden"], "which of its trained variants")
+    layers: list[int] = field([], "layers to probe (0 = embedding; empty = all)")
+    k_max: int = field(4, "predict tokens t+1 .. t+k_max")
+    fit_sequences: int = field(512, "training-split windows to fit the probes on")
+    eval_sequences: int = field(256, "validation-split windows to score them on")
+    ridge: float = field(1e-3, "ridge penalty relative to the mean feature variance")
+
+    def validate(self) -> None:
+        if not self.lm_run:
+            raise ForethoughtError("probe: give the run to probe with --lm_run runs/<myopia lm run>")
+        if self.k_max < 1:
+            raise ForethoughtError("probe: k_max must be >= 1")
+        at_least(self, 1, "fit_sequences", "eval_sequences")
+        at_least(self, 0, "ridge")
+        if any(layer < 0 for layer in self.layers):
+            raise ForethoughtError(f"layers must be >= 0 (0 = the embedding), got {self.layers}")
+        for v in self.variants:
+            if v not in VARIANTS:
+                raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")
