@@ -17,13 +17,13 @@ CLASSES = {"recipe": "RecipeConfig", "generate": "SampleConfig", "diagnose": "Di
 
 
 def test_psf_config_imports_no_torch():
-    """A fresh interpreter (this one already holds torch): the package and its config module load without torch,
-    and every command's config can be built and validated there."""
+    """A fresh interpreter (this one already holds torch): the package and its config module load without torch
+    (nor numpy), and every command's config can be built and validated there."""
     code = ("import sys, forethought.psf.config as c\n"
             "c.RecipeConfig().validate(); c.SampleConfig(recipe_run='r').validate(); "
             "c.DiagnoseConfig(recipe_run='r').validate(); c.EvalConfig(recipe_run='r').validate(); "
             "c.TokenFlowRunConfig(recipe_run='r').validate()\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'numpy', 'transformers', 'accelerate') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout

@@ -1,4 +1,4 @@
-"""Every configuration of ``forethought psf``, in a module that imports no torch: a command's config is loaded
+"""Every configuration of ``forethought psf``, in a module that imports neither torch nor numpy: a command's config is loaded
 and checked (and ``--help`` printed) before the heavy libraries load. The modules that use these classes
 re-export them under their old names (``forethought.psf.recipe:RecipeConfig`` and so on).
 
@@ -21,7 +21,7 @@ from forethought.core.config import at_least, field, finite, positive, within
 from forethought.core.errors import ForethoughtError
 from forethought.core.run import RunConfig
 from forethought.core.train_config import TrainConfig
-from forethought.data.planted import PLANTED, PlantedConfig
+from forethought.data.planted_config import PLANTED, PlantedConfig
 
 MODEL_STAGES = ("base", "landing", "self_realized", "codes")
 STATE_ONLY_PRIOR = "prior_state_only"  # the state-only variant's prior (recipe prior.state_only_variant)
