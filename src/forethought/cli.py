@@ -53,21 +53,21 @@ COMMANDS = [
             "vanilla vs myopic checkpoints", "forethought.myopia.probe:run", "forethought.myopia.config:ProbeConfig"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
-            "forethought.psf.recipe:RecipeConfig"),
+            "forethought.psf.config:RecipeConfig"),
     Command("psf", "sample", "sample a 'psf recipe' run (PSF or AR; unconditional or prompted) to JSONL + text",
-            "forethought.psf.generate:sample", "forethought.psf.generate:SampleConfig"),
+            "forethought.psf.generate:sample", "forethought.psf.config:SampleConfig"),
     Command("psf", "diagnose", "diagnose a 'psf recipe' run: state-shuffle cost per position (codes kept, zeroed, "
             "shuffled), the AR block-cut ceiling, decoding from clean states vs prior samples vs the mean "
             "trajectory; writes diagnose.json", "forethought.psf.diagnose:diagnose",
-            "forethought.psf.diagnose:DiagnoseConfig"),
+            "forethought.psf.config:DiagnoseConfig"),
     Command("psf", "eval", "evaluate a 'psf recipe' run (PSF, its mean trajectory, the AR baseline, --compare runs "
             "such as the content-state ablation or a token flow): sweeps of gen-PPL, unigram entropy, n-gram "
             "repetition, MAUVE (planted: exact NLL), bootstrap intervals, differences, matched entropy, cost",
-            "forethought.psf.evaluate:evaluate", "forethought.psf.evaluate:EvalConfig"),
+            "forethought.psf.evaluate:evaluate", "forethought.psf.config:EvalConfig"),
     Command("psf", "token-flow", "train the token-level flow baseline (ELF-style, over all L token embeddings) "
             "beside a finished 'psf recipe' run with the AR baseline: its frozen token table, the recipe's batches, "
             "parameters matched to PSF encoder + decoder; 'psf eval --compare' evaluates the folder",
-            "forethought.psf.token_flow_run:run", "forethought.psf.token_flow_run:TokenFlowRunConfig"),
+            "forethought.psf.token_flow_run:run", "forethought.psf.config:TokenFlowRunConfig"),
     Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
             "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head; --method base "
             "evaluates the untrained base model zero-shot",
