@@ -1,4 +1,4 @@
-"""Pilot of issue 31's code-channel ablation on the planted corpus: which single option makes the decoder use its
+"""Pilot of the code-channel ablation on the planted corpus: which single option makes the decoder use its
 realization codes (zeroing them costs >= 0.1 nats/token)?
 
 Every arm is ``forethought psf recipe --config planted`` with the codes stage on for ``--codes-steps`` steps, no
@@ -29,6 +29,7 @@ not diagnosed again).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> dict:
     arms = psf_arms.run_arms([] if args.collect_only else args.arms, ARMS,
                              lambda a: train_and_diagnose(args, a), lambda a: collect_arm(args, a))
     out = {
-        "what": "issue 31 pilot: which single code-channel option makes zeroing the codes cost >= 0.1 nats/token, "
+        "command": " ".join(["python", "benchmarks/psf_codes_pilot.py", *sys.argv[1:]]),
+        "what": "code-channel pilot: which single code-channel option makes zeroing the codes cost >= 0.1 nats/token, "
                 "planted corpus, one seed",
         "target": "zeroing cost >= 0.1 nats/token (all tokens)",
         "notes": {
@@ -208,6 +210,10 @@ def main(argv: list[str] | None = None) -> dict:
         "arms": arms,
         "wall_s": time.perf_counter() - t0,
     }
+    if args.collect_only and Path(args.out).is_file():  # a re-collection: the commands and time that trained the arms stay
+        prev = json.loads(Path(args.out).read_text())
+        out["command"] = " ; ".join(c for c in (prev.get("command"), out["command"]) if c)
+        out["wall_s"] = prev.get("wall_s", out["wall_s"])
     psf_arms.write_results(args.out, out)
     print(markdown(arms))
     return out
