@@ -25,10 +25,9 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
-from forethought.experiments import finished_runs, invocations, over_seeds, seed_paired
+from forethought.experiments import finished_runs, invocations, over_seeds, seed_paired, span_s
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,16 +103,17 @@ def collect(runs: Path, out: Path, command: str) -> dict:
     """Every finished run (its folder under ``runs``, else its record archived in ``out``/runs/myopia_horizon,
     committed for the benchmark): loss per k (mean over seeds), the synthetic fraction of the myopic −
     vanilla difference that horizon k recovers, and the LM gap per k."""
-    seen = invocations(runs, command)
+    archive = out / "runs" / "myopia_horizon"
+    seen = invocations(archive, command)  # kept beside the archived runs
     synth: dict = {}
     lm: dict = {}
-    starts, walls = [], {}
-    for name, record in finished_runs(runs, out / "runs" / "myopia_horizon", "*-k=*-s*").items():
+    walls = {}
+    records = finished_runs(runs, archive, "*-k=*-s*")
+    for name, record in records.items():
         part, rest = name.split("-k=", 1)
         k_text, seed_text = rest.rsplit("-s", 1)
         k, seed = _k(k_text), int(seed_text)
         r = record["results"]
-        starts.append(record["started"])
         if part == "synthetic":
             row = r["p=1"]
             m = row["vanilla" if k == VANILLA else "detach_hidden"]
@@ -124,8 +124,7 @@ def collect(runs: Path, out: Path, command: str) -> dict:
             v = r["variants"]["vanilla" if k == VANILLA else "detach_hidden"]
             lm.setdefault(str(k), {})[seed] = v["val_loss"]
             walls[name] = v["train_wall_s"]
-    starts = [s for s in starts if s is not None]
-    res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
+    res: dict = {"command": " ; ".join(seen), "wall_s": span_s(records),
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1},
                  "definition": "horizon k: in every attention layer query t reads live K/V of positions t-k..t and "
                                "detached K/V (detach_hidden) before; through L layers the gradient of position t's "

@@ -21,10 +21,9 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
-from forethought.experiments import finished_runs, invocations
+from forethought.experiments import finished_runs, invocations, span_s
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
 from forethought.experiments.myopia import lm_summary
 
@@ -105,28 +104,29 @@ def main(argv: list[str] | None = None) -> None:
 def collect(runs: Path, out: Path, command: str) -> dict:
     """Every finished run (its folder under ``runs``, else its record archived in ``out``/runs/myopia_pythia_lm,
     committed for the benchmark) into myopia_pythia_lm.json."""
-    seen = invocations(runs, command)
+    archive = out / "runs" / "myopia_pythia_lm"
+    seen = invocations(archive, command)  # kept beside the archived runs
     loss: dict[str, dict[int, float]] = {}
-    setup, starts = None, []
-    for name, record in finished_runs(runs, out / "runs" / "myopia_pythia_lm", "s*-[ab]").items():
+    setup = None
+    records = finished_runs(runs, archive, "s*-[ab]")
+    for name, record in records.items():
         r = record["results"]
-        starts.append(record["started"])
         seed = int(name[1:].split("-")[0])
         setup = setup or {k: r.get(k) for k in ("corpus", "tokenizer", "seq_len", "steps", "batch_size",
                                                 "tokens_seen", "eval_sequences", "params")}
         for variant, x in r["variants"].items():
             loss.setdefault(variant, {})[seed] = x["val_loss"]
-    starts = [s for s in starts if s is not None]
-    cfg, kept = runs / "model" / "config.json", out / "runs" / "myopia_pythia_lm" / "model-config.json"
+    cfg, kept = runs / "model" / "config.json", archive / "model-config.json"
     if cfg.is_file():  # kept beside the archived runs: a fresh machine has no model folder
         kept.parent.mkdir(parents=True, exist_ok=True)
         kept.write_text(cfg.read_text())
-    res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
+    res: dict = {"command": " ; ".join(seen), "wall_s": span_s(records),
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1},
                  "model": json.loads(kept.read_text()) if kept.is_file() else None, "setup": setup,
                  "per_seed": {v: {str(s): x for s, x in sorted(d.items())} for v, d in loss.items()}}
     for v, d in loss.items():
         res[f"{v}_mean"] = statistics.fmean(d.values())
+        res[f"{v}_std"] = statistics.stdev(d.values()) if len(d) > 1 else None
     res.update(lm_summary(loss))
     res["paper"] = {"note": "Pythia fine-tunes 14M..2.8B: the gap grows from 160M up, 0.10 -> 0.23 nats "
                             "(Wu et al. 2024); ours is a random-init Pythia-14M-shaped model from scratch"}

@@ -26,10 +26,9 @@ import json
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
-from forethought.experiments import finished_runs, invocations, seed_paired
+from forethought.experiments import finished_runs, invocations, seed_paired, span_s
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,19 +97,19 @@ def collect(command: str, variant_tag: str = "") -> None:
     """Assemble every finished (p, model) run under RUNS, whichever invocation trained it. The runs are resumable
     and may span several invocations of this script: all of them are listed in ``command``, and ``wall_s`` spans
     from the first run's start to now."""
-    seen = invocations(RUNS, command)
     import statistics
 
     stem = f"myopia_synthetic_{variant_tag}" if variant_tag else "myopia_synthetic"
-    records = finished_runs(RUNS, OUT / "runs" / stem, "p=*-*-s*")  # run folders, else the committed archive
+    archive = OUT / "runs" / stem
+    seen = invocations(archive, command)  # kept beside the archived runs
+    records = finished_runs(RUNS, archive, "p=*-*-s*")  # run folders, else the committed archive
     found = []  # (p, mode, seed) of every finished run, whichever invocation made it
     for name in records:
         p_text, rest = name.split("-", 1)
         mode, seed_text = rest.rsplit("-s", 1)
         found.append((float(p_text[2:]), mode, int(seed_text)))
     found.sort(key=lambda j: (-j[0], j[2], j[1] != "vanilla"))
-    starts = [t for t in (r["started"] for r in records.values()) if t is not None]
-    res: dict = {"command": " ; ".join(seen), "wall_s": time.time() - min(starts) if starts else 0.0,
+    res: dict = {"command": " ; ".join(seen), "wall_s": span_s(records),
                  "run_commands": {},
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": 1, "parallel_runs": 2},

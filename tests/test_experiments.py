@@ -296,3 +296,11 @@ def test_lm_summary_pairs_by_seed_with_the_papers_bonus() -> None:
     assert s["gap_over_context"] == pytest.approx(0.25 / 1.0)
     assert s["gap_over_context_per_seed"] == {"0": pytest.approx(0.3), "1": pytest.approx(0.2)}
     assert lm_summary({"vanilla": {0: 4.0}})["gap_paired"] is None  # nothing to pair yet
+
+
+def test_span_is_first_start_to_last_finish() -> None:
+    from forethought.experiments import span_s
+
+    records = {"a": {"started": 100.0, "finished": 160.0}, "b": {"started": 130.0, "finished": 250.0},
+               "c": {"started": None, "finished": 300.0}}  # a run folder without env.json has no start
+    assert span_s(records) == 200.0 and span_s({}) == 0.0

@@ -92,9 +92,18 @@ def finished_runs(runs_dir: Path, archive: Path, pattern: str) -> dict[str, dict
     return collect_runs(runs_dir, sorted(names), archive)
 
 
+def span_s(records: dict[str, dict[str, Any]]) -> float:
+    """Wall time of a benchmark from its records: the last run's finish minus the first run's start (0 without
+    records); the same from the run folders or the archive alone."""
+    starts = [r["started"] for r in records.values() if r.get("started") is not None]
+    ends = [r["finished"] for r in records.values() if r.get("finished") is not None]
+    return max(ends) - min(starts) if starts and ends else 0.0
+
+
 def invocations(runs_dir: Path, command: str) -> list[str]:
-    """Every command that has worked on a benchmark's run folder, ``command`` added once (a benchmark may span
-    several invocations; its JSON names them all)."""
+    """Every command that has worked on a benchmark, ``command`` added once (a benchmark may span several
+    invocations; its JSON names them all). Kept as ``invocations.txt`` in ``runs_dir`` (give the committed archive
+    folder to keep the list on a fresh machine)."""
     log = Path(runs_dir) / "invocations.txt"
     seen = log.read_text().splitlines() if log.is_file() else []
     if command not in seen:
