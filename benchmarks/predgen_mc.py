@@ -50,6 +50,8 @@ VARIANTS = {
     "generator-name": ["--method", "generator", "--task.answer", "name", *RANK],
     "predgen": ["--method", "predgen", *RANK],
     "predgen-choices": ["--method", "predgen", "--head.reads", "choices", *RANK],
+    # the choice adapter starting nearer its MLP (α = 1 instead of 5): can it overrule the answer it wrote?
+    "predgen-choices-a1": ["--method", "predgen", "--head.reads", "choices", "--head.choice_alpha", "1", *RANK],
     "predgen-logits": ["--method", "predgen", "--head.reads", "logits", *RANK],
     "predgen-name": ["--method", "predgen", "--task.answer", "name", *RANK],
     "predgen-expected": ["--method", "predgen", "--eval.decoder", "expected"],
@@ -59,7 +61,7 @@ VARIANTS = {
     "predgen-choices-lmeval": ["--method", "predgen", "--head.reads", "choices", "--task.template", LMEVAL_ARC,
                                *RANK],
 }
-ADAPTERS = ["predgen", "predgen-choices", "predgen-logits", "predgen-name"]  # the MC default is chosen among these
+ADAPTERS = ["predgen", "predgen-choices", "predgen-choices-a1", "predgen-logits", "predgen-name"]  # the MC default is chosen among these
 MC = ["base", "base-lmeval", "predictor", "generator", "generator-name", *ADAPTERS, "generator-lmeval",
       "predgen-choices-lmeval"]
 TASKS: dict[str, dict] = {
@@ -74,7 +76,7 @@ TASKS: dict[str, dict] = {
 # "variant" = its prediction (PredGen: the adapter's); "variant:key" = another answer of the same run
 COMPARE = [*[(a, f"{a}:decoded") for a in ADAPTERS], *[(a, "generator") for a in ADAPTERS],
            *[(a, "generator:rank") for a in ADAPTERS], *[(a, "base-lmeval:rank") for a in ADAPTERS],
-           ("predgen-choices", "predgen"), ("predgen-logits", "predgen"), ("predgen-name", "predgen"),
+           ("predgen-choices", "predgen"), ("predgen-choices-a1", "predgen-choices"), ("predgen-logits", "predgen"), ("predgen-name", "predgen"),
            ("generator:rank", "generator"), ("generator", "base-lmeval:rank"), ("generator:rank", "base-lmeval:rank"),
            ("predictor", "base-lmeval:rank"), ("generator-name", "generator"),
            ("predgen-choices-lmeval", "predgen-choices"), ("generator-lmeval", "generator"),

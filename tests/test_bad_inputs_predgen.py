@@ -223,6 +223,8 @@ BAD_SETTINGS = [
     (["--method", "predgen", "--head.pooling", "last"], ["head.pooling last", "attention or mean"]),
     (["--method", "generator", "--head.reads", "logits"], ["head.reads logits", "--method predgen"]),
     (["--method", "predictor", "--eval.decoder", "rank"], ["eval.decoder rank", "predictor"]),
+    (["--head.choice_alpha", "-1"], ["head: choice_alpha must be at least 0"]),
+    (["--method", "predgen", "--head.choice_alpha", "0"], ["head.choice_alpha", "--head.reads choices"]),
 ]
 
 

@@ -155,5 +155,7 @@ def test_each_methods_loss_and_head_are_its_own(tiny: dict) -> None:
     assert type(predgen.build_head(32, 2, "attention", 8, None)) is TaskAdapter
     assert type(predgen.build_head(32, 2, "attention", 8, None, "logits", 50)) is LogitAdapter
     assert type(predgen.build_head(32, 2, "attention", 8, None, "choices")) is ChoiceAdapter
+    assert predgen.build_head(32, 2, "attention", 8, None, "choices").alpha.item() == ChoiceAdapter.ALPHA0
+    assert predgen.build_head(32, 2, "attention", 8, None, "choices", choice_alpha=0.0).alpha.item() == 0.0
     reg = predgen.build_head(32, 1, "mean", 8, 2.5)  # regression: starts at the mean target
     assert reg.mlp[-1].bias.item() == 2.5

@@ -80,7 +80,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
         bias = statistics.fmean(float(enc.target(ex)) for ex in train_ex)
     pooling = method.pooling(cfg.head.pooling)
     head = method.build_head(hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias, cfg.head.reads,
-                             vocab_size(lm))
+                             vocab_size(lm), cfg.head.choice_alpha)
     model = PredGenModel(lm, head)
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     n, bs = len(train_ex), cfg.train.batch_size

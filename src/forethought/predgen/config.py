@@ -142,10 +142,14 @@ class HeadConfig:
         "(or number); logits = the reference code's adapter, two bias-free linear layers over the answer "
         "positions' vocabulary logits (classification); choices = a score per choice from Z and that choice's "
         "own states under the same model, softmax over the example's own choices (classification)")
+    choice_alpha: float = field(5.0, "reads choices: the starting weight α of cos(z, c_k) in each choice's score "
+                                "(learned); 5 starts the adapter at the answer it wrote, 0 leaves the choice to "
+                                "its MLP from the first step")
 
     def validate(self) -> None:
         at_least(self, 1, "hidden")
         positive(self, "lr_scale")
+        at_least(self, 0.0, "choice_alpha")
 
 
 @dataclass

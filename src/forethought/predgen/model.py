@@ -164,7 +164,7 @@ class ChoiceAdapter(nn.Module):
     """A score per choice from the generated answer's pooled states z and that choice's own pooled states c_k
     (one pooling for both): s_k = α·cos(z, c_k) + MLP([z, c_k, z·c_k, |z − c_k|]). When the model wrote choice k,
     its states are c_k's (same model, same tokens, same positions), so cos(z, c_k) = 1: with α starting at
-    ``ALPHA0`` the adapter starts as the decoded answer, and the MLP learns when to overrule it (with the MLP
+    ``alpha0`` (default 5) the adapter starts as the decoded answer, and the MLP learns when to overrule it (with the MLP
     alone it stayed at chance for 20 ARC-Easy steps, l_d ≈ ln 4). Each score depends on its own choice only, so
     permuting an example's choices permutes the scores; classes that are not among the example's choices get
     -inf (zero probability after the softmax). Output (B, n_classes)."""
@@ -172,11 +172,12 @@ class ChoiceAdapter(nn.Module):
     reads = "choices"
     ALPHA0 = 5.0
 
-    def __init__(self, d: int, n_out: int, pooling: Literal["attention", "mean"] = "attention", hidden: int = 256):
+    def __init__(self, d: int, n_out: int, pooling: Literal["attention", "mean"] = "attention", hidden: int = 256,
+                 alpha0: float = ALPHA0):
         super().__init__()
         self.n_out = n_out
         self.pool = _Pool(d, pooling)
-        self.alpha = nn.Parameter(torch.tensor(self.ALPHA0))
+        self.alpha = nn.Parameter(torch.tensor(float(alpha0)))
         self.mlp = nn.Sequential(nn.Linear(4 * d, hidden), nn.GELU(), nn.Linear(hidden, 1))
 
     def read(self, inp: AdapterInput) -> torch.Tensor:

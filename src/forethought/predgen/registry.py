@@ -68,6 +68,9 @@ class Method:
             readers = " or ".join(f"--method {m.name}" for m in METHODS.values() if m.head_reads)
             raise ForethoughtError(f"head.reads {cfg.head.reads} is PredGen's adapter's input; the {self.name} "
                                    f"has none (use {readers})")
+        if cfg.head.choice_alpha != type(cfg.head)().choice_alpha and cfg.head.reads != "choices":
+            raise ForethoughtError(f"head.choice_alpha {cfg.head.choice_alpha:g} is the choice-scoring adapter's; "
+                                   "it applies with --head.reads choices")
         if cfg.eval.decoder == "rank" and not self.decodes:
             raise ForethoughtError(f"eval.decoder rank ranks the generated choices; the {self.name} generates none")
 
@@ -76,9 +79,10 @@ class Method:
         raise ForethoughtError(f"the {self.name} method trains nothing")
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = 5.0) -> Any:
         """Its head (an ``nn.Module``) over ``d``-wide states with ``n_out`` outputs, or None. Regression heads
-        start at the mean training target (``bias_init``) so the first MSE steps are not spent on the offset."""
+        start at the mean training target (``bias_init``) so the first MSE steps are not spent on the offset;
+        ``choice_alpha`` is the choice-scoring adapter's starting α."""
         return None
 
 
@@ -92,7 +96,7 @@ class Predictor(Method):
         return lambda m, b: m(predictor_loss, b, task_type, layer)
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = 5.0) -> Any:
         from forethought.predgen.model import PoolingHead, fill_bias
 
         head = PoolingHead(d, n_out, pooling)
@@ -120,7 +124,7 @@ class PredGen(Method):
         return lambda m, b: m(predgen_loss, b, s, enc, task_type, layer, mask_prompt)
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = 5.0) -> Any:
         """``reads``: states -> TaskAdapter, logits -> LogitAdapter over ``vocab`` logits, choices ->
         ChoiceAdapter (the last two score classes: no regression bias)."""
         from forethought.predgen.model import ChoiceAdapter, LogitAdapter, TaskAdapter, fill_bias
@@ -128,7 +132,7 @@ class PredGen(Method):
         if reads == "logits":
             return LogitAdapter(vocab, n_out, hidden)
         if reads == "choices":
-            return ChoiceAdapter(d, n_out, pooling, hidden)
+            return ChoiceAdapter(d, n_out, pooling, hidden, alpha0=choice_alpha)
         head = TaskAdapter(d, n_out, pooling, hidden)
         fill_bias(head.mlp[-1], bias_init)
         return head
