@@ -107,7 +107,7 @@ def collect(runs: Path, out: Path, command: str) -> dict:
     seen = invocations(archive, command)  # kept beside the archived runs
     synth: dict = {}
     lm: dict = {}
-    walls = {}
+    walls, escape = {}, {}
     records = finished_runs(runs, archive, "*-k=*-s*")
     for name, record in records.items():
         part, rest = name.split("-k=", 1)
@@ -119,6 +119,7 @@ def collect(runs: Path, out: Path, command: str) -> dict:
             m = row["vanilla" if k == VANILLA else "detach_hidden"]
             synth.setdefault(str(k), {})[seed] = m["normalised_loss"]
             synth.setdefault("predict_zero", {})[seed] = row["predict_zero"]
+            escape.setdefault(str(k), {})[str(seed)] = escape_step(m["curve"], row["predict_zero"])
             walls[name] = m["train_wall_s"]
         else:
             v = r["variants"]["vanilla" if k == VANILLA else "detach_hidden"]
@@ -131,6 +132,8 @@ def collect(runs: Path, out: Path, command: str) -> dict:
                                "loss reaches back at most L*k positions; k = T is vanilla",
                  "train_wall_s": walls}
     res["synthetic"] = _summary(synth, "normalised_loss", lower_ref="predict_zero")
+    for k, row in res["synthetic"]["per_k"].items():  # when training left predict-zero sets the loss at the end
+        row["escape_step"] = escape.get(k)
     res["lm"] = _summary(lm, "val_loss")
     out.mkdir(parents=True, exist_ok=True)
     (out / "myopia_horizon.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -138,6 +141,12 @@ def collect(runs: Path, out: Path, command: str) -> dict:
     print(json.dumps({p: {k: v.get("mean") for k, v in res[p].get("per_k", {}).items()} for p in ("synthetic", "lm")},
                      indent=2))
     return res
+
+
+def escape_step(curve: list, predict_zero: float, fraction: float = 0.8) -> int | None:
+    """The first logged step whose training loss (normalised) is below ``fraction`` × the predict-zero level:
+    when the run left predict-zero (None if it never did)."""
+    return next((int(step) for step, loss in curve if loss < fraction * predict_zero), None)
 
 
 def _summary(loss: dict, metric: str, lower_ref: str | None = None) -> dict:

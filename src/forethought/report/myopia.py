@@ -193,6 +193,14 @@ def families(r: dict) -> list[str]:
     return out
 
 
+def _escapes(steps: dict | None) -> str:
+    """Per seed, the step a run left predict-zero ('never' when it did not)."""
+    if not steps:
+        return "–"
+    return ", ".join(f"{'never' if x is None else f'{x:,}'}" + (f" (s{s})" if len(steps) > 1 else "")
+                     for s, x in steps.items())
+
+
 def horizon(r: dict) -> list[str]:
     """Loss against the myopia horizon k (k = 0: myopic, k >= T - 1: vanilla)."""
     out: list[str] = []
@@ -200,9 +208,12 @@ def horizon(r: dict) -> list[str]:
         per = r.get(part, {}).get("per_k") or {}
         if per:
             out += table([f"horizon k ({part})", label, "seeds", "− vanilla (paired by seed)",
-                          "fraction of the myopic − vanilla difference recovered"],
+                          "fraction of the myopic − vanilla difference recovered",
+                          *(["left predict-zero at step (training loss < 0.8 × predict-zero)"]
+                            if part == "synthetic" else [])],
                          [[k, mean_std(v["mean"], v.get("std")), ", ".join(map(str, v.get("seeds", []))),
                            _paired(v["minus_vanilla_paired"]) if v.get("minus_vanilla_paired")
-                           else num(v.get("minus_vanilla")), num(v.get("fraction_recovered"), ".2f")]
+                           else num(v.get("minus_vanilla")), num(v.get("fraction_recovered"), ".2f"),
+                           *([_escapes(v.get("escape_step"))] if part == "synthetic" else [])]
                           for k, v in per.items()]) + [""]
     return out or ["No horizon runs yet."]
