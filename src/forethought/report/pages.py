@@ -57,15 +57,16 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "budget and seeds stays at the predict-zero level. At p = 0.1 the myopic model learns to copy x_n when "
             "z = 0 and nothing of the sum. The paper's vanilla level is not reached at this budget."),
     Section("myopia_synthetic_pgrid.json", "The paper's p grid at the CPU budget",
-            "python benchmarks/myopia_synthetic.py --p 0.3 0.01 --seeds 0 1 --tag pgrid", myopia.synthetic,
+            "python benchmarks/myopia_synthetic.py --p 0.3 0.1 0.01 --seeds 0 1 --tag pgrid", myopia.synthetic,
             ("myopia_synthetic_pgrid_curves.png",),
             "The `small` preset at the p values the paper trains both models on, beside the paper's myopic numbers. "
             "A row without a myopic value had no finished myopic run. The paper's myopic models fall below the "
             "predict-zero level at p < 1 (the copy path's breadcrumbs); compare each row's myopic value with its "
-            "own predict-zero level. The p = 1 and p = 0.1 rows are in the first table of this page; "
-            "`--grid paper` trains every p. The seed-0 vanilla runs and the p = 0.3 myopic run were trained before "
-            "the data streams' seed mixing changed and evaluated (loss and probes on the model's own p) with the "
-            "current code; the other runs were trained with the current code."),
+            "own predict-zero level. The p = 1 row is in the first table of this page (three seeds; its p = 0.1 "
+            "row is an earlier run of the same setting); `--grid paper` trains every p. The seed-0 vanilla runs at "
+            "p = 0.3 and 0.01 and the p = 0.3 myopic seed-0 run were trained before the data streams' seed mixing "
+            "changed and evaluated (loss and probes on the model's own p) with the current code; the other runs "
+            "were trained with the current code."),
     Section("myopia_synthetic_reference.json", "The paper's synthetic model at the CPU budget",
             "python benchmarks/myopia_synthetic.py --p 1 --tag reference --set --model.init reference "
             "--model.final_norm true", myopia.synthetic, ("myopia_synthetic_reference_curves.png",),
