@@ -44,7 +44,7 @@ PAPER = {"myopic": {"p=1": 1.257, "p=0.3": 1.034, "p=0.1": 0.966, "p=0.01": 1.10
                                                            "input Linear(2, d) and head Linear(d, 1)"}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps-p1", type=int, default=5000, help="training steps at p = 1")
     ap.add_argument("--steps-other", type=int, default=5000,
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--set", nargs=argparse.REMAINDER, default=[],
                     help="config overrides for every run, e.g. --set --model.init reference (must come last)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     global RUNS, OUT
     RUNS = args.runs or (RUNS.parent / f"{RUNS.name}-{args.tag}" if args.tag else RUNS)
     OUT = args.out or OUT
@@ -90,7 +90,8 @@ def main() -> None:
         prefix = "bench-myopia-synthetic-"  # finished runs (results.json written) are skipped, not re-evaluated
         queue = [j for j in queue if not (RUNS / j[0][len(prefix):] / "results.json").is_file()]
         run_queue(queue, args.jobs, RUNS.parent, ROOT)
-    collect(" ".join(["python", *sys.argv]), args.tag)
+    collect(" ".join(["python", "benchmarks/myopia_synthetic.py", *(sys.argv[1:] if argv is None else argv)]),
+            args.tag)
 
 
 def collect(command: str, variant_tag: str = "") -> None:
