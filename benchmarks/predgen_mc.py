@@ -86,7 +86,7 @@ COMPARE = [*[(a, f"{a}:decoded") for a in ADAPTERS], *[(a, "generator") for a in
 ANSWERS = ("decoded", "rank", "rank_norm", "expected_value", "validation")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "bench-predgen-mc")
     ap.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("overrides", nargs="*", help="extra config overrides for every run (after --)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.quick:
         args.tasks, args.seeds = ["arc-easy"], [0]
     archive = args.results_dir / "runs" / ("predgen_mc_quick" if args.quick else "predgen_mc")
@@ -105,7 +105,8 @@ def main() -> None:
         jobs = [(n, a) for n, a in plan(args) if finished_run(args.runs_dir / n, archive) is None]
         run_queue(jobs, 1, args.runs_dir, ROOT, threads=args.threads,
                   on_done=lambda n: finished_run(args.runs_dir / n, archive))  # archived at once
-    collect(" ".join(["python", *sys.argv]), args, archive)
+    collect(" ".join(["python", "benchmarks/predgen_mc.py", *(sys.argv[1:] if argv is None else argv)]), args,
+            archive)
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:

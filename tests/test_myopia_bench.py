@@ -37,7 +37,7 @@ def test_p_grid_driver_quick(tmp_path):
         assert "vanilla_probe_sum_r2_last_layer" in row
     assert res["p=0.1"]["paper_myopic"] == 0.966 and res["paper"]["myopic"]["p=0.01"] == 1.103
     before = {d.name: (d / "results.json").stat().st_mtime for d in runs.iterdir() if d.is_dir()}
-    _run("myopia_synthetic.py", "--quick", "--runs", str(runs), "--out", str(out))  # resumable: nothing retrains
+    _collect_in_process("myopia_synthetic.py", "--quick", "--runs", str(runs), "--out", str(out))  # nothing retrains
     assert before == {d.name: (d / "results.json").stat().st_mtime for d in runs.iterdir() if d.is_dir()}
     shutil.rmtree(runs)  # a fresh machine: the archived records alone give the same rows
     _collect_in_process("myopia_synthetic.py", "--quick", "--collect-only", "--runs", str(runs), "--out", str(out))
