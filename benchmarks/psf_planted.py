@@ -34,7 +34,10 @@ than its run's results.json is kept. ``--collect-only`` re-evaluates the finishe
 point is sampled again only when its settings, position in the sweep or run changed) and assembles the JSON.
 ``--preset tiny`` runs the whole pipeline at toy size (recipe_tiny on a tiny planted corpus; the smoke test).
 
-    python benchmarks/psf_planted.py [--seeds 0 1 2] [--jobs 2] [--samples 256] [--collect-only]
+    python benchmarks/psf_planted.py [--seeds 0 1 2] [--jobs 2] [--seed-jobs 1] [--samples 256] [--collect-only]
+
+``--seed-jobs N`` runs N seeds side by side, each psf_wikitext.py in its own process (log: <runs>/psf-planted-s<s>.log);
+its evaluation and diagnoses are serial, so on idle cores whole seeds in parallel finish sooner (the smoke test).
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--runs", type=Path, help="run folder root (default per preset)")
     ap.add_argument("--out", type=Path, help="results JSON (default per preset)")
     ap.add_argument("--jobs", type=int, default=2, help="trainings at a time (single-threaded subprocesses)")
+    ap.add_argument("--seed-jobs", type=int, default=1,
+                    help="seeds at a time (each psf_wikitext.py in its own process; 1 = one after another here)")
     ap.add_argument("--samples", type=int, help="samples per model and sweep point (default 256; tiny 8)")
     ap.add_argument("--references", type=int, help="test documents as references (default 256; tiny 8)")
     ap.add_argument("--n-boot", type=int, help="bootstrap resamples (default 1000; tiny 200)")
@@ -343,10 +348,18 @@ def markdown(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    for seed in args.seeds:
-        if args.collect_only and not (args.runs / f"s{seed}" / "eval" / "results.json").is_file():
-            continue
-        psf_wikitext.main(seed_argv(args, seed, args.collect_only))  # trains, diagnoses, evaluates
+    if args.seed_jobs > 1 and len(args.seeds) > 1 and not args.collect_only:  # seeds side by side (each one serial)
+        from forethought.experiments.jobs import run_queue_or_exit
+
+        args.runs.mkdir(parents=True, exist_ok=True)
+        script = str(Path(__file__).resolve().parent / "psf_wikitext.py")
+        run_queue_or_exit([(f"psf-planted-s{seed}", [sys.executable, script, *seed_argv(args, seed, False)])
+                           for seed in args.seeds], args.seed_jobs, args.runs, ROOT)
+    else:
+        for seed in args.seeds:
+            if args.collect_only and not (args.runs / f"s{seed}" / "eval" / "results.json").is_file():
+                continue
+            psf_wikitext.main(seed_argv(args, seed, args.collect_only))  # trains, diagnoses, evaluates
     command = " ".join(["python", *(sys.argv if argv is None else ["benchmarks/psf_planted.py", *argv])])
     res = collect(args, command)
     from forethought.core.io import atomic_write_text

@@ -32,7 +32,7 @@ def bench(monkeypatch: pytest.MonkeyPatch):
 def test_psf_planted_tiny(tmp_path: Path, bench) -> None:
     runs, out = tmp_path / "runs", tmp_path / "psf_planted.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "psf_planted.py"), "--preset", "tiny", "--seeds", "0", "1",
-           "--jobs", "2", "--runs", str(runs), "--out", str(out), "--sweep", "1.0:1.0", "0.7:0.9",
+           "--jobs", "1", "--seed-jobs", "2", "--runs", str(runs), "--out", str(out), "--sweep", "1.0:1.0", "0.7:0.9",
            "--token-flow-sweep", "1.0", "2.0"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FORETHOUGHT_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
