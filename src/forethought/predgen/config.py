@@ -12,7 +12,7 @@ from forethought.core.config import at_least, field, positive, within
 from forethought.core.errors import ForethoughtError
 from forethought.core.run import RunConfig
 from forethought.core.train_config import TrainConfig
-from forethought.predgen.registry import METHODS, method_named, method_names
+from forethought.predgen.registry import CHOICE_ALPHA0, METHODS, method_named, method_names
 from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, WASSA_EMOTIONS, known_tasks
 
 PEFT_METHODS = ("lora", "adalora", "dora", "full")
@@ -142,7 +142,7 @@ class HeadConfig:
         "(or number); logits = the reference code's adapter, two bias-free linear layers over the answer "
         "positions' vocabulary logits (classification); choices = a score per choice from Z and that choice's "
         "own states under the same model, softmax over the example's own choices (classification)")
-    choice_alpha: float = field(5.0, "reads choices: the starting weight α of cos(z, c_k) in each choice's score "
+    choice_alpha: float = field(CHOICE_ALPHA0, "reads choices: the starting weight α of cos(z, c_k) in each choice's score "
                                 "(learned); 5 starts the adapter at the answer it wrote, 0 leaves the choice to "
                                 "its MLP from the first step")
 
@@ -150,6 +150,9 @@ class HeadConfig:
         at_least(self, 1, "hidden")
         positive(self, "lr_scale")
         at_least(self, 0.0, "choice_alpha")
+        if self.choice_alpha != CHOICE_ALPHA0 and self.reads != "choices":
+            raise ForethoughtError(f"head.choice_alpha {self.choice_alpha:g} is the choice-scoring adapter's; "
+                                   "it applies with --head.reads choices")
 
 
 @dataclass

@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json, read_json_object
 from forethought.predgen.config import PEFT_METHODS, AdapterConfig  # their home imports no torch
-from forethought.predgen.registry import method_named, trained_method_names
+from forethought.predgen.registry import CHOICE_ALPHA0, method_named, trained_method_names
 
 # predgen.json's keys and their types (a dict is a section)
 META_KEYS: dict[str, type] = {"method": str, "base": str, "task_spec": dict, "prompt": dict, "layer": int,
@@ -170,7 +170,7 @@ class ChoiceAdapter(nn.Module):
     -inf (zero probability after the softmax). Output (B, n_classes)."""
 
     reads = "choices"
-    ALPHA0 = 5.0
+    ALPHA0 = CHOICE_ALPHA0
 
     def __init__(self, d: int, n_out: int, pooling: Literal["attention", "mean"] = "attention", hidden: int = 256,
                  alpha0: float = ALPHA0):

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from forethought.predgen.config import PredGenConfig
     from forethought.predgen.methods import Encoder
 
+CHOICE_ALPHA0 = 5.0  # the choice-scoring adapter's starting α: it starts as the answer the model wrote
+
 LossFn = Callable[[Any, dict[str, Any]], Any]  # (model, batch) -> loss (the trainer's loss_fn)
 
 
@@ -68,9 +70,6 @@ class Method:
             readers = " or ".join(f"--method {m.name}" for m in METHODS.values() if m.head_reads)
             raise ForethoughtError(f"head.reads {cfg.head.reads} is PredGen's adapter's input; the {self.name} "
                                    f"has none (use {readers})")
-        if cfg.head.choice_alpha != type(cfg.head)().choice_alpha and cfg.head.reads != "choices":
-            raise ForethoughtError(f"head.choice_alpha {cfg.head.choice_alpha:g} is the choice-scoring adapter's; "
-                                   "it applies with --head.reads choices")
         if cfg.eval.decoder == "rank" and not self.decodes:
             raise ForethoughtError(f"eval.decoder rank ranks the generated choices; the {self.name} generates none")
 
@@ -79,7 +78,7 @@ class Method:
         raise ForethoughtError(f"the {self.name} method trains nothing")
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0, choice_alpha: float = 5.0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0) -> Any:
         """Its head (an ``nn.Module``) over ``d``-wide states with ``n_out`` outputs, or None. Regression heads
         start at the mean training target (``bias_init``) so the first MSE steps are not spent on the offset;
         ``choice_alpha`` is the choice-scoring adapter's starting α."""
@@ -96,7 +95,7 @@ class Predictor(Method):
         return lambda m, b: m(predictor_loss, b, task_type, layer)
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0, choice_alpha: float = 5.0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0) -> Any:
         from forethought.predgen.model import PoolingHead, fill_bias
 
         head = PoolingHead(d, n_out, pooling)
@@ -124,7 +123,7 @@ class PredGen(Method):
         return lambda m, b: m(predgen_loss, b, s, enc, task_type, layer, mask_prompt)
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0, choice_alpha: float = 5.0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0) -> Any:
         """``reads``: states -> TaskAdapter, logits -> LogitAdapter over ``vocab`` logits, choices ->
         ChoiceAdapter (the last two score classes: no regression bias)."""
         from forethought.predgen.model import ChoiceAdapter, LogitAdapter, TaskAdapter, fill_bias
