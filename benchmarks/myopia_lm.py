@@ -28,7 +28,7 @@ from pathlib import Path
 
 from forethought.experiments import invocations, run_started
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
-from forethought.experiments.myopia import lm_summary
+from forethought.experiments.myopia import lm_summary, variant_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,10 +105,8 @@ def collect(command: str) -> None:
                              "parallel_runs": 2},
                  "setup": setup, "metric": "validation cross-entropy (nats/token), mean over positions",
                  "per_seed": {v: {str(s): x for s, x in sorted(d.items())} for v, d in loss.items()}}
-    for variant, d in loss.items():
-        xs = list(d.values())
-        res[f"{variant}_mean"] = statistics.fmean(xs)
-        res[f"{variant}_std"] = statistics.stdev(xs) if len(xs) > 1 else None
+    res.update(variant_stats(loss))
+    for variant in loss:
         res[f"{variant}_train_wall_s"] = statistics.fmean(wall[variant])
     # the headline keys stay numbers (means over seeds), as before
     res["vanilla"] = res.get("vanilla_mean")

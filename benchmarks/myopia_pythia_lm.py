@@ -19,13 +19,12 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 from pathlib import Path
 
 from forethought.experiments import finished_runs, invocations, span_s
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
-from forethought.experiments.myopia import lm_summary
+from forethought.experiments.myopia import lm_summary, variant_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,9 +123,7 @@ def collect(runs: Path, out: Path, command: str) -> dict:
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads_per_run": 1},
                  "model": json.loads(kept.read_text()) if kept.is_file() else None, "setup": setup,
                  "per_seed": {v: {str(s): x for s, x in sorted(d.items())} for v, d in loss.items()}}
-    for v, d in loss.items():
-        res[f"{v}_mean"] = statistics.fmean(d.values())
-        res[f"{v}_std"] = statistics.stdev(d.values()) if len(d) > 1 else None
+    res.update(variant_stats(loss))
     res.update(lm_summary(loss))
     res["paper"] = {"note": "Pythia fine-tunes 14M..2.8B: the gap grows from 160M up, 0.10 -> 0.23 nats "
                             "(Wu et al. 2024); ours is a random-init Pythia-14M-shaped model from scratch"}

@@ -296,6 +296,11 @@ def test_lm_summary_pairs_by_seed_with_the_papers_bonus() -> None:
     assert s["gap_over_context"] == pytest.approx(0.25 / 1.0)
     assert s["gap_over_context_per_seed"] == {"0": pytest.approx(0.3), "1": pytest.approx(0.2)}
     assert lm_summary({"vanilla": {0: 4.0}})["gap_paired"] is None  # nothing to pair yet
+    from forethought.experiments.myopia import variant_stats
+
+    stats = variant_stats(loss)
+    assert stats["vanilla_mean"] == pytest.approx(4.1) and stats["vanilla_std"] == pytest.approx(0.1414213562)
+    assert stats["local_mean"] == pytest.approx(3.9) and stats["local_std"] is None  # one seed: no spread
 
 
 def test_span_is_first_start_to_last_finish() -> None:

@@ -7,12 +7,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from forethought.experiments.stats import seed_paired
+from forethought.experiments.stats import over_seeds, seed_paired
 
 
 def paired_or_none(a: Mapping[int, float], b: Mapping[int, float]) -> dict[str, Any] | None:
     """:func:`seed_paired` A − B, or None while the two share no seed (a benchmark still running)."""
     return seed_paired(a, b) if set(a) & set(b) else None
+
+
+def variant_stats(loss: Mapping[str, Mapping[int, float]]) -> dict[str, float | None]:
+    """``<variant>_mean`` and ``<variant>_std`` (sample std; None for one seed) of each variant's losses over seeds."""
+    out: dict[str, float | None] = {}
+    for variant, by_seed in loss.items():
+        s = over_seeds(by_seed)
+        out[f"{variant}_mean"], out[f"{variant}_std"] = s["mean"], s["std"]
+    return out
 
 
 def lm_summary(loss: Mapping[str, Mapping[int, float]]) -> dict[str, Any]:
@@ -25,7 +34,8 @@ def lm_summary(loss: Mapping[str, Mapping[int, float]]) -> dict[str, Any]:
     - ``gap_over_context``: mean gap / (mean bigram − mean vanilla), and ``gap_over_context_per_seed``.
     """
     get = {v: loss.get(v, {}) for v in ("vanilla", "detach_hidden", "local", "zero_past")}
-    mean = {v: sum(d.values()) / len(d) for v, d in get.items() if d}
+    stats = variant_stats({v: d for v, d in get.items() if d})
+    mean = {v: stats[f"{v}_mean"] for v, d in get.items() if d}
     gap = paired_or_none(get["detach_hidden"], get["vanilla"])
     bonus = paired_or_none(get["vanilla"], get["local"])
     myo_local = paired_or_none(get["detach_hidden"], get["local"])
