@@ -153,6 +153,9 @@ class PriorConfig:
     min_gap: float = field(0.05, "clamp 1 - t below at this value in the velocity loss")
     steps: int = field(50, "Euler steps at sampling")
     state_only: bool = field(False, "model states only; the decoder then gets zero codes")
+    code_data: Literal["draw", "mean"] = field(
+        "draw", "the codes the prior learns: draw = one posterior draw per block (the paper; the decoder was trained "
+        "on draws), mean = the posterior mean (the noise-free part of each block's code)")
     stats_sequences: int = field(256, "training sequences for the standardisation statistics and mean trajectory")
     conditioning: Literal["none", "known_mask"] = field(
         "none", "none: unconditional, prompts fixed by replacement only; known_mask: trained with a random number "

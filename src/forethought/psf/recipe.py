@@ -168,14 +168,16 @@ def trajectory_dim(model: PSFModel, prior_cfg: PriorConfig) -> int:
 
 
 @torch.no_grad()
-def trajectories(model: PSFModel, tokens: torch.Tensor, with_codes: bool) -> torch.Tensor:
-    """(B, L) real text -> (B, K, S [+ code_dim]) detached states (and posterior-sampled codes): prior data."""
+def trajectories(model: PSFModel, tokens: torch.Tensor, with_codes: bool, code_data: str = "draw") -> torch.Tensor:
+    """(B, L) real text -> (B, K, S [+ code_dim]) detached states (and codes: a posterior draw, or the posterior
+    mean with ``code_data="mean"``): prior data."""
     h, feats = model.encode(tokens)
     s = model.states_from(h)
     if not with_codes:
         return s
     mu, logvar = model.posterior(feats)
-    return torch.cat([s, mu + (0.5 * logvar).exp() * torch.randn_like(mu)], dim=-1)
+    code = mu if code_data == "mean" else mu + (0.5 * logvar).exp() * torch.randn_like(mu)
+    return torch.cat([s, code], dim=-1)
 
 
 @torch.no_grad()
@@ -199,12 +201,13 @@ def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16, seed: 
 
 
 @torch.no_grad()
-def prior_val_loss(prior: FlowPrior, model: PSFModel, windows: torch.Tensor, with_codes: bool, seed: int) -> float:
+def prior_val_loss(prior: FlowPrior, model: PSFModel, windows: torch.Tensor, with_codes: bool, seed: int,
+                   code_data: str = "draw") -> float:
     """Flow loss on the trajectories of validation windows, with the same code noise, times and flow noise at
     every call (the global RNG is seeded), so values compare across steps and stages."""
     torch.manual_seed(seed)
     prior.eval()
-    loss = prior.loss(trajectories(model, windows.to(next(prior.parameters()).device), with_codes)).item()
+    loss = prior.loss(trajectories(model, windows.to(next(prior.parameters()).device), with_codes, code_data)).item()
     prior.train()
     return loss
 
@@ -407,21 +410,22 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
             load_weights(prior, w, strict=False, where=str(ctx.prev_prior))
         stats_windows = random_windows(ctx.train_tokens, pcfg.stats_sequences, cfg.model.seq_len,
                                        step_generator(cfg.run.seed, 0, salt=2), window_align(cfg))
-        data = torch.cat([trajectories(model, stats_windows[i:i + 64].to(rt.device), with_codes).cpu()
+        data = torch.cat([trajectories(model, stats_windows[i:i + 64].to(rt.device), with_codes, pcfg.code_data).cpu()
                           for i in range(0, len(stats_windows), 64)])
         prior.set_stats(data)
 
     def loss_fn(p: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-        return unwrap(p).loss(trajectories(model, batch["tokens"], with_codes)), {}
+        return unwrap(p).loss(trajectories(model, batch["tokens"], with_codes, pcfg.code_data)), {}
 
     def eval_fn(p: torch.nn.Module, step: int) -> dict[str, float]:
-        return {"val_flow_loss": prior_val_loss(p, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)}
+        return {"val_flow_loss": prior_val_loss(p, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed,
+                                                pcfg.code_data)}
 
     out = train(prior, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
                 hooks=TrainHooks(eval_fn=eval_fn),
                 model_config={"model_type": "forethought-psf-prior", **asdict(pcfg), "dim": prior.dim,
                               "blocks": prior.blocks, "with_codes": with_codes})
-    val = prior_val_loss(prior, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed)
+    val = prior_val_loss(prior, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed, pcfg.code_data)
     res = {"params": n_params, "blocks": prior.blocks, "dim": prior.dim, "with_codes": with_codes, "steps": tcfg.steps,
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
            "val_flow_loss": val}
