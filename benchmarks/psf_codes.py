@@ -1,0 +1,202 @@
+"""Benchmark: PSF with realization codes on the planted corpus — the paper's main configuration (a prior over
+states + codes) and its state-only configuration (the same code-trained decoder, a prior over the states, zero
+codes), 3 training seeds, and a joint-prior ablation on the same decoders.
+
+Per seed ``main-s<seed>``: ``forethought psf recipe --config planted_main --baselines []`` (both priors; the AR
+baseline is psf_planted.json's), ``psf diagnose`` (zeroing cost, code information, decoding from clean states /
+prior samples at temperature 1, exact judge) and ``psf eval`` (sweeps, NLL/token at the references' entropy).
+Per prior arm and seed ``<arm>-s<seed>``: the main run's decoder (its base..codes stage folders copied; only the
+prior trains), one change to the main prior, ``psf diagnose``. Measures and comparisons come from
+:mod:`forethought.experiments.psf_codes`; the file is ``benchmarks/results/psf_codes.json``.
+
+Resumable: a finished recipe / diagnosis / evaluation is not run again, and every finished run's JSON files are
+archived at once in ``benchmarks/results/runs/psf_codes/<run>/`` (a collection reads the archive only).
+
+    python benchmarks/psf_codes.py [--seeds 0 1 2] [--arms mean steps_10k ...] [--arm-seeds 0 1]
+        [--stages-from 'runs/psf-codes-pilot/bn_vae-s{seed}'] [--collect-only] [-- recipe overrides]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+import forethought.psf.arms as psf_arms  # noqa: E402
+from forethought.experiments import subprocess_env  # noqa: E402
+from forethought.experiments.psf_codes import TARGETS, prior_arm_summary, seed_record, summarize  # noqa: E402
+
+PRESET = "planted_main"
+MODEL_STAGES = ("base", "landing", "self_realized", "codes")
+# psf_planted.py's sweep (the PSF models reach the references' entropy near temperature 0.5)
+SWEEP = "[[1.2,1.0],[1.0,1.0],[0.8,0.9],[0.6,0.9],[0.5,0.9],[0.4,0.9],[0.3,0.9]]"
+# name -> (what changes in the main prior, overrides); each arm trains the main prior only, on the seed's decoder
+ARMS: dict[str, tuple[str, list[str]]] = {
+    "mean": ("codes: the posterior mean instead of a draw", ["--prior.model.code_data", "mean"]),
+    "steps_10k": ("10,000 training steps instead of 3,000", ["--prior.train.steps", "10000"]),
+    "wide": ("width 128 and 4 layers instead of 64 and 2", ["--prior.model.n_embd", "128",
+                                                           "--prior.model.n_layer", "4"]),
+}
+ARCHIVED = ("results.json", "diagnose.json", "eval/results.json")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="training seeds of the main runs")
+    p.add_argument("--arms", nargs="*", default=[], help=f"prior arms to train and diagnose: {list(ARMS)}")
+    p.add_argument("--arm-seeds", type=int, nargs="*", default=[0, 1], help="seeds of the prior arms")
+    p.add_argument("--stages-from", default="", help="a finished run folder per seed ('{seed}' in it) whose "
+                   "base..codes stage folders a new main run copies (the same settings and seed retrain them "
+                   "bit-identically on the CPU; recorded in the JSON)")
+    p.add_argument("--runs", default=str(ROOT / "runs" / "psf-codes"))
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "psf_codes.json"))
+    p.add_argument("--archive", default=str(ROOT / "benchmarks" / "results" / "runs" / "psf_codes"))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--collect-only", action="store_true")
+    p.add_argument("overrides", nargs="*", help="extra recipe overrides for every run (after --)")
+    args = p.parse_args(argv)
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown:
+        p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    return args
+
+
+def cli(*words: str) -> list[str]:
+    return [sys.executable, "-m", "forethought.cli", *words]
+
+
+def recipe(args: argparse.Namespace, name: str, seed: int, extra: list[str]) -> list[str]:
+    return cli("psf", "recipe", "--config", PRESET, "--run.out_dir", args.runs, "--run.name", name, "--run.seed",
+               str(seed), "--baselines", "[]", *extra, *args.overrides, "--resume", "auto")
+
+
+def diagnose(run_dir: Path) -> list[str]:
+    return cli("psf", "diagnose", "--recipe_run", str(run_dir), "--samples", "256", "--permutations", "2",
+               "--n_boot", "1000", "--device", "cpu")
+
+
+def evaluate(run_dir: Path) -> list[str]:
+    return cli("psf", "eval", "--recipe_run", str(run_dir), "--sweep", SWEEP, "--cost", "false", "--samples", "256",
+               "--references", "256", "--n_boot", "1000", "--device", "cpu")
+
+
+def main_arm(args: argparse.Namespace, seed: int) -> psf_arms.Arm:
+    d = Path(args.runs) / f"main-s{seed}"
+    return psf_arms.Arm(d, recipe(args, d.name, seed, []), diagnose(d))
+
+
+def prior_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
+    d = Path(args.runs) / f"{arm}-s{seed}"
+    return psf_arms.Arm(d, recipe(args, d.name, seed, ["--prior.state_only_variant", "false", *ARMS[arm][1]]),
+                        diagnose(d))
+
+
+def copy_stages(src: Path, dst: Path) -> None:
+    """A new run starts from ``src``'s finished model stages (only the priors then train)."""
+    if (dst / "results.json").is_file() or (dst / "codes").exists():
+        return
+    if not (src / "codes" / "results.json").is_file():
+        sys.exit(f"{src} has no finished codes stage to copy")
+    dst.mkdir(parents=True, exist_ok=True)
+    for s in MODEL_STAGES:
+        shutil.copytree(src / s, dst / s)
+    (dst / "stages_from.txt").write_text(str(src) + "\n")
+
+
+def archive(args: argparse.Namespace, arm: psf_arms.Arm, logs: Path, commands: list[list[str]]) -> None:
+    """The finished run's JSON files, its commands and wall times into the archive folder."""
+    out = Path(args.archive) / arm.run_dir.name
+    out.mkdir(parents=True, exist_ok=True)
+    for rel in ARCHIVED:
+        if (arm.run_dir / rel).is_file():
+            shutil.copyfile(arm.run_dir / rel, out / rel.replace("/", "_"))
+    src = arm.run_dir / "stages_from.txt"
+    meta = {"commands": [psf_arms.command_line(c, ROOT) for c in commands],
+            "walls": psf_arms.read_walls(arm, logs),
+            "stages_from": src.read_text().strip().replace(str(ROOT) + "/", "") if src.is_file() else None}
+    (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def run_main(args: argparse.Namespace, seed: int, logs: Path, env: dict) -> None:
+    arm = main_arm(args, seed)
+    if args.stages_from and not (arm.run_dir / "results.json").is_file():
+        copy_stages(Path(args.stages_from.format(seed=seed)), arm.run_dir)
+    psf_arms.train_and_diagnose(arm, logs, env, ROOT)
+    ev = evaluate(arm.run_dir)
+    if not (arm.run_dir / "eval" / "results.json").is_file():
+        walls = psf_arms.read_walls(arm, logs)
+        walls["eval_s"] = psf_arms.run_logged(ev, logs / f"{arm.run_dir.name}.log", env, ROOT)
+        arm.walls_path(logs).write_text(json.dumps(walls))
+    archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose), ev])
+
+
+def run_prior_arm(args: argparse.Namespace, name: str, seed: int, logs: Path, env: dict) -> None:
+    arm = prior_arm(args, name, seed)
+    if not (arm.run_dir / "results.json").is_file():
+        main = Path(args.runs) / f"main-s{seed}"
+        if not (main / "codes" / "results.json").is_file():
+            run_main(args, seed, logs, env)
+        copy_stages(main, arm.run_dir)
+    psf_arms.train_and_diagnose(arm, logs, env, ROOT)
+    archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose)])
+
+
+def read_archived(args: argparse.Namespace, name: str) -> tuple[dict, dict, dict | None, dict] | None:
+    d = Path(args.archive) / name
+    if not (d / "diagnose.json").is_file():
+        return None
+    ev = d / "eval_results.json"
+    return (json.loads((d / "results.json").read_text()), json.loads((d / "diagnose.json").read_text()),
+            json.loads(ev.read_text()) if ev.is_file() else None, json.loads((d / "run.json").read_text()))
+
+
+def collect(args: argparse.Namespace, command: str, wall_s: float) -> dict:
+    mains, runs = {}, {}
+    for d in sorted(Path(args.archive).glob("*-s*")):
+        read = read_archived(args, d.name)
+        if read is None:
+            continue
+        res, diag, ev, meta = read
+        arm, seed = d.name.rsplit("-s", 1)
+        rec = {**seed_record(res, diag, ev), **meta, "arm": arm, "seed": int(seed)}
+        runs[d.name] = rec
+        if arm == "main":
+            mains[int(seed)] = rec
+    arms = {}
+    for name, (what, overrides) in ARMS.items():
+        per_seed = {r["seed"]: r for r in runs.values() if r["arm"] == name}
+        if per_seed:
+            arms[name] = {"change": what, "overrides": overrides, **prior_arm_summary(per_seed, mains)}
+    return {"command": command, "what": __doc__.split("\n\n")[0], "machine": psf_arms.machine(args.threads),
+            "wall_s": wall_s, "targets": {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()},
+            "main": summarize(mains) if mains else None, "prior_arms": arms, "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    logs, env = Path(args.runs) / "logs", subprocess_env(args.threads)
+    logs.mkdir(parents=True, exist_ok=True)
+    if not args.collect_only:
+        for seed in args.seeds:
+            run_main(args, seed, logs, env)
+        for seed in args.arm_seeds:
+            for name in args.arms:
+                run_prior_arm(args, name, seed, logs, env)
+    command = " ".join(["python", "benchmarks/psf_codes.py", *(sys.argv[1:] if argv is None else argv)])
+    prev = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+    out = collect(args, command, time.perf_counter() - t0)
+    if prev.get("command"):  # every invocation that trained what the file holds
+        out["command"] = " ; ".join([prev["command"], command])
+        out["wall_s"] += prev.get("wall_s", 0.0)
+    psf_arms.write_results(args.out, out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
