@@ -5,8 +5,8 @@ codes), 3 training seeds, and a joint-prior ablation on the same decoders.
 Per seed ``main-s<seed>``: ``forethought psf recipe --config planted_main --baselines []`` (both priors; the AR
 baseline is psf_planted.json's), ``psf diagnose`` (zeroing cost, code information, decoding from clean states /
 prior samples at temperature 1, exact judge) and ``psf eval`` (sweeps, NLL/token at the references' entropy).
-Per prior arm and seed ``<arm>-s<seed>``: the main run's decoder (its base..codes stage folders copied; only the
-prior trains), one change to the main prior, ``psf diagnose``. Measures and comparisons come from
+Per prior arm and seed ``prior_<arm>-s<seed>``: the main run's decoder (its base..codes stage folders copied;
+only the prior trains), the reference prior or one change to it, ``psf diagnose``. Measures and comparisons come from
 :mod:`forethought.experiments.psf_codes`; the file is ``benchmarks/results/psf_codes.json``.
 
 Resumable: a finished recipe / diagnosis / evaluation is not run again, and every finished run's JSON files are
@@ -35,12 +35,22 @@ PRESET = "planted_main"
 MODEL_STAGES = ("base", "landing", "self_realized", "codes")
 # psf_planted.py's sweep (the PSF models reach the references' entropy near temperature 0.5)
 SWEEP = "[[1.2,1.0],[1.0,1.0],[0.8,0.9],[0.6,0.9],[0.5,0.9],[0.4,0.9],[0.3,0.9]]"
-# name -> (what changes in the main prior, overrides); each arm trains the main prior only, on the seed's decoder
+# The joint-prior ablation: every arm trains one prior over states + codes on the seed's code-trained decoder, the
+# reference arm with the pilot's prior settings spelled out (so the ablation does not move when planted_main's
+# prior does), every other arm with one change to it (the last override wins).
+REFERENCE = ["--prior.model.code_data", "draw", "--prior.train.steps", "3000", "--prior.model.n_embd", "64",
+             "--prior.model.n_layer", "2"]
 ARMS: dict[str, tuple[str, list[str]]] = {
-    "mean": ("codes: the posterior mean instead of a draw", ["--prior.model.code_data", "mean"]),
-    "steps_10k": ("10,000 training steps instead of 3,000", ["--prior.train.steps", "10000"]),
-    "wide": ("width 128 and 4 layers instead of 64 and 2", ["--prior.model.n_embd", "128",
+    "reference": ("the pilot's prior: codes as one posterior draw per block, 3,000 steps, width 64, 2 layers",
+                  REFERENCE),
+    "mean": ("codes: the posterior mean instead of a draw", [*REFERENCE, "--prior.model.code_data", "mean"]),
+    "steps_10k": ("10,000 training steps instead of 3,000", [*REFERENCE, "--prior.train.steps", "10000"]),
+    "steps_30k": ("30,000 training steps instead of 3,000", [*REFERENCE, "--prior.train.steps", "30000"]),
+    "wide": ("width 128 and 4 layers instead of 64 and 2", [*REFERENCE, "--prior.model.n_embd", "128",
                                                            "--prior.model.n_layer", "4"]),
+    # follow-ups with two changes (not one), after the single changes
+    "mean_steps_30k": ("posterior means and 30,000 steps (two changes)",
+                       [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps", "30000"]),
 }
 ARCHIVED = ("results.json", "diagnose.json", "eval/results.json")
 
@@ -91,7 +101,7 @@ def main_arm(args: argparse.Namespace, seed: int) -> psf_arms.Arm:
 
 
 def prior_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
-    d = Path(args.runs) / f"{arm}-s{seed}"
+    d = Path(args.runs) / f"prior_{arm}-s{seed}"
     return psf_arms.Arm(d, recipe(args, d.name, seed, ["--prior.state_only_variant", "false", *ARMS[arm][1]]),
                         diagnose(d))
 
@@ -167,11 +177,9 @@ def collect(args: argparse.Namespace, command: str, wall_s: float) -> dict:
         runs[d.name] = rec
         if arm == "main":
             mains[int(seed)] = rec
-    arms = {}
-    for name, (what, overrides) in ARMS.items():
-        per_seed = {r["seed"]: r for r in runs.values() if r["arm"] == name}
-        if per_seed:
-            arms[name] = {"change": what, "overrides": overrides, **prior_arm_summary(per_seed, mains)}
+    per_arm = {name: {r["seed"]: r for r in runs.values() if r["arm"] == f"prior_{name}"} for name in ARMS}
+    arms = {name: {"change": what, "overrides": overrides, **prior_arm_summary(per_arm[name], per_arm["reference"])}
+            for name, (what, overrides) in ARMS.items() if per_arm[name]}
     return {"command": command, "what": __doc__.split("\n\n")[0], "machine": psf_arms.machine(args.threads),
             "wall_s": wall_s, "targets": {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()},
             "main": summarize(mains) if mains else None, "prior_arms": arms, "runs": runs}
@@ -185,8 +193,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.collect_only:
         for seed in args.seeds:
             run_main(args, seed, logs, env)
-        for seed in args.arm_seeds:
-            for name in args.arms:
+        for name in args.arms:  # arm-major: an unfinished ablation has every seed of its first arms
+            for seed in args.arm_seeds:
                 run_prior_arm(args, name, seed, logs, env)
     command = " ".join(["python", "benchmarks/psf_codes.py", *(sys.argv[1:] if argv is None else argv)])
     prev = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}

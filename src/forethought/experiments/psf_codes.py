@@ -128,15 +128,16 @@ def summarize(records: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 PRIOR_MEASURES = ("prior_persistence", "prior_nll", "mean_trajectory_persistence", "prior_val_flow_loss")
 
 
-def prior_arm_summary(arm: Mapping[int, Mapping[str, Any]], main: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """A prior arm's measures over its seeds and, paired by seed, arm − main (the same decoder, the main prior as
-    configured). The flow losses of priors with different code data (draws vs means) measure different
+def prior_arm_summary(arm: Mapping[int, Mapping[str, Any]],
+                      reference: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """A prior arm's measures over its seeds and, paired by seed, arm − reference (the same decoder, the
+    reference arm's prior). The flow losses of priors with different code data (draws vs means) measure different
     distributions: their difference is listed, not a verdict."""
-    out: dict[str, Any] = {"seeds": sorted(arm), "measures": {}, "minus_main": {}}
+    out: dict[str, Any] = {"seeds": sorted(arm), "measures": {}, "minus_reference": {}}
     for key in PRIOR_MEASURES:
-        va, vm = _values(arm, key), _values(main, key)
+        va, vr = _values(arm, key), _values(reference, key)
         if va:
             out["measures"][key] = over_seeds(va)
-        if set(va) & set(vm):
-            out["minus_main"][key] = seed_paired(va, vm)
+        if set(va) & set(vr) and arm is not reference:
+            out["minus_reference"][key] = seed_paired(va, vr)
     return out
