@@ -775,3 +775,22 @@ def test_recipe_applies_the_code_options(tmp_path, monkeypatch):
                      "--model.free_bits_block", "2.0"]) == 0
     assert seen["noise"] == [False, False, True, True]
     assert seen["scales"] == [[3.0]] and seen["sigma"] == [pytest.approx(2 * math.log(0.5))]
+
+
+def test_prior_code_data_mean_is_the_posterior_mean_and_draws_vary():
+    """prior.model.code_data: the prior's training data carry each block's posterior mean (noise-free, the same at
+    every call) or one posterior draw (the paper's; a new draw per call around that mean)."""
+    from forethought.psf.recipe import trajectories
+
+    m = tiny_psf()
+    m.configure(StageFeatures(codes=True))
+    x = torch.randint(1, V, (3, 12))
+    _, feats = m.encode(x)
+    mu, _ = m.posterior(feats)
+    a, b = trajectories(m, x, True, "mean"), trajectories(m, x, True, "mean")
+    assert a.shape == (3, 4, m.state_dim + 4)
+    assert torch.equal(a, b) and torch.allclose(a[..., m.state_dim:], mu)
+    d1, d2 = trajectories(m, x, True, "draw"), trajectories(m, x, True, "draw")
+    assert torch.equal(d1[..., :m.state_dim], a[..., :m.state_dim])  # the states are the same
+    assert not torch.allclose(d1[..., m.state_dim:], d2[..., m.state_dim:])
+    assert trajectories(m, x, False, "mean").shape == (3, 4, m.state_dim)

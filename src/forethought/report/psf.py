@@ -422,3 +422,90 @@ def codes_pilot_main_reading(r: dict) -> str:
             "prior over states + codes, not the decoder, is now the bottleneck"
             + (f": its validation flow loss is {fl['prior']:.3f} against {fl['prior_state_only']:.3f} for the "
                "state-only prior." if {"prior", "prior_state_only"} <= set(fl) else "."))
+
+
+# ---- the paper's two configurations over seeds (benchmarks/psf_codes.py) ----------------------------------------
+
+CODES_MEASURES = (  # key, label, spec
+    ("zeroing_cost", "zeroing the codes costs (nats/token, clean states, teacher forced)", "+.3f"),
+    ("kl_per_token", "KL of the codes (nats/token)", ".3f"),
+    ("information_code_given_state", "I(code; topic | state), posterior draws (nats)", ".3f"),
+    ("clean_topic_agreement", "clean states + posterior-mean codes: topic agreement", ".3f"),
+    ("clean_zero_codes_topic_agreement", "clean states + zero codes: topic agreement", ".3f"),
+    ("clean_persistence", "clean states + posterior-mean codes: persistence", ".3f"),
+    ("clean_zero_codes_persistence", "clean states + zero codes: persistence", ".3f"),
+    ("prior_persistence", "main prior (states + codes): persistence, T 1", ".3f"),
+    ("prior_nll", "main prior: exact NLL/token, T 1", ".3f"),
+    ("state_only_persistence", "state-only prior, zero codes: persistence, T 1", ".3f"),
+    ("state_only_nll", "state-only prior: exact NLL/token, T 1", ".3f"),
+    ("psf_nll_matched", "main: NLL/token at the references' entropy", ".3f"),
+    ("state_only_nll_matched", "state-only: NLL/token at the references' entropy", ".3f"),
+    ("mean_trajectory_persistence", "main prior's mean trajectory: persistence", ".3f"),
+    ("data_persistence", "real documents: persistence", ".3f"),
+    ("prior_val_flow_loss", "validation flow loss, main prior", ".3f"),
+    ("state_only_prior_val_flow_loss", "validation flow loss, state-only prior", ".3f"),
+)
+
+
+def _seeds_cell(m: dict | None, spec: str) -> list[str]:
+    if not m:
+        return ["–", "–"]
+    return [f"{m['mean']:{spec}} {_iv(m.get('ci95_of_mean'), spec)}" if m.get("ci95_of_mean") else
+            format(m["mean"], spec), ", ".join(format(x, spec) for x in m["per_seed"])]
+
+
+def codes(r: dict) -> list[str]:
+    """The main and state-only configurations over seeds, their paired comparison, the targets, the prior arms."""
+    main = r.get("main")
+    if not main:
+        return ["No main run finished yet."]
+    targets = main["targets"]
+    rows = []
+    for key, label, spec in CODES_MEASURES:
+        t = targets.get(key)
+        rows.append([label, *_seeds_cell(main["measures"].get(key), spec),
+                     "–" if t is None else f"{t['target']}: {'met' if t['pass'] else 'missed'}"])
+    out = [f"Planted corpus, training seeds {', '.join(map(str, main['seeds']))}: `psf recipe --config planted_main` "
+           "(one code-trained decoder, two priors on it), `psf diagnose` (documents decoded at temperature 1, scored "
+           "by the true generator) and `psf eval` (a sweep; NLL/token interpolated at the references' entropy). "
+           "Mean over seeds with the 95 % t-interval of the mean; the targets are judged on the mean (the zeroing "
+           "cost also on every seed's own bootstrap interval).", "",
+           *table(["measure", "mean [95 %]", "per seed", "target"], rows), "",
+           "Main − state-only, paired by seed (the same decoder; a code is its block's own posterior, so the "
+           "main configuration's documents get a content channel the state-only ones do not):", ""]
+    out += table(["difference", "mean [95 %]", "per seed"],
+                 [[k.replace("main - state-only: ", ""), *_seeds_cell(v, "+.3f")]
+                  for k, v in main["comparisons"].items()])
+    arms = r.get("prior_arms") or {}
+    if arms:
+        rows = []
+        for name, a in arms.items():
+            m, d = a["measures"], a["minus_reference"]
+            rows.append([name, a["change"], ", ".join(map(str, a["seeds"])),
+                         *(_seeds_cell(m.get("prior_persistence"), ".3f")[:1]),
+                         *(_seeds_cell(d.get("prior_persistence"), "+.3f")[:1]),
+                         *(_seeds_cell(m.get("prior_nll"), ".3f")[:1]),
+                         *(_seeds_cell(d.get("prior_nll"), "+.3f")[:1]),
+                         *(_seeds_cell(m.get("prior_val_flow_loss"), ".3f")[:1])])
+        out += ["", "The joint prior, one change at a time on the same decoders (each arm trains one prior over "
+                "states + codes; differences paired by seed against the reference arm):", "",
+                *table(["arm", "change", "seeds", "prior persistence", "− reference", "prior NLL/token", "− reference",
+                        "flow loss"], rows)]
+    return out
+
+
+def codes_reading(r: dict) -> str:
+    """What the targets say, quoting the file."""
+    main = r.get("main")
+    if not main:
+        return ""
+    t, m = main["targets"], main["measures"]
+    ceiling = PLANTED_NO_CODE_CEILING.values["persistence"]
+    missed = [k.replace("_", " ") for k, v in t.items() if not v["pass"]]
+    p = m["prior_persistence"]
+    return (f"Over {len(main['seeds'])} seeds the decoder uses its codes (zeroing them costs "
+            f"{m['zeroing_cost']['mean']:+.3f} nats/token) and clean-state decodes with them keep the source's "
+            f"topic ({m['clean_topic_agreement']['mean']:.3f}); documents from the main prior reach persistence "
+            f"{p['mean']:.3f}, against {ceiling} for a decoder without codes given exact predictive states (source: "
+            f"{PLANTED_NO_CODE_CEILING.source.replace('(', '').replace(')', '')}). "
+            + (f"Missed: {', '.join(missed)}." if missed else "Every target is met."))
