@@ -49,6 +49,8 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "wide": ("width 128 and 4 layers instead of 64 and 2", [*REFERENCE, "--prior.model.n_embd", "128",
                                                            "--prior.model.n_layer", "4"]),
     # follow-ups with two changes (not one), after the single changes
+    "mean_steps_10k": ("posterior means and 10,000 steps (two changes)",
+                       [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps", "10000"]),
     "mean_steps_30k": ("posterior means and 30,000 steps (two changes)",
                        [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps", "30000"]),
 }
