@@ -87,19 +87,24 @@ def recipe(args: argparse.Namespace, name: str, seed: int, extra: list[str]) -> 
                str(seed), "--baselines", "[]", *extra, *args.overrides, "--resume", "auto")
 
 
-def diagnose(run_dir: Path) -> list[str]:
+# The prior arms sample with seed 0 and the main configuration was chosen on them (seeds 0 and 1), so the main
+# runs sample with seed 1: their documents are not the ones the choice was made on.
+MAIN_SAMPLE_SEED = "1"
+
+
+def diagnose(run_dir: Path, seed: str = "0") -> list[str]:
     return cli("psf", "diagnose", "--recipe_run", str(run_dir), "--samples", "256", "--permutations", "2",
-               "--n_boot", "1000", "--device", "cpu")
+               "--n_boot", "1000", "--device", "cpu", "--seed", seed)
 
 
 def evaluate(run_dir: Path) -> list[str]:
     return cli("psf", "eval", "--recipe_run", str(run_dir), "--sweep", SWEEP, "--cost", "false", "--samples", "256",
-               "--references", "256", "--n_boot", "1000", "--device", "cpu")
+               "--references", "256", "--n_boot", "1000", "--device", "cpu", "--seed", MAIN_SAMPLE_SEED)
 
 
 def main_arm(args: argparse.Namespace, seed: int) -> psf_arms.Arm:
     d = Path(args.runs) / f"main-s{seed}"
-    return psf_arms.Arm(d, recipe(args, d.name, seed, []), diagnose(d))
+    return psf_arms.Arm(d, recipe(args, d.name, seed, []), diagnose(d, MAIN_SAMPLE_SEED))
 
 
 def prior_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
