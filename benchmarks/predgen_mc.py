@@ -60,10 +60,14 @@ VARIANTS = {
     "generator-lmeval": ["--method", "generator", "--task.template", LMEVAL_ARC, *RANK],
     "predgen-choices-lmeval": ["--method", "predgen", "--head.reads", "choices", "--task.template", LMEVAL_ARC,
                                *RANK],
+    # + each choice's log-likelihood in its score (β starts at 1): can the adapter weigh what it wrote against
+    # what it finds likely (the rank decoder beat greedy decoding by 7 points on seed 0 with lm-eval's prompt)?
+    "predgen-choices-ll-lmeval": ["--method", "predgen", "--head.reads", "choices", "--head.choice_loglik", "1",
+                                  "--task.template", LMEVAL_ARC, *RANK],
 }
 ADAPTERS = ["predgen", "predgen-choices", "predgen-choices-a1", "predgen-logits", "predgen-name"]  # the MC default is chosen among these
 MC = ["base", "base-lmeval", "predictor", "generator", "generator-name", *ADAPTERS, "generator-lmeval",
-      "predgen-choices-lmeval"]
+      "predgen-choices-lmeval", "predgen-choices-ll-lmeval"]
 TASKS: dict[str, dict] = {
     "arc-easy": {"args": ["--task.name", "arc-easy", "--task.answer", "text", "--task.max_eval_examples", "1000",
                           "--task.val_examples", "100"], "steps": 75, "metric": "accuracy", "variants": MC},
@@ -82,6 +86,9 @@ COMPARE = [*[(a, f"{a}:decoded") for a in ADAPTERS], *[(a, "generator") for a in
            ("predgen-choices-lmeval", "predgen-choices"), ("generator-lmeval", "generator"),
            ("predgen-choices-lmeval", "generator-lmeval:rank"), ("predgen-choices-lmeval", "base-lmeval:rank"),
            ("predgen-choices-lmeval", "predgen-choices-lmeval:decoded"),
+           ("predgen-choices-ll-lmeval", "predgen-choices-lmeval"), ("predgen-choices-ll-lmeval", "generator-lmeval"),
+           ("predgen-choices-ll-lmeval", "generator-lmeval:rank"),
+           ("predgen-choices-ll-lmeval", "predgen-choices-ll-lmeval:decoded"),
            ("predgen-expected", "predgen-expected:expected_value")]
 ANSWERS = ("decoded", "rank", "rank_norm", "expected_value", "validation")
 

@@ -225,6 +225,8 @@ BAD_SETTINGS = [
     (["--method", "predictor", "--eval.decoder", "rank"], ["eval.decoder rank", "predictor"]),
     (["--head.choice_alpha", "-1"], ["head: choice_alpha must be at least 0"]),
     (["--method", "predgen", "--head.choice_alpha", "0"], ["head.choice_alpha", "--head.reads choices"]),
+    (["--head.choice_loglik", "-1"], ["head: choice_loglik must be at least 0"]),
+    (["--method", "predgen", "--head.choice_loglik", "1"], ["head.choice_loglik", "--head.reads choices"]),
 ]
 
 

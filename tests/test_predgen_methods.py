@@ -846,10 +846,11 @@ def test_cli_zero_shot_base_and_rank(world: dict, tmp_path: Path, monkeypatch: p
                  "--key_b", "rank", "--n_boot", "100"]) == 0
 
 
-def test_choice_adapter_permutes_with_the_choices(world: dict) -> None:
+@pytest.mark.parametrize("loglik", [0.0, 1.0], ids=["states", "states+loglik"])
+def test_choice_adapter_permutes_with_the_choices(world: dict, loglik: float) -> None:
     """The choice-scoring adapter on a tiny random Llama: the same question with its choices' texts under other
     letters (a prompt that does not list them, as lm-eval's ARC format) gives each text the same probability
-    under its new letter; the absent fifth class gets none."""
+    under its new letter; the absent fifth class gets none. Also when it reads the choices' log-likelihoods."""
     from forethought.predgen.methods import predict
     from forethought.predgen.tasks import Example, TaskSpec
 
@@ -864,7 +865,9 @@ def test_choice_adapter_permutes_with_the_choices(world: dict) -> None:
     torch.manual_seed(0)
     lm = tiny_llama(vocab_size=len(world["tok"]), hidden_size=32, layers=2, heads=4, kv_heads=2,
                     eos_token_id=world["tok"].eos_token_id)
-    m = PredGenModel(lm, build_head("predgen", 32, enc.n_out, "attention", 16, None, "choices"))
+    m = PredGenModel(lm, build_head("predgen", 32, enc.n_out, "attention", 16, None, "choices",
+                                    choice_loglik=loglik))
+    assert (m.head.beta is None) == (loglik == 0)
     preds = predict(m, "predgen", enc, items, 2, -1)
     p0, p1 = torch.tensor(preds.probs[0]), torch.tensor(preds.probs[1])
     assert p0[4] == 0 and p1[4] == 0 and p0[:4].min() > 0
@@ -873,10 +876,35 @@ def test_choice_adapter_permutes_with_the_choices(world: dict) -> None:
     assert preds.decoded[1] == perm[preds.decoded[0]]  # the decoder wrote the same text
 
 
+def test_choice_loglik_is_the_rank_decoders_score(world: dict) -> None:
+    """The log-likelihoods the adapter reads (choice_states, loglik=True) are exactly the rank decoder's scores
+    (choice_logprobs): the same choices after the same prompt, EOS excluded."""
+    from forethought.predgen.decoding import choice_logprobs, prompt_pass
+    from forethought.predgen.methods import choice_states
+
+    torch.manual_seed(1)
+    lm = tiny_llama(vocab_size=len(world["tok"]), hidden_size=32, layers=2, heads=4, kv_heads=2,
+                    eos_token_id=world["tok"].eos_token_id).eval()
+    tok = world["tok"]
+    prompts = [tok("the movie was fine")["input_ids"], tok("a dull plot")["input_ids"]]
+    n = max(map(len, prompts))
+    ids = torch.tensor([[tok.eos_token_id] * (n - len(p)) + p for p in prompts])  # left-padded
+    mask = torch.tensor([[False] * (n - len(p)) + [True] * len(p) for p in prompts])
+    words = [["good movie", "bad", "great actor here"], ["dull scene", "fine"]]
+    choices = [[(k, tok(" " + w)["input_ids"], len(w)) for k, w in enumerate(row)] for row in words]
+    pp = prompt_pass(lm, ids, mask, -1)
+    ch = choice_states(lm, pp, mask, choices, tok.eos_token_id, -1, loglik=True)
+    want = choice_logprobs(lm, [[t for _, t, _ in row] for row in choices], ids, mask, prompt=pp)
+    for b, row in enumerate(want):
+        assert ch.loglik[b, :len(row)].tolist() == pytest.approx(row, abs=1e-5)
+    assert choice_states(lm, pp, mask, choices, tok.eos_token_id, -1).loglik is None
+
+
 @pytest.mark.parametrize("extra", [["--head.reads", "choices", "--task.answer", "text"],
+                                   ["--head.reads", "choices", "--task.answer", "text", "--head.choice_loglik", "1"],
                                    ["--head.reads", "logits", "--task.answer", "text"],
                                    ["--task.answer", "name"], ["--task.answer", "name", "--head.reads", "choices"]],
-                         ids=["choices-text", "logits-text", "name", "choices-name"])
+                         ids=["choices-text", "choices-loglik-text", "logits-text", "name", "choices-name"])
 def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       extra: list[str]) -> None:
     """PredGen with each adapter and answer format trains, saves, reloads (same predictions) and predicts only
@@ -904,6 +932,7 @@ def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: 
     meta = json.loads((tmp_path / "pg" / "model" / "predgen.json").read_text())
     assert meta["head"]["reads"] == (extra[1] if extra[0] == "--head.reads" else extra[-1] if "--head.reads" in
                                      extra else "states")
+    assert meta["head"]["choice_loglik"] == (1.0 if "--head.choice_loglik" in extra else 0.0)
 
 
 def test_validation_split_is_carved_from_training(world: dict, tmp_path: Path) -> None:

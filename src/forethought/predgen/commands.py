@@ -80,7 +80,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
         bias = statistics.fmean(float(enc.target(ex)) for ex in train_ex)
     pooling = method.pooling(cfg.head.pooling)
     head = method.build_head(hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias, cfg.head.reads,
-                             vocab_size(lm), cfg.head.choice_alpha)
+                             vocab_size(lm), cfg.head.choice_alpha, cfg.head.choice_loglik)
     model = PredGenModel(lm, head)
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     n, bs = len(train_ex), cfg.train.batch_size
@@ -126,7 +126,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     if rt.is_main:
         meta = {"method": cfg.method, "base": cfg.base, "task_spec": dataclasses.asdict(spec),
                 "prompt": dataclasses.asdict(cfg.prompt), "layer": cfg.layer, "n_out": enc.n_out,
-                "head": {"pooling": pooling, "hidden": cfg.head.hidden, "reads": cfg.head.reads},
+                "head": {"pooling": pooling, "hidden": cfg.head.hidden, "reads": cfg.head.reads,
+                         "choice_loglik": cfg.head.choice_loglik},
                 "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split, val_ex)}
         save_model(model, tok, run.dir / "model", meta, cfg.adapter)
         model.to(rt.device)

@@ -145,14 +145,18 @@ class HeadConfig:
     choice_alpha: float = field(CHOICE_ALPHA0, "reads choices: the starting weight α of cos(z, c_k) in each choice's score "
                                 "(learned); 5 starts the adapter at the answer it wrote, 0 leaves the choice to "
                                 "its MLP from the first step")
+    choice_loglik: float = field(0.0, "reads choices: the starting weight β of each choice's log-likelihood under the "
+                                 "model (its summed token log-probability after the prompt, as --eval.decoder rank "
+                                 "scores it) in the choice's score (learned); 0 = the score does not read it")
 
     def validate(self) -> None:
         at_least(self, 1, "hidden")
         positive(self, "lr_scale")
-        at_least(self, 0.0, "choice_alpha")
-        if self.choice_alpha != CHOICE_ALPHA0 and self.reads != "choices":
-            raise ForethoughtError(f"head.choice_alpha {self.choice_alpha:g} is the choice-scoring adapter's; "
-                                   "it applies with --head.reads choices")
+        for key, off in (("choice_alpha", CHOICE_ALPHA0), ("choice_loglik", 0.0)):
+            at_least(self, 0.0, key)
+            if getattr(self, key) != off and self.reads != "choices":
+                raise ForethoughtError(f"head.{key} {getattr(self, key):g} is the choice-scoring adapter's; "
+                                       "it applies with --head.reads choices")
 
 
 @dataclass

@@ -336,7 +336,8 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
         inp.logits = torch.cat([pp.last_logits.unsqueeze(1), z_logit_rows[:, :z_len - 1]], dim=1)  # (B, m, V)
     elif m.head.reads == "choices":
         with record_function("predgen.choices"):
-            inp.choices = choice_states(lm, pp, pmask, batch["choices"], enc.eos_id, layer)
+            inp.choices = choice_states(lm, pp, pmask, batch["choices"], enc.eos_id, layer,
+                                        loglik=m.head.beta is not None)
     with record_function("predgen.losses"):
         w_total, w_count = writer_sums(pp, w_logits, batch, mask_prompt)
         d_total = task_loss(mask_absent(m.head.read(inp), batch.get("present")), batch["target"], task_type,
@@ -348,10 +349,12 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
 
 @torch.no_grad()
 def choice_states(lm: Any, pp: PromptPass, prompt_mask: torch.Tensor, choices: list[list[tuple[int, list[int], int]]],
-                  eos_id: int, layer: int) -> ChoiceStates:
+                  eos_id: int, layer: int, loglik: bool = False) -> ChoiceStates:
     """Each row's choices (class, answer tokens, chars) read by the model after the prompt: the states at
     ``layer`` that predict the choice's tokens and EOS (the prompt's last state, then one after each token), as
-    Z holds them for the answer the model wrote. No gradient: the adapter learns to compare, not the LM."""
+    Z holds them for the answer the model wrote. ``loglik``: also each choice's summed token log-probability
+    (EOS excluded: the rank decoder's score), from the same pass. No gradient: the adapter learns to compare, not
+    the LM."""
     B, K = len(choices), max(len(c) for c in choices)
     seqs = [[toks + [eos_id] for _, toks, _ in c] for c in choices]
     L = max(len(s) for row in seqs for s in row)
@@ -359,20 +362,29 @@ def choice_states(lm: Any, pp: PromptPass, prompt_mask: torch.Tensor, choices: l
     states = torch.zeros(B, K, L, d, dtype=pp.states.dtype, device=dev)
     mask = torch.zeros(B, K, L, dtype=torch.bool, device=dev)
     classes = torch.full((B, K), -1, dtype=torch.long, device=dev)
+    ll = torch.zeros(B, K, dtype=torch.float64, device=dev) if loglik else None
+    first = F.log_softmax(pp.last_logits.float(), -1) if loglik else None  # (B, V): every choice's first token
     kv = detach_kv(pp.kv)
     for k in range(K):
         rows = [row[k] if k < len(row) else row[0] for row in seqs]  # a row without choice k repeats its first
         ids = torch.stack([F.pad(torch.tensor(r, device=dev), (0, L - len(r)), value=eos_id) for r in rows])
         st = pp.states[:, -1:].detach()
+        logits = None
         if L > 1:
-            _, rest = continue_pass(lm, kv, prompt_mask, ids[:, :-1], layer)  # (B, L-1, d)
+            logits, rest = continue_pass(lm, kv, prompt_mask, ids[:, :-1], layer)  # (B, L-1, V), (B, L-1, d)
             st = torch.cat([st, rest], dim=1)
         states[:, k] = st
+        if ll is not None:
+            lp = first.gather(1, ids[:, :1])  # (B, 1)
+            if logits is not None:
+                lp = torch.cat([lp, F.log_softmax(logits.float(), -1).gather(2, ids[:, 1:, None])[..., 0]], dim=1)
+            n_tok = torch.tensor([len(r) - 1 for r in rows], device=dev)  # the choice's tokens, EOS excluded
+            ll[:, k] = (lp.double() * (torch.arange(L, device=dev) < n_tok[:, None])).sum(1)
         for b, row in enumerate(seqs):
             if k < len(row):
                 mask[b, k, :len(row[k])] = True
                 classes[b, k] = choices[b][k][0]
-    return ChoiceStates(states, mask, classes)
+    return ChoiceStates(states, mask, classes, ll)
 
 
 def sampling_p(s: PredGenSettings, step: int, total_steps: int) -> float:
@@ -447,7 +459,8 @@ def predict(m: PredGenModel, method: Method | str, enc: Encoder, items: list[dic
         if method.has_head:  # its head reads the answer it wrote
             inp = AdapterInput(d.states, d.mask, d.logits)
             if reads == "choices":
-                inp.choices = choice_states(m.lm, pp, mask, b["choices"], enc.eos_id, layer)
+                inp.choices = choice_states(m.lm, pp, mask, b["choices"], enc.eos_id, layer,
+                                            loglik=m.head.beta is not None)
             out = mask_absent(m.head.read(inp), present)
             pred += _from_head(out, task_type)
             probs += torch.softmax(out.float(), -1).tolist() if task_type == "classification" else []

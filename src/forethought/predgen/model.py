@@ -88,6 +88,7 @@ class ChoiceStates:
     states: torch.Tensor  # (B, K, L, d)
     mask: torch.Tensor  # (B, K, L) bool, True on a choice's real positions
     classes: torch.Tensor  # (B, K) long: each choice's class index, -1 where a row has fewer than K choices
+    loglik: torch.Tensor | None = None  # (B, K): each choice's summed token log-probability (when asked for)
 
 
 @dataclass
@@ -162,7 +163,9 @@ class LogitAdapter(nn.Module):
 
 class ChoiceAdapter(nn.Module):
     """A score per choice from the generated answer's pooled states z and that choice's own pooled states c_k
-    (one pooling for both): s_k = α·cos(z, c_k) + MLP([z, c_k, z·c_k, |z − c_k|]). When the model wrote choice k,
+    (one pooling for both): s_k = α·cos(z, c_k) + MLP([z, c_k, z·c_k, |z − c_k|]), and with ``beta0`` > 0 also
+    + β·ℓ_k, ℓ_k the choice's summed token log-probability under the model (read from the same pass as c_k; the
+    rank decoder's score), so the adapter can weigh what it wrote against what it finds likely. When the model wrote choice k,
     its states are c_k's (same model, same tokens, same positions), so cos(z, c_k) = 1: with α starting at
     ``alpha0`` (default 5) the adapter starts as the decoded answer, and the MLP learns when to overrule it (with the MLP
     alone it stayed at chance for 20 ARC-Easy steps, l_d ≈ ln 4). Each score depends on its own choice only, so
@@ -173,11 +176,12 @@ class ChoiceAdapter(nn.Module):
     ALPHA0 = CHOICE_ALPHA0
 
     def __init__(self, d: int, n_out: int, pooling: Literal["attention", "mean"] = "attention", hidden: int = 256,
-                 alpha0: float = ALPHA0):
+                 alpha0: float = ALPHA0, beta0: float = 0.0):
         super().__init__()
         self.n_out = n_out
         self.pool = _Pool(d, pooling)
         self.alpha = nn.Parameter(torch.tensor(float(alpha0)))
+        self.beta = nn.Parameter(torch.tensor(float(beta0))) if beta0 > 0 else None  # None: ℓ_k not read
         self.mlp = nn.Sequential(nn.Linear(4 * d, hidden), nn.GELU(), nn.Linear(hidden, 1))
 
     def read(self, inp: AdapterInput) -> torch.Tensor:
@@ -189,6 +193,10 @@ class ChoiceAdapter(nn.Module):
         zk = z.unsqueeze(1).expand_as(c)
         s = self.alpha * F.cosine_similarity(zk, c, dim=-1) + \
             self.mlp(torch.cat([zk, c, zk * c, (zk - c).abs()], dim=-1))[..., 0]  # (B, K)
+        if self.beta is not None:
+            if ch.loglik is None:
+                raise ValueError("this choice-scoring adapter reads the choices' log-likelihoods")
+            s = s + self.beta * ch.loglik.to(s.dtype)
         out = s.new_full((s.shape[0], self.n_out + 1), -torch.inf)  # the extra column takes the empty slots
         slot = torch.where(ch.classes >= 0, ch.classes, self.n_out)
         return out.scatter(1, slot, s)[:, :self.n_out]
@@ -241,9 +249,11 @@ def check_layer(layer: int, lm: nn.Module) -> int:
 
 
 def build_head(kind: str, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-               reads: str = "states", vocab: int = 0) -> nn.Module | None:
-    """The head of the method named ``kind`` (see ``registry.Method.build_head``), or None when it has none."""
-    return method_named(kind).build_head(d, n_out, pooling, hidden, bias_init, reads, vocab)
+               reads: str = "states", vocab: int = 0, choice_loglik: float = 0.0) -> nn.Module | None:
+    """The head of the method named ``kind`` (see ``registry.Method.build_head``), or None when it has none
+    (α's start does not matter here: the saved weights replace it; β's decides whether the head reads ℓ_k)."""
+    return method_named(kind).build_head(d, n_out, pooling, hidden, bias_init, reads, vocab,
+                                         choice_loglik=choice_loglik)
 
 
 def fill_bias(layer: nn.Linear, value: float | None) -> None:
@@ -341,7 +351,7 @@ def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
         raise ForethoughtError(f"cannot load the saved model in {folder}: {first_line(e)}") from None
     hs = meta["head"]
     head = build_head(meta["method"], hidden_size(lm), meta["n_out"], hs["pooling"], hs["hidden"], None,
-                      hs.get("reads", "states"), vocab_size(lm))
+                      hs.get("reads", "states"), vocab_size(lm), hs.get("choice_loglik", 0.0))
     if head is not None:
         from safetensors.torch import load_file
 

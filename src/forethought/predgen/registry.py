@@ -78,10 +78,11 @@ class Method:
         raise ForethoughtError(f"the {self.name} method trains nothing")
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0,
+                   choice_loglik: float = 0.0) -> Any:
         """Its head (an ``nn.Module``) over ``d``-wide states with ``n_out`` outputs, or None. Regression heads
         start at the mean training target (``bias_init``) so the first MSE steps are not spent on the offset;
-        ``choice_alpha`` is the choice-scoring adapter's starting α."""
+        ``choice_alpha`` / ``choice_loglik`` are the choice-scoring adapter's starting α and β."""
         return None
 
 
@@ -95,7 +96,8 @@ class Predictor(Method):
         return lambda m, b: m(predictor_loss, b, task_type, layer)
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0,
+                   choice_loglik: float = 0.0) -> Any:
         from forethought.predgen.model import PoolingHead, fill_bias
 
         head = PoolingHead(d, n_out, pooling)
@@ -123,7 +125,8 @@ class PredGen(Method):
         return lambda m, b: m(predgen_loss, b, s, enc, task_type, layer, mask_prompt)
 
     def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0) -> Any:
+                   reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0,
+                   choice_loglik: float = 0.0) -> Any:
         """``reads``: states -> TaskAdapter, logits -> LogitAdapter over ``vocab`` logits, choices ->
         ChoiceAdapter (the last two score classes: no regression bias)."""
         from forethought.predgen.model import ChoiceAdapter, LogitAdapter, TaskAdapter, fill_bias
@@ -131,7 +134,7 @@ class PredGen(Method):
         if reads == "logits":
             return LogitAdapter(vocab, n_out, hidden)
         if reads == "choices":
-            return ChoiceAdapter(d, n_out, pooling, hidden, alpha0=choice_alpha)
+            return ChoiceAdapter(d, n_out, pooling, hidden, alpha0=choice_alpha, beta0=choice_loglik)
         head = TaskAdapter(d, n_out, pooling, hidden)
         fill_bias(head.mlp[-1], bias_init)
         return head
