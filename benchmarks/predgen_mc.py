@@ -65,7 +65,9 @@ VARIANTS = {
     "predgen-choices-ll-lmeval": ["--method", "predgen", "--head.reads", "choices", "--head.choice_loglik", "1",
                                   "--task.template", LMEVAL_ARC, *RANK],
 }
-ADAPTERS = ["predgen", "predgen-choices", "predgen-choices-a1", "predgen-logits", "predgen-name"]  # the MC default is chosen among these
+ADAPTERS = ["predgen", "predgen-choices", "predgen-choices-a1", "predgen-logits", "predgen-name"]  # the task's prompt
+LMEVAL_ADAPTERS = ["predgen-choices-lmeval", "predgen-choices-ll-lmeval"]
+SELECT = [*ADAPTERS, *LMEVAL_ADAPTERS]  # the MC default (adapter and prompt) is chosen among these on validation
 MC = ["base", "base-lmeval", "predictor", "generator", "generator-name", *ADAPTERS, "generator-lmeval",
       "predgen-choices-lmeval", "predgen-choices-ll-lmeval"]
 TASKS: dict[str, dict] = {
@@ -84,10 +86,11 @@ COMPARE = [*[(a, f"{a}:decoded") for a in ADAPTERS], *[(a, "generator") for a in
            ("generator:rank", "generator"), ("generator", "base-lmeval:rank"), ("generator:rank", "base-lmeval:rank"),
            ("predictor", "base-lmeval:rank"), ("generator-name", "generator"),
            ("predgen-choices-lmeval", "predgen-choices"), ("generator-lmeval", "generator"),
+           ("predgen-choices-lmeval", "generator-lmeval"),
            ("predgen-choices-lmeval", "generator-lmeval:rank"), ("predgen-choices-lmeval", "base-lmeval:rank"),
            ("predgen-choices-lmeval", "predgen-choices-lmeval:decoded"),
            ("predgen-choices-ll-lmeval", "predgen-choices-lmeval"), ("predgen-choices-ll-lmeval", "generator-lmeval"),
-           ("predgen-choices-ll-lmeval", "generator-lmeval:rank"),
+           ("predgen-choices-ll-lmeval", "generator-lmeval:rank"), ("predgen-choices-ll-lmeval", "base-lmeval:rank"),
            ("predgen-choices-ll-lmeval", "predgen-choices-ll-lmeval:decoded"),
            ("predgen-expected", "predgen-expected:expected_value")]
 ANSWERS = ("decoded", "rank", "rank_norm", "expected_value", "validation")
@@ -139,7 +142,7 @@ def metric_of(results: dict, key: str, metric: str) -> float | None:
 
 
 def collect(command: str, args: argparse.Namespace, archive: Path) -> dict:
-    seen = invocations(args.runs_dir, command)
+    seen = invocations(archive, command)  # kept beside the archived runs (a fresh machine keeps the list)
     res: dict = {"command": " ; ".join(seen), "base": "smollm2-135m", "adapter": "LoRA r=16 (all linear layers)",
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                              "threads_per_run": args.threads, "parallel_runs": 1},
@@ -186,10 +189,15 @@ def collect(command: str, args: argparse.Namespace, archive: Path) -> dict:
                 "per_seed": rows, "seeds": common, "metric": metric, "seed_mean_difference": over["mean_diff"],
                 "ci95_of_seed_mean": None if over["interval"] is None else list(over["interval"]),
                 "per_seed_difference": over["diffs"]}
-        chosen = {v: entry["methods"][v].get("validation") for v in ADAPTERS if v in entry["methods"]}
-        chosen = {v: x for v, x in chosen.items() if x is not None}
-        if chosen:  # the MC default: picked on the validation split, never on the eval split
+        # the MC default: picked on the validation split (never the eval split), over the seeds every candidate has
+        val = {v: {s: r.get("validation") for s, r in entry["methods"][v]["per_seed"].items()}
+               for v in SELECT if v in entry["methods"]}
+        seeds = set.intersection(*(set(s for s, x in d.items() if x is not None) for d in val.values())) if val \
+            else set()
+        if seeds:
+            chosen = {v: statistics.fmean(d[s] for s in seeds) for v, d in val.items()}
             entry["selected_on_validation"] = max(chosen, key=chosen.get)
+            entry["selection"] = {"seeds": sorted(seeds, key=int), "validation": chosen}
         if entry["methods"]:
             res["tasks"][task] = entry
     out = args.results_dir / ("predgen_mc_quick.json" if args.quick else "predgen_mc.json")

@@ -155,6 +155,18 @@ PREDGEN = Page("predgen", "Results: PredGen", (
     "(SmolLM2-135M-Instruct dequantised from its 4-bit Q4_1 GGUF) + LoRA. Every method of a seed sees the same "
     "examples in the same order. Each finished run's record (results, eval predictions, training log, command) "
     "is kept in `benchmarks/results/runs/<benchmark>/`."), "predgen_", (
+    Section("predgen_mc.json", "Multiple choice: which adapter, which answer (ARC-Easy, ARC-Challenge, STS-B)",
+            "FORETHOUGHT_DATA=<data root> python benchmarks/predgen_mc.py", predgen.mc, ("predgen_mc.png",),
+            "Every run of a task carves the same validation examples from its training data; the multiple-choice "
+            "adapter default is to be chosen on that validation split, and the eval split is only reported. The "
+            "variants change one thing at a time: the prompt (the task's, which lists the choices, or "
+            "lm-eval-harness's ARC prompt `Question: ...\\nAnswer:`, which does not: `-lmeval`), the adapter "
+            "(`--head.reads states|choices|logits`, `--head.choice_alpha`, `--head.choice_loglik`: `-ll`) and the "
+            "answer format (`--task.answer name`), against the Predictor, the Generator (greedy and rank-scored) "
+            "and the untrained model's rank score (`base`, `base-lmeval`); on STS-B, PredGen's adapter against the "
+            "expected value of the same model. A variant without a row has not run yet; with one seed a row has "
+            "no spread and a comparison no seed-mean interval, and each per-seed interval covers the evaluation "
+            "sample only, not the training seed."),
     Section("predgen_curves.json", "Learning curves with paired intervals (SST-2, ARC-Easy)",
             "python benchmarks/predgen_curves.py", predgen.curves, ("predgen_curves.png",),
             predgen.curves_reading),
@@ -196,17 +208,6 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "is best on both tasks, PredGen's adapter is close on STS-B, and the plain Generator is far behind: "
             "learning to write the number by teacher forcing alone is slow. One seed per cell, so differences of "
             "a few hundredths are within noise."),
-    Section("predgen_mc.json", "Multiple choice: which adapter, which answer (ARC-Easy, ARC-Challenge, STS-B)",
-            "FORETHOUGHT_DATA=<data root> python benchmarks/predgen_mc.py", predgen.mc, ("predgen_mc.png",),
-            "Every run of a task carves the same validation examples from its training data; the multiple-choice "
-            "adapter is the PredGen variant with the best mean validation accuracy on ARC-Easy, and the eval split "
-            "is only reported. Compared, one change at a time from the states adapter: the choice-scoring adapter "
-            "(`--head.reads choices`), the reference code's adapter over logits (`--head.reads logits`) and "
-            "position-named answers (`--task.answer name`), against the Predictor, the Generator (greedy and "
-            "rank-scored) and the untrained model's rank score with the task's prompt and with lm-eval-harness's "
-            "ARC prompt; on STS-B, PredGen's adapter against the expected value of the same model. The `base` rows "
-            "are the untrained model (no adapter, no training; `base-lmeval` with lm-eval-harness's prompt, which "
-            "does not list the choices); a variant without a row has not run yet."),
     Section("predgen_words_sst2.json", "Which input words go with each written answer (SST-2)",
             "python benchmarks/predgen_mine.py --words", predgen.words, (),
             "NPMI is 0 for a word independent of the answer and 1 for a word that occurs exactly with it; a word "
