@@ -22,13 +22,12 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 import forethought.psf.arms as psf_arms  # noqa: E402
-from forethought.experiments import subprocess_env  # noqa: E402
+from forethought.experiments import invocations, subprocess_env  # noqa: E402
 from forethought.experiments.psf_codes import TARGETS, prior_arm_summary, seed_record, summarize  # noqa: E402
 
 PRESET = "planted_main"
@@ -172,7 +171,7 @@ def read_archived(args: argparse.Namespace, name: str) -> tuple[dict, dict, dict
             json.loads(ev.read_text()) if ev.is_file() else None, json.loads((d / "run.json").read_text()))
 
 
-def collect(args: argparse.Namespace, command: str, wall_s: float) -> dict:
+def collect(args: argparse.Namespace, command: str) -> dict:
     mains, runs = {}, {}
     for d in sorted(Path(args.archive).glob("*-s*")):
         read = read_archived(args, d.name)
@@ -187,14 +186,15 @@ def collect(args: argparse.Namespace, command: str, wall_s: float) -> dict:
     per_arm = {name: {r["seed"]: r for r in runs.values() if r["arm"] == f"prior_{name}"} for name in ARMS}
     arms = {name: {"change": what, "overrides": overrides, **prior_arm_summary(per_arm[name], per_arm["reference"])}
             for name, (what, overrides) in ARMS.items() if per_arm[name]}
+    walls = sum(v for r in runs.values() for v in (r.get("walls") or {}).values())
     return {"command": command, "what": __doc__.split("\n\n")[0], "machine": psf_arms.machine(args.threads),
-            "wall_s": wall_s, "targets": {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()},
+            "wall_s": walls, "wall_s_note": "the recipe, diagnose and eval wall times of every run in the file, "
+            "summed (each run one thread; runs archived without recorded times count nothing)", "targets": {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()},
             "main": summarize(mains) if mains else None, "prior_arms": arms, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    t0 = time.perf_counter()
     logs, env = Path(args.runs) / "logs", subprocess_env(args.threads)
     logs.mkdir(parents=True, exist_ok=True)
     if not args.collect_only:
@@ -204,11 +204,8 @@ def main(argv: list[str] | None = None) -> dict:
             for seed in args.arm_seeds:
                 run_prior_arm(args, name, seed, logs, env)
     command = " ".join(["python", "benchmarks/psf_codes.py", *(sys.argv[1:] if argv is None else argv)])
-    prev = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
-    out = collect(args, command, time.perf_counter() - t0)
-    if prev.get("command"):  # every invocation that trained what the file holds
-        out["command"] = " ; ".join([prev["command"], command])
-        out["wall_s"] += prev.get("wall_s", 0.0)
+    seen = invocations(Path(args.archive), command)  # every invocation, kept beside the archived runs
+    out = collect(args, " ; ".join(seen))
     psf_arms.write_results(args.out, out)
     return out
 

@@ -37,13 +37,13 @@ def test_renderer_tolerates_new_renamed_and_missing_files(tmp_path: Path) -> Non
     lm["vanilla_minus_local_paired"] = lm.pop("local_myopic_bonus_paired")  # a renamed difference
     lm["a_new_key"] = {"anything": [1, 2]}
     (root / "benchmarks/results/myopia_lm.json").write_text(json.dumps(lm))
-    (root / "benchmarks/results/psf_codes.json").write_text(json.dumps({"whatever": 1}))  # no renderer yet
+    (root / "benchmarks/results/psf_future.json").write_text(json.dumps({"whatever": 1}))  # no renderer yet
     out = render_all(root)
     myopia = out[Path("docs/results/myopia.md")]
     assert "| vanilla minus local | 0 |" in myopia and "| myopia gap (myopic − vanilla) | 0, 1, 2 |" in myopia
     assert "Not produced yet: `python benchmarks/myopia_synthetic.py`" in myopia
     psf = out[Path("docs/results/psf.md")]
-    assert "## Not rendered yet" in psf and "psf_codes.json" in psf
+    assert "## Not rendered yet" in psf and "psf_future.json" in psf
     readme = out[Path("README.md")]
     assert readme.startswith("# x\n\n" + BEGIN) and readme.endswith(END + "\n\nrest\n") and "old" not in readme
     assert "**Predictive State Flow**: WikiText-2 gen-PPL" in readme and "**PredGen**: not produced yet" in readme
@@ -197,5 +197,5 @@ def test_codes_pilot_table_takes_every_seed_file(tmp_path: Path) -> None:
     assert f"| {(b0 + b1 + 1.0) / 3:+.4f} |" in row  # the mean over the three seeds
     saddle = next(line for line in page.splitlines() if line.startswith("| saddle |"))
     assert saddle.count("| – |") >= 2  # seed 2 has no saddle arm: en dashes, not a crash
-    assert "## Not rendered yet" not in render_all(_mini_repo(tmp_path / "b", ["psf_codes_pilot_main.json"]))[
+    assert "## Not rendered yet" not in render_all(_mini_repo(tmp_path / "b", ["psf_codes.json"]))[
         Path("docs/results/psf.md")]

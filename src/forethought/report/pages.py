@@ -253,10 +253,9 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             "python benchmarks/psf_codes_pilot.py --seed N --out benchmarks/results/psf_codes_pilot_sN.json "
             "(seed 0: the default --out, psf_codes_pilot.json)", psf.codes_pilot, (),
             psf.codes_pilot_reading, more="psf_codes_pilot_s[0-9]*.json"),
-    Section("psf_codes_pilot_main.json", "The paper's two configurations: main (states + codes) and state-only",
-            "forethought psf recipe --config planted_main --baselines [] and forethought psf diagnose --recipe_run RUN "
-            "--samples 256 --permutations 2 --n_boot 1000, per run (each run's commands are in the file)",
-            psf.codes_pilot_main, (), psf.codes_pilot_main_reading),
+    Section("psf_codes.json", "The paper's two configurations with codes: main (states + codes) and state-only",
+            "python benchmarks/psf_codes.py --seeds 0 1 2, then --seeds --arms ARM ... --arm-seeds 0 1 for the prior "
+            "arms (each invocation is in the file)", psf.codes, (), psf.codes_reading),
 ))
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (

@@ -370,60 +370,6 @@ def codes_pilot_reading(files: dict[str, dict]) -> str:
     return " ".join(out)
 
 
-CONFIG_SOURCES = (("data", "real documents"), ("clean", "clean states + posterior-mean codes"),
-                  ("clean_zero_codes", "clean states, zero codes"), ("prior", "main prior: states + codes"),
-                  ("prior_state_only", "state-only prior, zero codes"), ("mean", "the main prior's mean trajectory"))
-
-
-PRIOR_NAMES = {"prior": "main", "prior_state_only": "state-only"}
-
-
-def codes_pilot_main(r: dict) -> list[str]:
-    """The paper's two configurations on one code-trained decoder: decoding sources and the two priors."""
-    out = ["Planted corpus, seed 0; each run trains one decoder with codes (its model stages are those of the "
-           "pilot arm named) and two priors on it: the main prior over states + codes and the state-only prior "
-           "(states only, zero codes). Documents decoded at temperature 1, scored by the true generator; topic "
-           "agreement as above (in brackets: against another document, i.e. chance).", "",
-           "Targets: " + "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in r.get("targets", {}).items()) + "."]
-    for name, run in r["runs"].items():
-        rows = []
-        for key, label in CONFIG_SOURCES:
-            d = run["decoding"].get(key)
-            if d is None:
-                continue
-            ta = d.get("topic_agreement")
-            rows.append([label, f"{d['true_nll']:.3f}", f"{d['persistence']:.3f}", f"{d['block_coherence']:+.3f}",
-                         "–" if not ta else f"{ta['same_source']:.3f} ({ta['other_source']:.3f})"])
-        c, fl = run["codes"], run.get("val_flow_loss", {})
-        z = c["zeroing_cost_all"]
-        out += ["", f"**{name}** (model stages from the pilot arm `{run['model_stages_from']}`): zeroing the codes "
-                f"costs {z['diff']:+.3f} {_iv(z.get('interval'))} nats/token; KL {c['kl_per_token']:.3f} "
-                f"nats/token; I(code; topic | state) {c['information_code_given_state']:.3f} nats; validation flow "
-                "loss of the priors: "
-                + ", ".join(f"{PRIOR_NAMES.get(k, k)} {v:.3f}" for k, v in fl.items()) + ".", "",
-                *table(["documents from", "exact NLL/token", "topic persistence", "block coherence",
-                        "topic agreement (chance)"], rows)]
-    return out
-
-
-def codes_pilot_main_reading(r: dict) -> str:
-    """The open problem the two configurations show, quoting the file."""
-    run = r["runs"].get("main-s0") or next(iter(r["runs"].values()))
-    d, fl = run["decoding"], run.get("val_flow_loss", {})
-    if not {"clean", "prior", "prior_state_only"} <= set(d):
-        return ""
-    ceiling = PLANTED_NO_CODE_CEILING.values["persistence"]
-    return (f"With clean states and their codes the decoder keeps topics (persistence {d['clean']['persistence']:.3f}"
-            f", topic agreement {d['clean']['topic_agreement']['same_source']:.3f}), but documents from the main "
-            f"prior's samples reach only {d['prior']['persistence']:.3f}, below the state-only prior's "
-            f"{d['prior_state_only']['persistence']:.3f} and below {ceiling}, the persistence a decoder without codes "
-            "reaches from exact predictive states and the landing token (source: "
-            f"{PLANTED_NO_CODE_CEILING.source.replace('(', '').replace(')', '')}). The joint flow "
-            "prior over states + codes, not the decoder, is now the bottleneck"
-            + (f": its validation flow loss is {fl['prior']:.3f} against {fl['prior_state_only']:.3f} for the "
-               "state-only prior." if {"prior", "prior_state_only"} <= set(fl) else "."))
-
-
 # ---- the paper's two configurations over seeds (benchmarks/psf_codes.py) ----------------------------------------
 
 CODES_MEASURES = (  # key, label, spec
@@ -457,8 +403,33 @@ def _seeds_cell(m: dict | None, spec: str) -> list[str]:
 def codes(r: dict) -> list[str]:
     """The main and state-only configurations over seeds, their paired comparison, the targets, the prior arms."""
     main = r.get("main")
-    if not main:
-        return ["No main run finished yet."]
+    out = ["No main run finished yet."] if not main else _codes_main(main)
+    arms = r.get("prior_arms") or {}
+    if arms:
+        rows = []
+        for name, a in arms.items():
+            m, d = a["measures"], a["minus_reference"]
+            rows.append([name, a["change"], ", ".join(map(str, a["seeds"])),
+                         *(_seeds_cell(m.get("prior_persistence"), ".3f")[:1]),
+                         _per_seed(d.get("prior_persistence")),
+                         *(_seeds_cell(m.get("prior_nll"), ".3f")[:1]),
+                         _per_seed(d.get("prior_nll")),
+                         *(_seeds_cell(m.get("prior_val_flow_loss"), ".3f")[:1])])
+        out += ["", "The joint prior, one change at a time on the same decoders (each arm trains one prior over "
+                "states + codes and samples with seed 0; differences paired by seed against the reference arm, their mean "
+                "and, in brackets, each seed's; "
+                "the flow losses of priors on posterior means and on draws measure different data):", "",
+                *table(["arm", "change", "seeds", "prior persistence", "− reference", "prior NLL/token",
+                        "− reference", "flow loss"], rows)]
+    return out
+
+
+def _per_seed(d: dict | None) -> str:
+    """A seed-paired difference as 'mean (seed values)': with two seeds the t-interval says little."""
+    return "–" if not d else f"{d['mean']:+.3f} ({', '.join(format(x, '+.3f') for x in d['per_seed'])})"
+
+
+def _codes_main(main: dict) -> list[str]:
     targets = main["targets"]
     rows = []
     for key, label, spec in CODES_MEASURES:
@@ -476,21 +447,6 @@ def codes(r: dict) -> list[str]:
     out += table(["difference", "mean [95 %]", "per seed"],
                  [[k.replace("main - state-only: ", ""), *_seeds_cell(v, "+.3f")]
                   for k, v in main["comparisons"].items()])
-    arms = r.get("prior_arms") or {}
-    if arms:
-        rows = []
-        for name, a in arms.items():
-            m, d = a["measures"], a["minus_reference"]
-            rows.append([name, a["change"], ", ".join(map(str, a["seeds"])),
-                         *(_seeds_cell(m.get("prior_persistence"), ".3f")[:1]),
-                         *(_seeds_cell(d.get("prior_persistence"), "+.3f")[:1]),
-                         *(_seeds_cell(m.get("prior_nll"), ".3f")[:1]),
-                         *(_seeds_cell(d.get("prior_nll"), "+.3f")[:1]),
-                         *(_seeds_cell(m.get("prior_val_flow_loss"), ".3f")[:1])])
-        out += ["", "The joint prior, one change at a time on the same decoders (each arm trains one prior over "
-                "states + codes; differences paired by seed against the reference arm):", "",
-                *table(["arm", "change", "seeds", "prior persistence", "− reference", "prior NLL/token", "− reference",
-                        "flow loss"], rows)]
     return out
 
 
