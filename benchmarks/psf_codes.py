@@ -187,9 +187,10 @@ def collect(args: argparse.Namespace, command: str) -> dict:
     arms = {name: {"change": what, "overrides": overrides, **prior_arm_summary(per_arm[name], per_arm["reference"])}
             for name, (what, overrides) in ARMS.items() if per_arm[name]}
     walls = sum(v for r in runs.values() for v in (r.get("walls") or {}).values())
+    targets = {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()}
     return {"command": command, "what": __doc__.split("\n\n")[0], "machine": psf_arms.machine(args.threads),
             "wall_s": walls, "wall_s_note": "the recipe, diagnose and eval wall times of every run in the file, "
-            "summed (each run one thread; runs archived without recorded times count nothing)", "targets": {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()},
+            "summed (each run one thread; runs archived without recorded times count nothing)", "targets": targets,
             "main": summarize(mains) if mains else None, "prior_arms": arms, "runs": runs}
 
 
