@@ -40,11 +40,12 @@ def test_predgen_mc_quick(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "predgen_mc_quick.png").is_file()
     # resumable: the archive alone reproduces the collection
     archived = sorted(p.name for p in (tmp_path / "out" / "runs" / "predgen_mc_quick").iterdir())
-    assert archived == ["arc-easy-base-lmeval-s0.json", "arc-easy-predgen-choices-s0.json"]
+    assert archived == ["arc-easy-base-lmeval-s0.json", "arc-easy-predgen-choices-s0.json", "invocations.txt"]
     spec = importlib.util.spec_from_file_location("predgen_mc", ROOT / "benchmarks" / "predgen_mc.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.main(["--quick", "--collect-only", "--runs-dir", str(tmp_path / "gone"), "--results-dir",
                  str(tmp_path / "out")])  # in this process: collecting needs no fresh interpreter
-    assert json.loads((tmp_path / "out" / "predgen_mc_quick.json").read_text())["tasks"]["arc-easy"]["methods"] == \
-        arc["methods"]
+    again = json.loads((tmp_path / "out" / "predgen_mc_quick.json").read_text())
+    assert again["tasks"]["arc-easy"]["methods"] == arc["methods"]
+    assert again["command"].startswith(res["command"])  # the training invocation is kept beside the archive
