@@ -255,6 +255,16 @@ def answer_distribution(lm: Any, trie: AnswerTrie, prompt_ids: torch.Tensor, pro
 
 
 @torch.no_grad()
+def token_logprobs(first: torch.Tensor, logits: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor:
+    """(B, L) log-probabilities of ``ids`` (B, L) after a prompt: the first token from ``first`` (B, V), the
+    prompt's last log-softmax, the rest from ``logits`` (B, L-1, V), the continuation pass over ``ids[:, :-1]``
+    (None when L = 1)."""
+    lp = first.gather(1, ids[:, :1])
+    if logits is None:
+        return lp
+    return torch.cat([lp, F.log_softmax(logits.float(), -1).gather(2, ids[:, 1:, None])[..., 0]], dim=1)
+
+
 def choice_logprobs(lm: Any, choices: list[list[list[int]]], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                     prompt: PromptPass | None = None) -> list[list[float]]:
     """The summed log-probability of each row's choices (token ids, no EOS) after its prompt, as lm-eval-harness
@@ -275,10 +285,8 @@ def choice_logprobs(lm: Any, choices: list[list[list[int]]], prompt_ids: torch.T
         for b, s in enumerate(seqs):
             ids[b, :len(s)] = torch.tensor(s, device=dev)
             mask[b, :len(s)] = True
-        lp = first.gather(1, ids[:, :1])  # (B, 1)
-        if L > 1:
-            logits, _ = continue_pass(lm, pp.kv, prompt_mask, ids[:, :-1])  # (B, L-1, V): predicts tokens 2..L
-            lp = torch.cat([lp, F.log_softmax(logits.float(), -1).gather(2, ids[:, 1:, None])[..., 0]], dim=1)
+        logits = continue_pass(lm, pp.kv, prompt_mask, ids[:, :-1])[0] if L > 1 else None  # predicts 2..L
+        lp = token_logprobs(first, logits, ids)  # (B, L)
         sums = (lp.double() * mask).sum(1).tolist()  # (B,)
         for b, c in enumerate(choices):
             if k < len(c):

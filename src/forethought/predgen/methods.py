@@ -38,6 +38,7 @@ from forethought.predgen.decoding import (
     continue_pass,
     detach_kv,
     prompt_pass,
+    token_logprobs,
 )
 from forethought.predgen.losses import (
     mix_tokens,
@@ -375,9 +376,7 @@ def choice_states(lm: Any, pp: PromptPass, prompt_mask: torch.Tensor, choices: l
             st = torch.cat([st, rest], dim=1)
         states[:, k] = st
         if ll is not None:
-            lp = first.gather(1, ids[:, :1])  # (B, 1)
-            if logits is not None:
-                lp = torch.cat([lp, F.log_softmax(logits.float(), -1).gather(2, ids[:, 1:, None])[..., 0]], dim=1)
+            lp = token_logprobs(first, logits, ids)  # (B, L)
             n_tok = torch.tensor([len(r) - 1 for r in rows], device=dev)  # the choice's tokens, EOS excluded
             ll[:, k] = (lp.double() * (torch.arange(L, device=dev) < n_tok[:, None])).sum(1)
         for b, row in enumerate(seqs):
