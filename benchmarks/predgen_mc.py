@@ -29,43 +29,50 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 from pathlib import Path
 
-from forethought.eval.stats import seed_mean_difference
 from forethought.experiments import finished_run, invocations
 from forethought.experiments.jobs import run_queue_or_exit as run_queue
+from forethought.experiments.predgen_mc import task_entry
 from forethought.predgen.compare import paired
 
 ROOT = Path(__file__).resolve().parents[1]
 
 LMEVAL_ARC = "Question: {question}\nAnswer:"
+LISTED = ["--task.template", "Question: {question}\n{choices}\nAnswer:"]  # the task's prompt that lists the choices
 RANK = ["--eval.decoder", "rank"]
+NO_LL = ["--head.choice_loglik", "0"]
+# every variant spells out its prompt and adapter, so its runs stay the same when the package's defaults change
 VARIANTS = {
-    "base": ["--method", "base", *RANK],
+    "base": ["--method", "base", *LISTED, *RANK],
     "base-lmeval": ["--method", "base", "--task.template", LMEVAL_ARC, *RANK],
-    "predictor": ["--method", "predictor"],
-    "generator": ["--method", "generator", *RANK],
+    "predictor": ["--method", "predictor", *LISTED],
+    "generator": ["--method", "generator", *LISTED, *RANK],
     "generator-name": ["--method", "generator", "--task.answer", "name", *RANK],
-    "predgen": ["--method", "predgen", *RANK],
-    "predgen-choices": ["--method", "predgen", "--head.reads", "choices", *RANK],
+    "predgen": ["--method", "predgen", "--head.reads", "states", *LISTED, *RANK],
+    "predgen-choices": ["--method", "predgen", "--head.reads", "choices", *NO_LL, *LISTED, *RANK],
     # the choice adapter starting nearer its MLP (α = 1 instead of 5): can it overrule the answer it wrote?
-    "predgen-choices-a1": ["--method", "predgen", "--head.reads", "choices", "--head.choice_alpha", "1", *RANK],
-    "predgen-logits": ["--method", "predgen", "--head.reads", "logits", *RANK],
-    "predgen-name": ["--method", "predgen", "--task.answer", "name", *RANK],
-    "predgen-expected": ["--method", "predgen", "--eval.decoder", "expected"],
+    "predgen-choices-a1": ["--method", "predgen", "--head.reads", "choices", "--head.choice_alpha", "1", *NO_LL,
+                           *LISTED, *RANK],
+    "predgen-logits": ["--method", "predgen", "--head.reads", "logits", *LISTED, *RANK],
+    "predgen-name": ["--method", "predgen", "--head.reads", "states", "--task.answer", "name", *RANK],
+    "predgen-expected": ["--method", "predgen", "--head.reads", "states", "--eval.decoder", "expected"],
     # the prompt without the listed choices (lm-eval's): the untrained model ranks 0.515 with it, 0.325 with the
     # task's prompt (ARC-Easy, 200 seeded test items), so the prompt is an ablation of its own
     "generator-lmeval": ["--method", "generator", "--task.template", LMEVAL_ARC, *RANK],
-    "predgen-choices-lmeval": ["--method", "predgen", "--head.reads", "choices", "--task.template", LMEVAL_ARC,
-                               *RANK],
+    "predgen-choices-lmeval": ["--method", "predgen", "--head.reads", "choices", *NO_LL, "--task.template",
+                               LMEVAL_ARC, *RANK],
     # + each choice's log-likelihood in its score (β starts at 1): can the adapter weigh what it wrote against
     # what it finds likely (the rank decoder beat greedy decoding by 7 points on seed 0 with lm-eval's prompt)?
     "predgen-choices-ll-lmeval": ["--method", "predgen", "--head.reads", "choices", "--head.choice_loglik", "1",
                                   "--task.template", LMEVAL_ARC, *RANK],
+    # the same adapter with the task's prompt (one change: the prompt)
+    "predgen-choices-ll": ["--method", "predgen", "--head.reads", "choices", "--head.choice_loglik", "1",
+                           *LISTED, *RANK],
 }
-ADAPTERS = ["predgen", "predgen-choices", "predgen-choices-a1", "predgen-logits", "predgen-name"]  # the task's prompt
+ADAPTERS = ["predgen", "predgen-choices", "predgen-choices-a1", "predgen-logits", "predgen-name",
+            "predgen-choices-ll"]  # the task's prompt
 LMEVAL_ADAPTERS = ["predgen-choices-lmeval", "predgen-choices-ll-lmeval"]
 SELECT = [*ADAPTERS, *LMEVAL_ADAPTERS]  # the MC default (adapter and prompt) is chosen among these on validation
 MC = ["base", "base-lmeval", "predictor", "generator", "generator-name", *ADAPTERS, "generator-lmeval",
@@ -93,7 +100,6 @@ COMPARE = [*[(a, f"{a}:decoded") for a in ADAPTERS], *[(a, "generator") for a in
            ("predgen-choices-ll-lmeval", "generator-lmeval:rank"), ("predgen-choices-ll-lmeval", "base-lmeval:rank"),
            ("predgen-choices-ll-lmeval", "predgen-choices-ll-lmeval:decoded"),
            ("predgen-expected", "predgen-expected:expected_value")]
-ANSWERS = ("decoded", "rank", "rank_norm", "expected_value", "validation")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -136,11 +142,6 @@ def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     return jobs
 
 
-def metric_of(results: dict, key: str, metric: str) -> float | None:
-    """A run's metric for one of its answers ('' = its prediction)."""
-    return results.get(metric) if not key else (results.get(key) or {}).get(metric)
-
-
 def collect(command: str, args: argparse.Namespace, archive: Path) -> dict:
     seen = invocations(archive, command)  # kept beside the archived runs (a fresh machine keeps the list)
     res: dict = {"command": " ; ".join(seen), "base": "smollm2-135m", "adapter": "LoRA r=16 (all linear layers)",
@@ -148,58 +149,16 @@ def collect(command: str, args: argparse.Namespace, archive: Path) -> dict:
                              "threads_per_run": args.threads, "parallel_runs": 1},
                  "seeds": args.seeds, "quick": args.quick, "tasks": {}}
     for task, t in TASKS.items():
-        metric = t["metric"]
-        entry: dict = {"metric": metric, "steps": t["steps"], "args": t["args"], "methods": {}, "paired": {}}
-        preds: dict[str, dict[int, list[dict]]] = {}
-        results: dict[str, dict[int, dict]] = {}
+        records: dict[str, dict[int, dict]] = {}
         for v in VARIANTS:
             for seed in args.seeds:
                 rec = finished_run(args.runs_dir / f"{task}-{v}-s{seed}", archive)
                 if rec is not None:
                     res["wall_s"] = res.get("wall_s", 0.0) + rec["finished"] - rec["started"]  # train + evaluate
-                    results.setdefault(v, {})[seed] = rec["results"]
-                    preds.setdefault(v, {})[seed] = rec["predictions"]
-        for v, per_seed in results.items():
-            m: dict = {"per_seed": {}}
-            for key in ("", *ANSWERS):
-                vals = {s: metric_of(r, key, metric) for s, r in per_seed.items()}
-                vals = {s: x for s, x in vals.items() if x is not None}
-                if not vals:
-                    continue
-                name = key or "prediction"
-                m[name] = statistics.fmean(vals.values())
-                m[f"{name}_std"] = statistics.stdev(vals.values()) if len(vals) > 1 else None
-                for s, x in vals.items():
-                    m["per_seed"].setdefault(str(s), {})[name] = x
-            m["train_wall_s"] = statistics.fmean(r["train_wall_s"] for r in per_seed.values())
-            entry["methods"][v] = m
-        task_type = "classification" if metric == "accuracy" else "regression"
-        for a, b in COMPARE:
-            (va, _, ka), (vb, _, kb) = a.partition(":"), b.partition(":")
-            common = [s for s in sorted(set(preds.get(va, {})) & set(preds.get(vb, {})))
-                      if metric_of(results[va][s], ka, metric) is not None
-                      and metric_of(results[vb][s], kb, metric) is not None]
-            if not common:
-                continue
-            rows = {str(s): paired(preds[va][s], preds[vb][s], task_type, key_a=ka or "prediction",
-                                   key_b=kb or "prediction") for s in common}
-            over = seed_mean_difference([metric_of(results[va][s], ka, metric) for s in common],
-                                        [metric_of(results[vb][s], kb, metric) for s in common])
-            entry["paired"][f"{a.replace(':', '_')}_minus_{b.replace(':', '_')}"] = {
-                "per_seed": rows, "seeds": common, "metric": metric, "seed_mean_difference": over["mean_diff"],
-                "ci95_of_seed_mean": None if over["interval"] is None else list(over["interval"]),
-                "per_seed_difference": over["diffs"]}
-        # the MC default: picked on the validation split (never the eval split), over the seeds every candidate has
-        val = {v: {s: r.get("validation") for s, r in entry["methods"][v]["per_seed"].items()}
-               for v in SELECT if v in entry["methods"]}
-        seeds = set.intersection(*(set(s for s, x in d.items() if x is not None) for d in val.values())) if val \
-            else set()
-        if seeds:
-            chosen = {v: statistics.fmean(d[s] for s in seeds) for v, d in val.items()}
-            entry["selected_on_validation"] = max(chosen, key=chosen.get)
-            entry["selection"] = {"seeds": sorted(seeds, key=int), "validation": chosen}
-        if entry["methods"]:
-            res["tasks"][task] = entry
+                    records.setdefault(v, {})[seed] = rec
+        if records:  # the MC default is picked on the validation split, never the eval split
+            res["tasks"][task] = task_entry(records, t["metric"], COMPARE, SELECT, paired, steps=t["steps"],
+                                            args=t["args"])
     out = args.results_dir / ("predgen_mc_quick.json" if args.quick else "predgen_mc.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")

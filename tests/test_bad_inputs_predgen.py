@@ -203,7 +203,7 @@ BAD_SETTINGS = [
     (["--head.pooling", "maxx"], ["head.pooling", "'maxx'"]),
     (["--head.hidden", "0"], ["head: hidden must be at least 1"]),
     (["--head.lr_scale", "0"], ["head: lr_scale must be a positive number"]),
-    (["--head.reads", "tokens"], ["head.reads", "'states', 'logits', 'choices'"]),
+    (["--head.reads", "tokens"], ["head.reads", "'auto', 'states', 'logits', 'choices'"]),
     (["--adapter.r", "0"], ["adapter: r must be at least 1"]),
     (["--adapter.alpha", "-2"], ["adapter: alpha must be a positive number"]),
     (["--adapter.dropout", "1"], ["adapter: dropout must be in [0, 1)"]),
@@ -224,9 +224,11 @@ BAD_SETTINGS = [
     (["--method", "generator", "--head.reads", "logits"], ["head.reads logits", "--method predgen"]),
     (["--method", "predictor", "--eval.decoder", "rank"], ["eval.decoder rank", "predictor"]),
     (["--head.choice_alpha", "-1"], ["head: choice_alpha must be at least 0"]),
-    (["--method", "predgen", "--head.choice_alpha", "0"], ["head.choice_alpha", "--head.reads choices"]),
+    (["--method", "predgen", "--head.choice_alpha", "0"], ["head.choice_alpha", "reads states"]),
     (["--head.choice_loglik", "-1"], ["head: choice_loglik must be at least 0"]),
-    (["--method", "predgen", "--head.choice_loglik", "1"], ["head.choice_loglik", "--head.reads choices"]),
+    (["--method", "predgen", "--head.choice_loglik", "1"], ["head.choice_loglik", "reads states"]),
+    (["--method", "predgen", "--head.reads", "states", "--head.choice_loglik", "1"],
+     ["head.choice_loglik", "--head.reads choices"]),
 ]
 
 

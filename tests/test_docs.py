@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from forethought.report import papers
-from forethought.report.render import BEGIN, END, render_all, stale
+from forethought.report.pages import BLOCKS
+from forethought.report.render import BEGIN, END, block_begin, block_end, render_all, stale
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -89,6 +90,38 @@ def _numbers(value: object) -> list[float]:
     return []
 
 
+def _without_blocks(text: str) -> str:
+    """A system doc without its generated blocks (their numbers are rendered from the results files)."""
+    for b in BLOCKS:
+        if block_begin(b) in text:
+            head, rest = text.split(block_begin(b), 1)
+            text = head + rest.split(block_end(b), 1)[1]
+    return text
+
+
+def test_generated_blocks_in_system_docs(tmp_path: Path) -> None:
+    """A block between its two marker lines in docs/<system>.md is rendered from its results file (the text around
+    it is kept); a missing file says so; a block without its end line is one clear error."""
+    root = _mini_repo(tmp_path, ["predgen_mc.json"])
+    b = next(b for b in BLOCKS if b.json == "predgen_mc.json")
+    (root / "docs").mkdir()
+    doc = root / "docs" / "predgen.md"
+    doc.write_text(f"# PredGen\n\nbefore\n\n{block_begin(b)}\nstale text\n{block_end(b)}\n\nafter\n")
+    assert _report(root, "--check").returncode == 1
+    assert _report(root).returncode == 0 and _report(root, "--check").returncode == 0
+    text = doc.read_text()
+    assert text.startswith("# PredGen\n\nbefore\n\n" + block_begin(b)) and text.endswith(block_end(b) + "\n\nafter\n")
+    assert "stale text" not in text and "| model | prompt | seeds |" in text
+    data = json.loads((RESULTS / "predgen_mc.json").read_text())
+    accuracy = data["tasks"]["arc-easy"]["methods"]["generator-lmeval"]["rank"]
+    assert f"{accuracy:.3f}" in text  # the numbers are the file's
+    (root / "benchmarks/results/predgen_mc.json").unlink()
+    assert _report(root).returncode == 0 and "Not produced yet: `benchmarks/results/predgen_mc.json`" in doc.read_text()
+    doc.write_text(f"# PredGen\n\n{block_begin(b)}\nno end line\n")
+    out = _report(root)
+    assert out.returncode == 2 and "has no end line" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_hand_written_docs_hold_no_unbacked_measurement() -> None:
     """A number with three or more decimals in README (outside the generated block) or docs/*.md must be a value
     of some benchmarks/results file or of the papers' table at that precision: measured numbers are generated."""
@@ -96,7 +129,7 @@ def test_hand_written_docs_hold_no_unbacked_measurement() -> None:
     known += [v for pub in vars(papers).values() if isinstance(pub, papers.Published) for v in pub.values.values()]
     readme = (REPO / "README.md").read_text()
     texts = {"README.md": readme.split(BEGIN)[0] + readme.split(END)[-1]}
-    texts |= {str(p.relative_to(REPO)): p.read_text() for p in (REPO / "docs").glob("*.md")}
+    texts |= {str(p.relative_to(REPO)): _without_blocks(p.read_text()) for p in (REPO / "docs").glob("*.md")}
     bad = []
     for name, text in texts.items():
         text = re.sub(r"(arXiv:|arxiv\.org/abs/)\d{4}\.\d{4,5}", "", text)  # paper identifiers, not numbers

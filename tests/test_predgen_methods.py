@@ -900,11 +900,11 @@ def test_choice_loglik_is_the_rank_decoders_score(world: dict) -> None:
     assert choice_states(lm, pp, mask, choices, tok.eos_token_id, -1).loglik is None
 
 
-@pytest.mark.parametrize("extra", [["--head.reads", "choices", "--task.answer", "text"],
-                                   ["--head.reads", "choices", "--task.answer", "text", "--head.choice_loglik", "1"],
+@pytest.mark.parametrize("extra", [["--task.answer", "text"],
+                                   ["--head.reads", "choices", "--task.answer", "text", "--head.choice_loglik", "0"],
                                    ["--head.reads", "logits", "--task.answer", "text"],
                                    ["--task.answer", "name"], ["--task.answer", "name", "--head.reads", "choices"]],
-                         ids=["choices-text", "choices-loglik-text", "logits-text", "name", "choices-name"])
+                         ids=["auto-text", "choices-no-loglik-text", "logits-text", "name", "choices-name"])
 def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       extra: list[str]) -> None:
     """PredGen with each adapter and answer format trains, saves, reloads (same predictions) and predicts only
@@ -930,9 +930,13 @@ def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: 
     again = [json.loads(line) for line in (tmp_path / "pg" / "eval-eval.predictions.jsonl").read_text().splitlines()]
     assert [r["prediction"] for r in again] == [r["prediction"] for r in rows]
     meta = json.loads((tmp_path / "pg" / "model" / "predgen.json").read_text())
-    assert meta["head"]["reads"] == (extra[1] if extra[0] == "--head.reads" else extra[-1] if "--head.reads" in
-                                     extra else "states")
-    assert meta["head"]["choice_loglik"] == (1.0 if "--head.choice_loglik" in extra else 0.0)
+    given = extra[extra.index("--head.reads") + 1] if "--head.reads" in extra else None
+    reads = given or ("choices" if "text" in extra else "states")  # auto: choices with text answers
+    assert meta["head"]["reads"] == reads
+    assert meta["head"]["choice_loglik"] == (0.0 if "--head.choice_loglik" in extra or reads != "choices" else 1.0)
+    # text answers: the writing methods' default prompt is lm-eval-harness's, which does not list the choices
+    template = meta["task_spec"]["template"]
+    assert ("{choices}" in template) == ("text" not in extra), template
 
 
 def test_validation_split_is_carved_from_training(world: dict, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from forethought.core.errors import ForethoughtError
-from forethought.predgen.config import HeadConfig, PredGenConfig
+from forethought.predgen.config import HeadConfig, PredGenConfig, TaskConfig, with_task_defaults
 from forethought.predgen.registry import METHODS, Method, Predictor, method_named, trained_method_names
 from forethought.testing import tiny_llama, tiny_llama_folder, write_csv
 
@@ -63,6 +63,37 @@ def test_config_validation_asks_the_registered_method(monkeypatch: pytest.Monkey
     monkeypatch.setitem(METHODS, "predictor", Predictor("predictor", decodes=True, poolings=("last",),
                                                         head_reads=True))
     cfg.validate()  # a predictor that read answers and decoded would take head.reads and the rank decoder
+
+
+LMEVAL = "Question: {question}\nAnswer:"
+# (method, task, answer, given head) -> (adapter it reads, starting β, task.template: '' = the task's own, which
+# lists the choices)
+TASK_DEFAULTS = [
+    ("predgen", "arc-easy", "text", {}, ("choices", 1.0, LMEVAL)),
+    ("predgen", "arc-easy", "text", {"choice_loglik": 0.0}, ("choices", 0.0, LMEVAL)),
+    ("predgen", "arc-easy", "text", {"reads": "states"}, ("states", 0.0, LMEVAL)),
+    ("predgen", "arc-easy", "letter", {}, ("states", 0.0, "")),
+    ("predgen", "arc-easy", "name", {}, ("states", 0.0, "")),
+    ("predgen", "sst2", "letter", {}, ("states", 0.0, "")),
+    ("generator", "arc-challenge", "text", {}, ("states", 0.0, LMEVAL)),
+    ("base", "piqa", "text", {}, ("states", 0.0, "Question: {goal}\nAnswer:")),
+    ("predictor", "arc-easy", "text", {}, ("states", 0.0, "")),  # it writes nothing: its prompt lists the choices
+    ("predgen", "hellaswag", "text", {}, ("choices", 1.0, "")),  # no lm-eval prompt offered: the task's own
+]
+
+
+@pytest.mark.parametrize("method,task,answer,head,expected", TASK_DEFAULTS,
+                         ids=[f"{m}-{t}-{a}-{'-'.join(h)}" for m, t, a, h, _ in TASK_DEFAULTS])
+def test_task_dependent_defaults(method: str, task: str, answer: str, head: dict, expected: tuple) -> None:
+    """head.reads auto, head.choice_loglik and the text-answer prompt resolve from the task and the method (the
+    run's config records them); the given config is left as it was; a given prompt always wins."""
+    cfg = PredGenConfig(method=method, task=TaskConfig(name=task, answer=answer), head=HeadConfig(**head))
+    cfg.validate()
+    out = with_task_defaults(cfg)
+    assert (out.head.reads, out.head.choice_loglik, out.task.template) == expected
+    assert cfg.task.template == "" and cfg.head.reads == head.get("reads", "auto")
+    own = TaskConfig(name=task, answer=answer, template="Q: {question}")
+    assert with_task_defaults(PredGenConfig(method=method, task=own)).task.template == "Q: {question}"
 
 
 class Echo(Method):

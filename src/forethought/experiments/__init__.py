@@ -14,6 +14,8 @@ A comparison over seeds, end to end::
     records = collect_runs(runs, [j.name for j in jobs], archive)
     seed_paired(by_seed(records, "a", metric), by_seed(records, "b", metric))
 
+- :mod:`~forethought.experiments.myopia`, :mod:`~forethought.experiments.psf_codes`,
+  :mod:`~forethought.experiments.predgen_mc`: one benchmark's aggregation each (pure functions of run JSON).
 - :mod:`~forethought.experiments.stats`: statistics over seeds (mean, std, Student-t interval), seed-paired
   differences, late-training medians of a metrics log; the arithmetic is :mod:`forethought.eval.stats`'s.
 

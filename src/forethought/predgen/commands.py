@@ -36,6 +36,7 @@ from forethought.predgen.config import (  # their home imports no torch; the nam
     EvalSettings,
     PredGenConfig,
     PredictConfig,
+    with_task_defaults,
 )
 from forethought.predgen.data import eval_subset, load_splits, split_record
 from forethought.predgen.methods import Encoder, Predictions, predict, sampling_p, with_sampling
@@ -53,6 +54,7 @@ from forethought.predgen.tasks import read_inputs
 def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     from forethought.models.hf import load_causal_lm
 
+    cfg = with_task_defaults(cfg)
     method = method_named(cfg.method)
     dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.adapter.method == "full")
     rt = runtime_for(cfg.run)

@@ -5,6 +5,7 @@ evaluation, the whole run), eval, predict and mine — in one module that import
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -12,8 +13,8 @@ from forethought.core.config import at_least, field, positive, within
 from forethought.core.errors import ForethoughtError
 from forethought.core.run import RunConfig
 from forethought.core.train_config import TrainConfig
-from forethought.predgen.registry import CHOICE_ALPHA0, METHODS, method_named, method_names
-from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, WASSA_EMOTIONS, known_tasks
+from forethought.predgen.registry import CHOICE_ALPHA0, CHOICE_LOGLIK0, METHODS, method_named, method_names
+from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, WASSA_EMOTIONS, builtin_name, known_tasks, text_template
 
 PEFT_METHODS = ("lora", "adalora", "dora", "full")
 # --method and --head.pooling accept what the registry's methods define (the CLI / YAML spelling is the name)
@@ -137,24 +138,27 @@ class HeadConfig:
     hidden: int = field(256, "predgen adapter MLP width (reads logits: the width of its first linear layer)")
     lr_scale: float = field(1.0, "the head's / adapter's learning rate is train.lr times this (1 = one rate for "
                             "all, as in the paper)")
-    reads: Literal["states", "logits", "choices"] = field(
-        "states", "what PredGen's adapter reads: states = T(Z), the generated answer's hidden states -> a class "
+    reads: Literal["auto", "states", "logits", "choices"] = field(
+        "auto", "what PredGen's adapter reads: states = T(Z), the generated answer's hidden states -> a class "
         "(or number); logits = the reference code's adapter, two bias-free linear layers over the answer "
         "positions' vocabulary logits (classification); choices = a score per choice from Z and that choice's "
-        "own states under the same model, softmax over the example's own choices (classification)")
+        "own states under the same model, softmax over the example's own choices (classification); auto = "
+        "choices on multiple-choice tasks answered with the choice's text (task.answer text), states otherwise")
     choice_alpha: float = field(CHOICE_ALPHA0, "reads choices: the starting weight α of cos(z, c_k) in each choice's score "
                                 "(learned); 5 starts the adapter at the answer it wrote, 0 leaves the choice to "
                                 "its MLP from the first step")
-    choice_loglik: float = field(0.0, "reads choices: the starting weight β of each choice's log-likelihood under the "
-                                 "model (its summed token log-probability after the prompt, as --eval.decoder rank "
-                                 "scores it) in the choice's score (learned); 0 = the score does not read it")
+    choice_loglik: float | None = field(
+        None, "reads choices: the starting weight β of each choice's log-likelihood under the model (its summed "
+        f"token log-probability after the prompt, as --eval.decoder rank scores it) in the choice's score "
+        f"(learned); 0 = the score does not read it; default {CHOICE_LOGLIK0:g} when the adapter reads choices")
 
     def validate(self) -> None:
         at_least(self, 1, "hidden")
         positive(self, "lr_scale")
-        for key, off in (("choice_alpha", CHOICE_ALPHA0), ("choice_loglik", 0.0)):
-            at_least(self, 0.0, key)
-            if getattr(self, key) != off and self.reads != "choices":
+        for key, off in (("choice_alpha", (CHOICE_ALPHA0,)), ("choice_loglik", (None, 0.0))):
+            if getattr(self, key) is not None:
+                at_least(self, 0.0, key)
+            if getattr(self, key) not in off and self.reads not in ("choices", "auto"):
                 raise ForethoughtError(f"head.{key} {getattr(self, key):g} is the choice-scoring adapter's; "
                                        "it applies with --head.reads choices")
 
@@ -196,6 +200,34 @@ class PredGenConfig:
 
     def validate(self) -> None:
         method_named(self.method).check(self)
+        with_task_defaults(self)  # the task-dependent defaults resolve (or say why not) before anything loads
+
+
+def with_task_defaults(cfg: PredGenConfig) -> PredGenConfig:
+    """``cfg`` with the defaults that depend on its task and method filled in (the run's config records them).
+
+    On a built-in multiple-choice task answered with the choice's text (``task.answer text``): the methods that
+    write their answer get lm-eval-harness's prompt for the task unless ``task.template`` is given (the choices
+    are not listed; the Predictor, which writes nothing, keeps the prompt that lists them), and PredGen's adapter
+    (``head.reads auto``) scores the example's choices with their log-likelihood (``head.choice_loglik``
+    :data:`CHOICE_LOGLIK0`). Elsewhere ``auto`` reads the answer's states. Raises when a choice-scoring setting is
+    given for an adapter that does not read choices."""
+    method, key = method_named(cfg.method), builtin_name(cfg.task.name)
+    text_mc = key in MULTIPLE_CHOICE and cfg.task.answer == "text"
+    task = cfg.task
+    if text_mc and method.decodes and not task.template and text_template(key):
+        task = dataclasses.replace(task, template=text_template(key))
+    head = cfg.head
+    reads = head.reads if head.reads != "auto" else ("choices" if text_mc and method.head_reads else "states")
+    if reads != "choices":
+        for k, off in (("choice_alpha", (CHOICE_ALPHA0,)), ("choice_loglik", (None, 0.0))):  # 0 = off: no β
+            if getattr(head, k) not in off:
+                raise ForethoughtError(
+                    f"head.{k} {getattr(head, k):g} is the choice-scoring adapter's; this run's adapter reads "
+                    f"{reads} (head.reads auto reads choices only with --method predgen on a multiple-choice task "
+                    "with --task.answer text)")
+    loglik = (CHOICE_LOGLIK0 if reads == "choices" else 0.0) if head.choice_loglik is None else head.choice_loglik
+    return dataclasses.replace(cfg, task=task, head=dataclasses.replace(head, reads=reads, choice_loglik=loglik))
 
 
 @dataclass

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from forethought.predgen.methods import Encoder
 
 CHOICE_ALPHA0 = 5.0  # the choice-scoring adapter's starting α: it starts as the answer the model wrote
+# its starting β, the weight of each choice's log-likelihood: 1 adds the rank decoder's score (chosen on ARC-Easy's
+# validation split over the adapters and prompts, 3 seeds; docs/predgen.md)
+CHOICE_LOGLIK0 = 1.0
 
 LossFn = Callable[[Any, dict[str, Any]], Any]  # (model, batch) -> loss (the trainer's loss_fn)
 
@@ -66,7 +69,7 @@ class Method:
         if self.has_head and cfg.head.pooling not in ("", *self.poolings):
             raise ForethoughtError(f"head.pooling {cfg.head.pooling} does not apply to the {self.name}'s head; "
                                    f"use {' or '.join(self.poolings)}")
-        if cfg.head.reads != "states" and not self.head_reads:
+        if cfg.head.reads not in ("states", "auto") and not self.head_reads:
             readers = " or ".join(f"--method {m.name}" for m in METHODS.values() if m.head_reads)
             raise ForethoughtError(f"head.reads {cfg.head.reads} is PredGen's adapter's input; the {self.name} "
                                    f"has none (use {readers})")

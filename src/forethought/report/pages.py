@@ -302,6 +302,22 @@ def _psf_headline(r: dict) -> str:
             f"{100 * p['flops_per_sample'] / t['flops_per_sample']:.1f} % of its FLOPs per document")
 
 
+@dataclass(frozen=True)
+class Block:
+    """A generated block inside a hand-written system doc (``docs/<system>.md``): the lines between its two marker
+    lines are rendered from one results file, so the doc's numbers are the benchmark's."""
+
+    name: str
+    json: str
+    render: Callable[[dict], list[str]]
+
+
+BLOCKS: tuple[Block, ...] = (
+    Block("predgen-mc-lead", "predgen_mc.json", predgen.mc_lead),
+    Block("psf-codes-lead", "psf_codes.json", psf.codes_lead),
+)
+
+
 HEADLINES: tuple[Headline, ...] = (
     Headline("PredGen", "predgen_tasks.json", "predgen_curves.png",
              "PredGen: learning curves of the three methods (SST-2, ARC-Easy)", _predgen_headline),

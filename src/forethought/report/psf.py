@@ -465,3 +465,43 @@ def codes_reading(r: dict) -> str:
             f"{p['mean']:.3f}, against {ceiling} for a decoder without codes given exact predictive states (source: "
             f"{PLANTED_NO_CODE_CEILING.source.replace('(', '').replace(')', '')}). "
             + (f"Missed: {', '.join(missed)}." if missed else "Every target is met."))
+
+
+def codes_lead(r: dict) -> list[str]:
+    """docs/psf.md's summary of psf_codes.json: the two configurations over seeds against the targets, and the
+    joint-prior arms against their reference."""
+    out: list[str] = []
+    main = r.get("main")
+    if main:
+        m, t, c = main["measures"], main["targets"], main["comparisons"]
+
+        def mean(k: str) -> str:
+            return f"{m[k]['mean']:.3f}"
+
+        def target(k: str) -> str:
+            return f"target {t[k]['target'].replace('>= ', '').replace('<= ', '≤ ')}, {'met' if t[k]['pass'] else 'missed'}"
+
+        nll = c["main - state-only: NLL/token at matched entropy"]
+        ceiling = PLANTED_NO_CODE_CEILING.values["persistence"]
+        out += [f"- **The two configurations over {len(main['seeds'])} training seeds** "
+                f"({', '.join(map(str, main['seeds']))}): zeroing the codes costs {m['zeroing_cost']['mean']:+.3f} "
+                f"nats/token ({target('zeroing_cost')}); clean-state decodes with posterior-mean codes keep the "
+                f"source block's topic (agreement {mean('clean_topic_agreement')}; {target('clean_topic_agreement')}) "
+                f"and persist {mean('clean_persistence')} ({target('clean_persistence')}). Documents from the main "
+                f"prior persist {mean('prior_persistence')} ({target('prior_persistence')}); the state-only prior's "
+                f"{mean('state_only_persistence')}; a decoder without codes given exact predictive states reaches "
+                f"{ceiling} (computed outside this repository), ours with zero codes on clean states "
+                f"{mean('clean_zero_codes_persistence')}. Their exact NLL/token is {mean('prior_nll')} "
+                f"({target('prior_nll')}). At the references' entropy the main prior's documents have NLL/token "
+                f"{mean('psf_nll_matched')} against the state-only prior's {mean('state_only_nll_matched')} "
+                f"(paired difference {nll['mean']:+.3f}, 95 % interval {_iv(nll['ci95_of_mean'])})."]
+    arms = r.get("prior_arms") or {}
+    ref = arms.get("reference")
+    if ref:
+        p = ref["measures"]["prior_persistence"]
+        moves = [f"{a['change']} {a['minus_reference']['prior_persistence']['mean']:+.3f} "
+                 f"(seeds {', '.join(map(str, a['seeds']))})"
+                 for name, a in arms.items() if name != "reference" and a["minus_reference"].get("prior_persistence")]
+        out += [f"- **The joint prior, one change at a time** against {ref['change']}: prior-sample persistence "
+                f"{p['mean']:.3f} (seeds {', '.join(map(str, ref['seeds']))}); " + "; ".join(moves) + "."]
+    return out

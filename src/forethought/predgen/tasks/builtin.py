@@ -76,7 +76,8 @@ from forethought.predgen.tasks.spec import (
     seeded_split,
 )
 
-__all__ = ["MULTIPLE_CHOICE", "WASSA_EMOTIONS", "builtin_name", "known_tasks", "load_builtin", "named_template"]
+__all__ = ["MULTIPLE_CHOICE", "WASSA_EMOTIONS", "builtin_name", "known_tasks", "load_builtin", "named_template",
+           "text_template"]
 
 
 def known_tasks() -> tuple[str, ...]:
@@ -95,6 +96,13 @@ def named_template(name: str) -> str:
     which lists the choices in ``{choices}``, or the named_template that does so instead of its own fields."""
     builtin = _BUILTINS[name]
     return builtin.named_template or builtin.spec.template
+
+
+def text_template(name: str) -> str | None:
+    """The default prompt of built-in multiple-choice task ``name`` for the methods that write the choice's text
+    (answer 'text'): lm-eval-harness's, which does not list the choices; None when the task has none (its own
+    prompt then serves every method)."""
+    return _BUILTINS[name].text_template
 
 
 def load_builtin(name: str, split: str, seed: int, options: dict[str, Any]) -> tuple[TaskSpec, list[Example]]:

@@ -24,6 +24,7 @@ from forethought.predgen.tasks.spec import DEFAULT_EVAL_FRACTION, Builtin, Examp
 
 LETTERS = "ABCDEFGHIJ"
 _MC_TEMPLATE = "Question: {question}\n{choices}\nAnswer:"
+_LMEVAL_QA = "Question: {question}\nAnswer:"  # lm-eval-harness's ARC prompt (answer 'text' for the writing methods)
 # (record, label, where, example id) -> Example: the readers whose label may come from a separate labels file
 _LabelledReader = Callable[[dict[str, Any], Any, str, str], Example]
 
@@ -299,24 +300,27 @@ MC_BUILTINS: dict[str, Builtin] = {
         TaskSpec("arc-easy", "classification", list("ABCDE"), _MC_TEMPLATE, long_field="question"),
         ("arc/ARC-Easy-Dev.jsonl", "arc/ARC-Easy-Test.jsonl"), functools.partial(_arc_local, "Easy"),
         "allenai/ai2_arc", "ARC-Easy", functools.partial(_arc_hub, "Easy"),
+        text_template=_LMEVAL_QA,
     ),
     "arc-challenge": Builtin(
         TaskSpec("arc-challenge", "classification", list("ABCDE"), _MC_TEMPLATE, long_field="question"),
         ("arc/ARC-Challenge-Dev.jsonl", "arc/ARC-Challenge-Test.jsonl"), functools.partial(_arc_local, "Challenge"),
         "allenai/ai2_arc", "ARC-Challenge", functools.partial(_arc_hub, "Challenge"),
+        text_template=_LMEVAL_QA,
     ),
     "piqa": Builtin(
         TaskSpec("piqa", "classification", ["A", "B"], "Goal: {goal}\nA. {sol1}\nB. {sol2}\nAnswer:",
                  long_field="goal"),
         ("piqa/valid.jsonl", "piqa/valid-labels.lst"), _piqa_local, "ybisk/piqa", None,
         functools.partial(_hub_validation, "ybisk/piqa", "label", _piqa_example, "piqa"),
-        named_template="Goal: {goal}\n{choices}\nAnswer:",
+        named_template="Goal: {goal}\n{choices}\nAnswer:", text_template="Question: {goal}\nAnswer:",
     ),
     "siqa": Builtin(
         TaskSpec("siqa", "classification", list("ABC"), "Context: {context}\nQuestion: {question}\n{choices}\nAnswer:",
                  long_field="context"),
         ("siqa/dev.jsonl",), functools.partial(_dev_with_labels, "siqa", "label", _siqa_example), "allenai/social_i_qa",
         None, functools.partial(_hub_validation, "allenai/social_i_qa", "label", _siqa_example, "siqa"),
+        text_template="Q: {context} {question}\nA:",
     ),
     "hellaswag": Builtin(
         TaskSpec("hellaswag", "classification", list("ABCD"),
@@ -334,5 +338,6 @@ MC_BUILTINS: dict[str, Builtin] = {
     "openbookqa": Builtin(
         TaskSpec("openbookqa", "classification", list("ABCD"), _MC_TEMPLATE, long_field="question"),
         ("openbookqa/train.tsv", "openbookqa/test.tsv"), _obqa_local, "allenai/openbookqa", "main", _obqa_hub,
+        text_template=_LMEVAL_QA,
     ),
 }  # fmt: skip

@@ -93,6 +93,9 @@ class Builtin:
     # answer 'name' (multiple-choice tasks): the prompt when the default one lists the choices by their own fields
     # (PIQA's sol1/sol2) rather than in the ``choices`` field that the name format rewrites; None = the default
     named_template: str | None = None
+    # answer 'text': the prompt of the methods that write their answer, lm-eval-harness's for the task (the choices
+    # are not listed: the model writes, and is scored on, the choice's text as a continuation); None = the default
+    text_template: str | None = None
 
 
 def template_fields(spec: TaskSpec) -> list[str]:
