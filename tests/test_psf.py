@@ -794,3 +794,28 @@ def test_prior_code_data_mean_is_the_posterior_mean_and_draws_vary():
     assert torch.equal(d1[..., :m.state_dim], a[..., :m.state_dim])  # the states are the same
     assert not torch.allclose(d1[..., m.state_dim:], d2[..., m.state_dim:])
     assert trajectories(m, x, False, "mean").shape == (3, 4, m.state_dim)
+
+
+@pytest.mark.parametrize("with_codes,code_data", [(False, "mean"), (True, "mean"), (True, "draw")])
+def test_trajectory_bank_reads_what_trajectories_compute(with_codes, code_data):
+    """The per-document bank of prior data (aligned windows): a batch read from it equals trajectories() of the
+    same windows, draws included (the same noise from the same global random stream); None when windows start
+    anywhere."""
+    from forethought.data.corpora import random_windows, window_slots
+    from forethought.psf.recipe import bank_trajectories, trajectories, trajectory_bank
+
+    m = tiny_psf()
+    m.configure(StageFeatures(codes=with_codes))
+    m.eval()
+    L = 12
+    tokens = torch.randint(1, V, (L * 10,)).numpy()
+    bank = trajectory_bank(m, tokens, L, L, with_codes, "cpu", batch=3)
+    assert bank.shape == (10, 4, m.state_dim + (2 * m.code_dim if with_codes else 0))
+    slots = window_slots(len(tokens), 5, L, torch.Generator().manual_seed(7), L)
+    windows = random_windows(tokens, 5, L, torch.Generator().manual_seed(7), L)
+    torch.manual_seed(3)
+    want = trajectories(m, windows, with_codes, code_data)
+    torch.manual_seed(3)
+    got = bank_trajectories(bank, torch.from_numpy(slots), m.state_dim, with_codes, code_data)
+    assert torch.allclose(got, want, atol=1e-5)
+    assert trajectory_bank(m, tokens, L, 1, with_codes, "cpu") is None  # windows anywhere: computed per step

@@ -526,11 +526,17 @@ def spread_windows(tokens: np.ndarray, n: int, length: int, spread: str = "even"
     return torch.from_numpy(windows), offsets
 
 
+def window_slots(n_tokens: int, n: int, length: int, g: torch.Generator, align: int = 1) -> np.ndarray:
+    """The slots (start // ``align``) of ``random_windows``' windows, drawn the same way: (n,) int64 in
+    [0, (n_tokens - length) // align]."""
+    return torch.randint(0, (n_tokens - length) // align + 1, (n,), generator=g).numpy()
+
+
 def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator, align: int = 1) -> torch.Tensor:
     """``n`` windows of ``length`` tokens at uniform random starts (every start, the last one included), starts
     restricted to multiples of ``align`` (``align`` = the document length of a corpus of equal-length documents
     keeps windows on document starts): (n, length)."""
-    starts = torch.randint(0, (len(tokens) - length) // align + 1, (n,), generator=g).numpy() * align
+    starts = window_slots(len(tokens), n, length, g, align) * align
     return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
 
 

@@ -57,7 +57,7 @@ from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run
 from forethought.core.runtime import Runtime, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, TrainHooks, train
-from forethought.data.corpora import eval_windows, random_windows, vocab_size_for
+from forethought.data.corpora import eval_windows, random_windows, vocab_size_for, window_slots
 from forethought.data.planted import PLANTED, build_generator, token_nll
 from forethought.psf.ar import ar_loss, build_ar
 from forethought.psf.config import MODEL_STAGES, STATE_ONLY_PRIOR, RecipeConfig, StageConfig, StageFeatures
@@ -176,6 +176,47 @@ def trajectories(model: PSFModel, tokens: torch.Tensor, with_codes: bool, code_d
     if not with_codes:
         return s
     mu, logvar = model.posterior(feats)
+    code = mu if code_data == "mean" else mu + (0.5 * logvar).exp() * torch.randn_like(mu)
+    return torch.cat([s, code], dim=-1)
+
+
+BANK_BYTES = 2 * 2**30  # the largest per-document bank of prior data kept in memory (planted, 50k documents: ~0.1 GB)
+
+
+@torch.no_grad()
+def trajectory_bank(model: PSFModel, tokens: np.ndarray, length: int, align: int, with_codes: bool,
+                    device: torch.device | str, batch: int = 64) -> torch.Tensor | None:
+    """What :func:`trajectories` reads from every window a prior can be trained on, computed once: (N, K, S)
+    states, with codes (N, K, S + 2·code_dim) states, posterior means and log-variances, for the N windows at
+    multiples of ``align`` (a corpus of equal-length documents: one per document). The PSF model is frozen while a
+    prior trains, so these equal what every step would recompute, and a step then costs the prior alone. None
+    when windows start anywhere (``align`` 1) or the bank would exceed :data:`BANK_BYTES`."""
+    n = (len(tokens) - length) // align + 1
+    width = model.state_dim + (2 * model.code_dim if with_codes else 0)
+    if align == 1 or n * (length // model.block_len) * width * 4 > BANK_BYTES:
+        return None
+    out = []
+    for i in range(0, n, batch):
+        w = torch.from_numpy(np.stack([np.asarray(tokens[j * align:j * align + length], dtype=np.int64)
+                                       for j in range(i, min(i + batch, n))])).to(device)
+        h, feats = model.encode(w)
+        parts = [model.states_from(h)]
+        if with_codes:
+            parts += list(model.posterior(feats))
+        out.append(torch.cat(parts, dim=-1).cpu())
+    return torch.cat(out)
+
+
+def bank_trajectories(bank: torch.Tensor, slots: torch.Tensor, state_dim: int, with_codes: bool,
+                      code_data: str = "draw") -> torch.Tensor:
+    """:func:`trajectories` of the windows at ``slots`` (B,) read from a :func:`trajectory_bank`: (B, K, S
+    [+ code_dim]); a drawn code takes its noise from the global random stream exactly as :func:`trajectories`
+    does."""
+    rows = bank[slots]
+    s = rows[..., :state_dim]
+    if not with_codes:
+        return s
+    mu, logvar = rows[..., state_dim:].chunk(2, dim=-1)
     code = mu if code_data == "mean" else mu + (0.5 * logvar).exp() * torch.randn_like(mu)
     return torch.cat([s, code], dim=-1)
 
@@ -414,14 +455,29 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
                           for i in range(0, len(stats_windows), 64)])
         prior.set_stats(data)
 
-    def loss_fn(p: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-        return unwrap(p).loss(trajectories(model, batch["tokens"], with_codes, pcfg.code_data)), {}
+    L, align = cfg.model.seq_len, window_align(cfg)
+    bank = trajectory_bank(model, ctx.train_tokens, L, align, with_codes, rt.device)
+    if bank is None:
+        batches = ctx.batches(tcfg.batch_size)
+
+        def loss_fn(p: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+            return unwrap(p).loss(trajectories(model, batch["tokens"], with_codes, pcfg.code_data)), {}
+    else:  # the same windows as ctx.batches draws (same generator per step), read from the bank
+        bank = bank.to(rt.device)
+
+        def batches(step: int) -> dict:
+            slots = window_slots(len(ctx.train_tokens), tcfg.batch_size, L, step_generator(cfg.run.seed, step), align)
+            return {"slots": torch.from_numpy(slots), "step": step}
+
+        def loss_fn(p: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+            return unwrap(p).loss(bank_trajectories(bank, batch["slots"], model.state_dim, with_codes,
+                                                    pcfg.code_data)), {}
 
     def eval_fn(p: torch.nn.Module, step: int) -> dict[str, float]:
         return {"val_flow_loss": prior_val_loss(p, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed,
                                                 pcfg.code_data)}
 
-    out = train(prior, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
+    out = train(prior, loss_fn, batches, tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
                 hooks=TrainHooks(eval_fn=eval_fn),
                 model_config={"model_type": "forethought-psf-prior", **asdict(pcfg), "dim": prior.dim,
                               "blocks": prior.blocks, "with_codes": with_codes})
