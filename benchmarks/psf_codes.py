@@ -6,13 +6,15 @@ Per seed ``main-s<seed>``: ``forethought psf recipe --config planted_main --base
 baseline is psf_planted.json's), ``psf diagnose`` (zeroing cost, code information, decoding from clean states /
 prior samples at temperature 1, exact judge) and ``psf eval`` (sweeps, NLL/token at the references' entropy).
 Per prior arm and seed ``prior_<arm>-s<seed>``: the main run's decoder (its base..codes stage folders copied;
-only the prior trains), the reference prior or one change to it, ``psf diagnose``. Measures and comparisons come from
+only the prior trains), the reference prior or one change to it, ``psf diagnose``. Per decoder arm and seed
+``decoder_<arm>-s<seed>``: the main run's stages before the codes stage copied, the codes stage with one change,
+the main prior, ``psf diagnose`` with the main runs' sampling seed (paired with ``main-s<seed>``). Measures and comparisons come from
 :mod:`forethought.experiments.psf_codes`; the file is ``benchmarks/results/psf_codes.json``.
 
 Resumable: a finished recipe / diagnosis / evaluation is not run again, and every finished run's JSON files are
 archived at once in ``benchmarks/results/runs/psf_codes/<run>/`` (a collection reads the archive only).
 
-    python benchmarks/psf_codes.py [--seeds 0 1 2] [--arms mean steps_10k ...] [--arm-seeds 0 1]
+    python benchmarks/psf_codes.py [--seeds 0 1 2] [--arms mean steps_10k ...] [--decoder-arms ...] [--arm-seeds 0 1]
         [--stages-from 'runs/psf-codes-pilot/bn_vae-s{seed}'] [--collect-only] [-- recipe overrides]
 """
 
@@ -28,7 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 import forethought.psf.arms as psf_arms  # noqa: E402
 from forethought.experiments import invocations, subprocess_env  # noqa: E402
-from forethought.experiments.psf_codes import TARGETS, prior_arm_summary, seed_record, summarize  # noqa: E402
+from forethought.experiments.psf_codes import (  # noqa: E402
+    DECODER_MEASURES,
+    TARGETS,
+    prior_arm_summary,
+    seed_record,
+    summarize,
+)
 
 PRESET = "planted_main"
 MODEL_STAGES = ("base", "landing", "self_realized", "codes")
@@ -56,6 +64,13 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "mean_steps_100k": ("posterior means and 100,000 steps (two changes; one from mean_steps_30k)",
                         [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps", "100000"]),
 }
+# Decoder arms: one change to the main configuration's codes stage; each retrains that stage from the main run's
+# self-realized stage, then the main prior (the preset's), and samples with the main runs' seed, so it pairs with
+# main-s<seed> by seed.
+DECODER_ARMS: dict[str, tuple[str, list[str]]] = {
+    "codes_steps_1200": ("the codes stage trains 1,200 steps instead of 300", ["--codes.train.steps", "1200"]),
+}
+DECODER_STAGES = MODEL_STAGES[:-1]  # what a decoder arm copies: everything before the codes stage
 ARCHIVED = ("results.json", "diagnose.json", "eval/results.json")
 
 
@@ -63,7 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="training seeds of the main runs")
     p.add_argument("--arms", nargs="*", default=[], help=f"prior arms to train and diagnose: {list(ARMS)}")
-    p.add_argument("--arm-seeds", type=int, nargs="*", default=[0, 1], help="seeds of the prior arms")
+    p.add_argument("--decoder-arms", nargs="*", default=[], help=f"decoder arms to train and diagnose: "
+                   f"{list(DECODER_ARMS)}")
+    p.add_argument("--arm-seeds", type=int, nargs="*", default=[0, 1], help="seeds of the prior and decoder arms")
     p.add_argument("--stages-from", default="", help="a finished run folder per seed ('{seed}' in it) whose "
                    "base..codes stage folders a new main run copies (the same settings and seed retrain them "
                    "bit-identically on the CPU; recorded in the JSON)")
@@ -77,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
         p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    unknown = [a for a in args.decoder_arms if a not in DECODER_ARMS]
+    if unknown:
+        p.error(f"unknown decoder arm(s) {unknown}; choose from {list(DECODER_ARMS)}")
     return args
 
 
@@ -115,14 +135,21 @@ def prior_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
                         diagnose(d))
 
 
-def copy_stages(src: Path, dst: Path) -> None:
-    """A new run starts from ``src``'s finished model stages (only the priors then train)."""
-    if (dst / "results.json").is_file() or (dst / "codes").exists():
+def decoder_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
+    d = Path(args.runs) / f"decoder_{arm}-s{seed}"
+    return psf_arms.Arm(d, recipe(args, d.name, seed, ["--prior.state_only_variant", "false",
+                                                      *DECODER_ARMS[arm][1]]), diagnose(d, MAIN_SAMPLE_SEED))
+
+
+def copy_stages(src: Path, dst: Path, stages: tuple[str, ...] = MODEL_STAGES) -> None:
+    """A new run starts from ``src``'s finished ``stages`` (default all model stages: only the priors then
+    train)."""
+    if (dst / "results.json").is_file() or (dst / stages[-1]).exists():
         return
-    if not (src / "codes" / "results.json").is_file():
-        sys.exit(f"{src} has no finished codes stage to copy")
+    if not (src / stages[-1] / "results.json").is_file():
+        sys.exit(f"{src} has no finished {stages[-1]} stage to copy")
     dst.mkdir(parents=True, exist_ok=True)
-    for s in MODEL_STAGES:
+    for s in stages:
         shutil.copytree(src / s, dst / s)
     (dst / "stages_from.txt").write_text(str(src) + "\n")
 
@@ -165,6 +192,17 @@ def run_prior_arm(args: argparse.Namespace, name: str, seed: int, logs: Path, en
     archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose)])
 
 
+def run_decoder_arm(args: argparse.Namespace, name: str, seed: int, logs: Path, env: dict) -> None:
+    arm = decoder_arm(args, name, seed)
+    if not (arm.run_dir / "results.json").is_file():
+        main = Path(args.runs) / f"main-s{seed}"
+        if not (main / "codes" / "results.json").is_file():
+            run_main(args, seed, logs, env)
+        copy_stages(main, arm.run_dir, DECODER_STAGES)
+    psf_arms.train_and_diagnose(arm, logs, env, ROOT)
+    archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose)])
+
+
 def read_archived(args: argparse.Namespace, name: str) -> tuple[dict, dict, dict | None, dict] | None:
     d = Path(args.archive) / name
     if not (d / "diagnose.json").is_file():
@@ -189,12 +227,18 @@ def collect(args: argparse.Namespace, command: str) -> dict:
     per_arm = {name: {r["seed"]: r for r in runs.values() if r["arm"] == f"prior_{name}"} for name in ARMS}
     arms = {name: {"change": what, "overrides": overrides, **prior_arm_summary(per_arm[name], per_arm["reference"])}
             for name, (what, overrides) in ARMS.items() if per_arm[name]}
+    per_decoder = {name: {r["seed"]: r for r in runs.values() if r["arm"] == f"decoder_{name}"}
+                   for name in DECODER_ARMS}
+    decoders = {name: {"change": what, "overrides": overrides,
+                       **prior_arm_summary(per_decoder[name], mains, DECODER_MEASURES)}
+                for name, (what, overrides) in DECODER_ARMS.items() if per_decoder[name]}
     walls = sum(v for r in runs.values() for v in (r.get("walls") or {}).values())
     targets = {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()}
     return {"command": command, "what": __doc__.split("\n\n")[0], "machine": psf_arms.machine(args.threads),
             "wall_s": walls, "wall_s_note": "the recipe, diagnose and eval wall times of every run in the file, "
             "summed (each run one thread; runs archived without recorded times count nothing)", "targets": targets,
-            "main": summarize(mains) if mains else None, "prior_arms": arms, "runs": runs}
+            "main": summarize(mains) if mains else None, "prior_arms": arms, "decoder_arms": decoders,
+            "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -207,6 +251,9 @@ def main(argv: list[str] | None = None) -> dict:
         for name in args.arms:  # arm-major: an unfinished ablation has every seed of its first arms
             for seed in args.arm_seeds:
                 run_prior_arm(args, name, seed, logs, env)
+        for name in args.decoder_arms:
+            for seed in args.arm_seeds:
+                run_decoder_arm(args, name, seed, logs, env)
     command = " ".join(["python", "benchmarks/psf_codes.py", *(sys.argv[1:] if argv is None else argv)])
     seen = invocations(Path(args.archive), command)  # every invocation, kept beside the archived runs
     out = collect(args, " ; ".join(seen))

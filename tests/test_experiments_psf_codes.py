@@ -56,3 +56,15 @@ def test_prior_arms_pair_with_the_reference():
     out = prior_arm_summary(arm, ref)
     assert out["minus_reference"]["prior_persistence"]["per_seed"] == pytest.approx([0.06, 0.07])
     assert prior_arm_summary(ref, ref)["minus_reference"] == {}
+
+
+def test_decoder_arms_pair_the_code_channel_with_the_main_runs():
+    """A decoder arm is summarised on the code channel's measures too, paired by seed with the main runs."""
+    from forethought.experiments.psf_codes import DECODER_MEASURES
+
+    main = {s: seed_record(*_files(s, 0.39, 0.48)) for s in (0, 1)}
+    arm = {s: seed_record(*_files(s, 0.45, 0.48)) for s in (0, 1)}
+    out = prior_arm_summary(arm, main, DECODER_MEASURES)
+    assert set(out["measures"]) <= set(DECODER_MEASURES) and "clean_persistence" in out["measures"]
+    assert out["minus_reference"]["prior_persistence"]["per_seed"] == pytest.approx([0.06, 0.06])
+    assert "mean_trajectory_persistence" not in out["measures"]  # a prior arm's measure, not asked here

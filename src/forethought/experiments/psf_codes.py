@@ -126,15 +126,18 @@ def summarize(records: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 
 # What a prior arm changes (the decoder is the main run's): the main prior's documents and its flow loss.
 PRIOR_MEASURES = ("prior_persistence", "prior_nll", "mean_trajectory_persistence", "prior_val_flow_loss")
+# What a decoder arm changes (the codes stage, then the main prior on it): the code channel and both decodes.
+DECODER_MEASURES = ("zeroing_cost", "clean_topic_agreement", "clean_persistence", "clean_nll", "prior_persistence",
+                    "prior_nll")
 
 
-def prior_arm_summary(arm: Mapping[int, Mapping[str, Any]],
-                      reference: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """A prior arm's measures over its seeds and, paired by seed, arm − reference (the same decoder, the
-    reference arm's prior). The flow losses of priors with different code data (draws vs means) measure different
-    distributions: their difference is listed, not a verdict."""
+def prior_arm_summary(arm: Mapping[int, Mapping[str, Any]], reference: Mapping[int, Mapping[str, Any]],
+                      measures: tuple[str, ...] = PRIOR_MEASURES) -> dict[str, Any]:
+    """An arm's ``measures`` over its seeds and, paired by seed, arm − reference (a prior arm: the same decoder,
+    the reference arm's prior; a decoder arm: the main runs). The flow losses of priors with different code data
+    (draws vs means) measure different distributions: their difference is listed, not a verdict."""
     out: dict[str, Any] = {"seeds": sorted(arm), "measures": {}, "minus_reference": {}}
-    for key in PRIOR_MEASURES:
+    for key in measures:
         va, vr = _values(arm, key), _values(reference, key)
         if va:
             out["measures"][key] = over_seeds(va)

@@ -421,6 +421,19 @@ def codes(r: dict) -> list[str]:
                 "the flow losses of priors on posterior means and on draws measure different data):", "",
                 *table(["arm", "change", "seeds", "prior persistence", "− reference", "prior NLL/token",
                         "− reference", "flow loss"], rows)]
+    decoders = r.get("decoder_arms") or {}
+    if decoders:
+        rows = []
+        for name, a in decoders.items():
+            m, d = a["measures"], a["minus_reference"]
+            rows.append([name, a["change"], ", ".join(map(str, a["seeds"])),
+                         *(x for k in ("clean_persistence", "prior_persistence", "zeroing_cost")
+                           for x in (_seeds_cell(m.get(k), ".3f")[0], _per_seed(d.get(k))))])
+        out += ["", "The decoder, one change at a time to the main configuration's codes stage (each arm retrains "
+                "the codes stage from the main run's earlier stages, then the main prior, and samples with the main "
+                "runs' seed; differences paired by seed against the main runs):", "",
+                *table(["arm", "change", "seeds", "clean persistence", "− main", "prior persistence", "− main",
+                        "zeroing cost", "− main"], rows)]
     return out
 
 
@@ -504,4 +517,11 @@ def codes_lead(r: dict) -> list[str]:
                  for name, a in arms.items() if name != "reference" and a["minus_reference"].get("prior_persistence")]
         out += [f"- **The joint prior, one change at a time** against {ref['change']}: prior-sample persistence "
                 f"{p['mean']:.3f} (seeds {', '.join(map(str, ref['seeds']))}); " + "; ".join(moves) + "."]
+    for name, a in (r.get("decoder_arms") or {}).items():
+        d = a["minus_reference"]
+        moves = [f"{label} {d[k]['mean']:+.3f}" for k, label in (("clean_persistence", "clean persistence"),
+                                                                  ("prior_persistence", "prior-sample persistence"),
+                                                                  ("zeroing_cost", "zeroing cost")) if k in d]
+        out += [f"- **Decoder arm `{name}`** ({a['change']}; seeds {', '.join(map(str, a['seeds']))}), minus the "
+                f"main runs: " + ", ".join(moves) + "."]
     return out
