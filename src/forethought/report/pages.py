@@ -158,7 +158,9 @@ PREDGEN = Page("predgen", "Results: PredGen", (
     Section("predgen_mc.json", "Multiple choice: which adapter, which answer (ARC-Easy, ARC-Challenge, STS-B)",
             "FORETHOUGHT_DATA=<data root> python benchmarks/predgen_mc.py", predgen.mc, ("predgen_mc.png",),
             "Every run of a task carves the same validation examples from its training data; the multiple-choice "
-            "adapter default is to be chosen on that validation split, and the eval split is only reported. The "
+            "default (`--head.reads auto`: the choice-scoring adapter with the choices' log-likelihoods; "
+            "lm-eval-harness's prompt for the methods that write) is the PredGen variant picked on that validation "
+            "split, and the eval split is only reported. Each variant spells out its prompt and adapter. The "
             "variants change one thing at a time: the prompt (the task's, which lists the choices, or "
             "lm-eval-harness's ARC prompt `Question: ...\\nAnswer:`, which does not: `-lmeval`), the adapter "
             "(`--head.reads states|choices|logits`, `--head.choice_alpha`, `--head.choice_loglik`: `-ll`) and the "
