@@ -60,6 +60,9 @@ ARMS: dict[str, tuple[str, list[str]]] = {
                        [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps", "10000"]),
     "mean_steps_30k": ("posterior means and 30,000 steps (two changes)",
                        [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps", "30000"]),
+    "mean_wide_30k": ("posterior means, 30,000 steps, width 128 and 4 layers (three changes; one from "
+                      "mean_steps_30k)", [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps",
+                                          "30000", "--prior.model.n_embd", "128", "--prior.model.n_layer", "4"]),
     # the presets' prior (means, 30,000 steps) trained longer: its flow loss was still falling at 30,000
     "mean_steps_100k": ("posterior means and 100,000 steps (two changes; one from mean_steps_30k)",
                         [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps", "100000"]),
