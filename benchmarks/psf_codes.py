@@ -72,6 +72,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
 # main-s<seed> by seed.
 DECODER_ARMS: dict[str, tuple[str, list[str]]] = {
     "codes_steps_1200": ("the codes stage trains 1,200 steps instead of 300", ["--codes.train.steps", "1200"]),
+    "codes_steps_3000": ("the codes stage trains 3,000 steps instead of 300", ["--codes.train.steps", "3000"]),
 }
 DECODER_STAGES = MODEL_STAGES[:-1]  # what a decoder arm copies: everything before the codes stage
 ARCHIVED = ("results.json", "diagnose.json", "eval/results.json")
