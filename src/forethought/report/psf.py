@@ -518,10 +518,10 @@ def codes_lead(r: dict) -> list[str]:
         out += [f"- **The joint prior, one change at a time** against {ref['change']}: prior-sample persistence "
                 f"{p['mean']:.3f} (seeds {', '.join(map(str, ref['seeds']))}); " + "; ".join(moves) + "."]
     for name, a in (r.get("decoder_arms") or {}).items():
-        d = a["minus_reference"]
-        moves = [f"{label} {d[k]['mean']:+.3f}" for k, label in (("clean_persistence", "clean persistence"),
+        d, m = a["minus_reference"], a["measures"]
+        moves = [f"{label} {m[k]['mean']:.3f} ({d[k]['mean']:+.3f})" for k, label in (("clean_persistence", "clean persistence"),
                                                                   ("prior_persistence", "prior-sample persistence"),
                                                                   ("zeroing_cost", "zeroing cost")) if k in d]
-        out += [f"- **Decoder arm `{name}`** ({a['change']}; seeds {', '.join(map(str, a['seeds']))}), minus the "
-                f"main runs: " + ", ".join(moves) + "."]
+        out += [f"- **Decoder arm `{name}`** ({a['change']}; seeds {', '.join(map(str, a['seeds']))}; in brackets "
+                f"minus the main runs, paired by seed): " + ", ".join(moves) + "."]
     return out
