@@ -376,7 +376,7 @@ def mc_lead(r: dict) -> list[str]:
             lines.append(f"- Best mean validation accuracy over the PredGen variants (seeds "
                          f"{', '.join(sel['seeds'])}, the examples carved from the training data): `{picked}` "
                          f"({sel['validation'][picked]:.3f}).")
-        out += [*lines, ""]
+        out += [*lines, ""] if lines else []
     sts = r["tasks"].get("stsb", {}).get("paired", {}).get("predgen-expected_minus_predgen-expected_expected_value")
     if sts:
         iv = sts["ci95_of_seed_mean"]
