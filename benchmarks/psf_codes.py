@@ -33,7 +33,7 @@ from forethought.experiments import invocations, subprocess_env  # noqa: E402
 from forethought.experiments.psf_codes import (  # noqa: E402
     DECODER_MEASURES,
     TARGETS,
-    prior_arm_summary,
+    arm_summary,
     seed_record,
     summarize,
 )
@@ -185,24 +185,15 @@ def run_main(args: argparse.Namespace, seed: int, logs: Path, env: dict) -> None
     archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose), ev])
 
 
-def run_prior_arm(args: argparse.Namespace, name: str, seed: int, logs: Path, env: dict) -> None:
-    arm = prior_arm(args, name, seed)
+def run_arm(args: argparse.Namespace, arm: psf_arms.Arm, seed: int, stages: tuple[str, ...], logs: Path,
+            env: dict) -> None:
+    """A prior or decoder arm: ``stages`` copied from the seed's main run (trained first if need be), the rest
+    trained, diagnosed and archived."""
     if not (arm.run_dir / "results.json").is_file():
         main = Path(args.runs) / f"main-s{seed}"
         if not (main / "codes" / "results.json").is_file():
             run_main(args, seed, logs, env)
-        copy_stages(main, arm.run_dir)
-    psf_arms.train_and_diagnose(arm, logs, env, ROOT)
-    archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose)])
-
-
-def run_decoder_arm(args: argparse.Namespace, name: str, seed: int, logs: Path, env: dict) -> None:
-    arm = decoder_arm(args, name, seed)
-    if not (arm.run_dir / "results.json").is_file():
-        main = Path(args.runs) / f"main-s{seed}"
-        if not (main / "codes" / "results.json").is_file():
-            run_main(args, seed, logs, env)
-        copy_stages(main, arm.run_dir, DECODER_STAGES)
+        copy_stages(main, arm.run_dir, stages)
     psf_arms.train_and_diagnose(arm, logs, env, ROOT)
     archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose)])
 
@@ -228,14 +219,14 @@ def collect(args: argparse.Namespace, command: str) -> dict:
         runs[d.name] = rec
         if arm == "main":
             mains[int(seed)] = rec
-    per_arm = {name: {r["seed"]: r for r in runs.values() if r["arm"] == f"prior_{name}"} for name in ARMS}
-    arms = {name: {"change": what, "overrides": overrides, **prior_arm_summary(per_arm[name], per_arm["reference"])}
+    def by_seed(run_name: str) -> dict[int, dict]:
+        return {r["seed"]: r for r in runs.values() if r["arm"] == run_name}
+
+    per_arm = {name: by_seed(f"prior_{name}") for name in ARMS}  # the reference arm is summarised against itself
+    arms = {name: {"change": what, "overrides": overrides, **arm_summary(per_arm[name], per_arm["reference"])}
             for name, (what, overrides) in ARMS.items() if per_arm[name]}
-    per_decoder = {name: {r["seed"]: r for r in runs.values() if r["arm"] == f"decoder_{name}"}
-                   for name in DECODER_ARMS}
-    decoders = {name: {"change": what, "overrides": overrides,
-                       **prior_arm_summary(per_decoder[name], mains, DECODER_MEASURES)}
-                for name, (what, overrides) in DECODER_ARMS.items() if per_decoder[name]}
+    decoders = {name: {"change": what, "overrides": overrides, **arm_summary(per, mains, DECODER_MEASURES)}
+                for name, (what, overrides) in DECODER_ARMS.items() if (per := by_seed(f"decoder_{name}"))}
     walls = sum(v for r in runs.values() for v in (r.get("walls") or {}).values())
     targets = {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()}
     return {"command": command, "what": __doc__.split("\n\n")[0], "machine": psf_arms.machine(args.threads),
@@ -254,10 +245,10 @@ def main(argv: list[str] | None = None) -> dict:
             run_main(args, seed, logs, env)
         for name in args.arms:  # arm-major: an unfinished ablation has every seed of its first arms
             for seed in args.arm_seeds:
-                run_prior_arm(args, name, seed, logs, env)
+                run_arm(args, prior_arm(args, name, seed), seed, MODEL_STAGES, logs, env)
         for name in args.decoder_arms:
             for seed in args.arm_seeds:
-                run_decoder_arm(args, name, seed, logs, env)
+                run_arm(args, decoder_arm(args, name, seed), seed, DECODER_STAGES, logs, env)
     command = " ".join(["python", "benchmarks/psf_codes.py", *(sys.argv[1:] if argv is None else argv)])
     seen = invocations(Path(args.archive), command)  # every invocation, kept beside the archived runs
     out = collect(args, " ; ".join(seen))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from forethought.experiments.psf_codes import prior_arm_summary, seed_record, summarize
+from forethought.experiments.psf_codes import arm_summary, seed_record, summarize
 
 
 def _files(seed: int, prior_pers: float, so_pers: float, zero_low: float = 0.5):
@@ -53,9 +53,9 @@ def test_summarize_pairs_by_seed_and_judges_targets():
 def test_prior_arms_pair_with_the_reference():
     ref = {s: seed_record(*_files(s, 0.39, 0.48)) for s in (0, 1)}
     arm = {s: seed_record(*_files(s, 0.45 + s / 100, 0.48)) for s in (0, 1)}
-    out = prior_arm_summary(arm, ref)
+    out = arm_summary(arm, ref)
     assert out["minus_reference"]["prior_persistence"]["per_seed"] == pytest.approx([0.06, 0.07])
-    assert prior_arm_summary(ref, ref)["minus_reference"] == {}
+    assert arm_summary(ref, ref)["minus_reference"] == {}
 
 
 def test_decoder_arms_pair_the_code_channel_with_the_main_runs():
@@ -64,7 +64,7 @@ def test_decoder_arms_pair_the_code_channel_with_the_main_runs():
 
     main = {s: seed_record(*_files(s, 0.39, 0.48)) for s in (0, 1)}
     arm = {s: seed_record(*_files(s, 0.45, 0.48)) for s in (0, 1)}
-    out = prior_arm_summary(arm, main, DECODER_MEASURES)
+    out = arm_summary(arm, main, DECODER_MEASURES)
     assert set(out["measures"]) <= set(DECODER_MEASURES) and "clean_persistence" in out["measures"]
     assert out["minus_reference"]["prior_persistence"]["per_seed"] == pytest.approx([0.06, 0.06])
     assert "mean_trajectory_persistence" not in out["measures"]  # a prior arm's measure, not asked here

@@ -22,6 +22,7 @@ import io
 import json
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -536,7 +537,11 @@ def random_windows(tokens: np.ndarray, n: int, length: int, g: torch.Generator, 
     """``n`` windows of ``length`` tokens at uniform random starts (every start, the last one included), starts
     restricted to multiples of ``align`` (``align`` = the document length of a corpus of equal-length documents
     keeps windows on document starts): (n, length)."""
-    starts = window_slots(len(tokens), n, length, g, align) * align
+    return windows_at(tokens, window_slots(len(tokens), n, length, g, align) * align, length)
+
+
+def windows_at(tokens: np.ndarray, starts: Iterable[int], length: int) -> torch.Tensor:
+    """The windows of ``length`` tokens at ``starts``: (len(starts), length) int64."""
     return torch.from_numpy(np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts]))
 
 

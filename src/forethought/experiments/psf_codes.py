@@ -131,7 +131,7 @@ DECODER_MEASURES = ("zeroing_cost", "clean_topic_agreement", "clean_persistence"
                     "prior_nll")
 
 
-def prior_arm_summary(arm: Mapping[int, Mapping[str, Any]], reference: Mapping[int, Mapping[str, Any]],
+def arm_summary(arm: Mapping[int, Mapping[str, Any]], reference: Mapping[int, Mapping[str, Any]],
                       measures: tuple[str, ...] = PRIOR_MEASURES) -> dict[str, Any]:
     """An arm's ``measures`` over its seeds and, paired by seed, arm − reference (a prior arm: the same decoder,
     the reference arm's prior; a decoder arm: the main runs). The flow losses of priors with different code data

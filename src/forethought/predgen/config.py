@@ -130,6 +130,10 @@ class TaskConfig:
         return {k: v for k, v in opts.items() if v is not None}
 
 
+# the choice-scoring adapter's settings and the values that leave it off (a choice_loglik of 0 reads no β)
+_CHOICE_OFF = (("choice_alpha", (CHOICE_ALPHA0,)), ("choice_loglik", (None, 0.0)))
+
+
 @dataclass
 class HeadConfig:
     pooling: Pooling = field(
@@ -155,12 +159,9 @@ class HeadConfig:
     def validate(self) -> None:
         at_least(self, 1, "hidden")
         positive(self, "lr_scale")
-        for key, off in (("choice_alpha", (CHOICE_ALPHA0,)), ("choice_loglik", (None, 0.0))):
+        for key, _ in _CHOICE_OFF:  # whether they apply is checked once the adapter is known (with_task_defaults)
             if getattr(self, key) is not None:
                 at_least(self, 0.0, key)
-            if getattr(self, key) not in off and self.reads not in ("choices", "auto"):
-                raise ForethoughtError(f"head.{key} {getattr(self, key):g} is the choice-scoring adapter's; "
-                                       "it applies with --head.reads choices")
 
 
 @dataclass
@@ -220,12 +221,12 @@ def with_task_defaults(cfg: PredGenConfig) -> PredGenConfig:
     head = cfg.head
     reads = head.reads if head.reads != "auto" else ("choices" if text_mc and method.head_reads else "states")
     if reads != "choices":
-        for k, off in (("choice_alpha", (CHOICE_ALPHA0,)), ("choice_loglik", (None, 0.0))):  # 0 = off: no β
+        for k, off in _CHOICE_OFF:
             if getattr(head, k) not in off:
                 raise ForethoughtError(
-                    f"head.{k} {getattr(head, k):g} is the choice-scoring adapter's; this run's adapter reads "
-                    f"{reads} (head.reads auto reads choices only with --method predgen on a multiple-choice task "
-                    "with --task.answer text)")
+                    f"head.{k} {getattr(head, k):g} is the choice-scoring adapter's; it applies with --head.reads "
+                    f"choices, and this run's adapter reads {reads} (head.reads auto reads choices only with "
+                    "--method predgen on a multiple-choice task with --task.answer text)")
     loglik = (CHOICE_LOGLIK0 if reads == "choices" else 0.0) if head.choice_loglik is None else head.choice_loglik
     return dataclasses.replace(cfg, task=task, head=dataclasses.replace(head, reads=reads, choice_loglik=loglik))
 

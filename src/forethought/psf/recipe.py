@@ -57,7 +57,7 @@ from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run
 from forethought.core.runtime import Runtime, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, TrainHooks, train
-from forethought.data.corpora import eval_windows, random_windows, vocab_size_for, window_slots
+from forethought.data.corpora import eval_windows, random_windows, vocab_size_for, window_slots, windows_at
 from forethought.data.planted import PLANTED, build_generator, token_nll
 from forethought.psf.ar import ar_loss, build_ar
 from forethought.psf.config import MODEL_STAGES, STATE_ONLY_PRIOR, RecipeConfig, StageConfig, StageFeatures
@@ -173,11 +173,14 @@ def trajectories(model: PSFModel, tokens: torch.Tensor, with_codes: bool, code_d
     mean with ``code_data="mean"``): prior data."""
     h, feats = model.encode(tokens)
     s = model.states_from(h)
-    if not with_codes:
-        return s
-    mu, logvar = model.posterior(feats)
+    return with_code(s, *model.posterior(feats), code_data) if with_codes else s
+
+
+def with_code(states: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor, code_data: str) -> torch.Tensor:
+    """(B, K, S) states + each block's code -> (B, K, S + code_dim): the posterior mean (``code_data`` mean) or one
+    draw, its noise from the global random stream."""
     code = mu if code_data == "mean" else mu + (0.5 * logvar).exp() * torch.randn_like(mu)
-    return torch.cat([s, code], dim=-1)
+    return torch.cat([states, code], dim=-1)
 
 
 BANK_BYTES = 2 * 2**30  # the largest per-document bank of prior data kept in memory (planted, 50k documents: ~0.1 GB)
@@ -197,8 +200,7 @@ def trajectory_bank(model: PSFModel, tokens: np.ndarray, length: int, align: int
         return None
     out = []
     for i in range(0, n, batch):
-        w = torch.from_numpy(np.stack([np.asarray(tokens[j * align:j * align + length], dtype=np.int64)
-                                       for j in range(i, min(i + batch, n))])).to(device)
+        w = windows_at(tokens, range(i * align, min(i + batch, n) * align, align), length).to(device)
         h, feats = model.encode(w)
         parts = [model.states_from(h)]
         if with_codes:
@@ -214,11 +216,7 @@ def bank_trajectories(bank: torch.Tensor, slots: torch.Tensor, state_dim: int, w
     does."""
     rows = bank[slots]
     s = rows[..., :state_dim]
-    if not with_codes:
-        return s
-    mu, logvar = rows[..., state_dim:].chunk(2, dim=-1)
-    code = mu if code_data == "mean" else mu + (0.5 * logvar).exp() * torch.randn_like(mu)
-    return torch.cat([s, code], dim=-1)
+    return with_code(s, *rows[..., state_dim:].chunk(2, dim=-1), code_data) if with_codes else s
 
 
 @torch.no_grad()
@@ -460,8 +458,8 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
     if bank is None:
         batches = ctx.batches(tcfg.batch_size)
 
-        def loss_fn(p: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-            return unwrap(p).loss(trajectories(model, batch["tokens"], with_codes, pcfg.code_data)), {}
+        def data(batch: dict) -> torch.Tensor:
+            return trajectories(model, batch["tokens"], with_codes, pcfg.code_data)
     else:  # the same windows as ctx.batches draws (same generator per step), read from the bank
         bank = bank.to(rt.device)
 
@@ -469,9 +467,11 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
             slots = window_slots(len(ctx.train_tokens), tcfg.batch_size, L, step_generator(cfg.run.seed, step), align)
             return {"slots": torch.from_numpy(slots), "step": step}
 
-        def loss_fn(p: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-            return unwrap(p).loss(bank_trajectories(bank, batch["slots"], model.state_dim, with_codes,
-                                                    pcfg.code_data)), {}
+        def data(batch: dict) -> torch.Tensor:
+            return bank_trajectories(bank, batch["slots"], model.state_dim, with_codes, pcfg.code_data)
+
+    def loss_fn(p: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+        return unwrap(p).loss(data(batch)), {}
 
     def eval_fn(p: torch.nn.Module, step: int) -> dict[str, float]:
         return {"val_flow_loss": prior_val_loss(p, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed,

@@ -406,15 +406,7 @@ def codes(r: dict) -> list[str]:
     out = ["No main run finished yet."] if not main else _codes_main(main)
     arms = r.get("prior_arms") or {}
     if arms:
-        rows = []
-        for name, a in arms.items():
-            m, d = a["measures"], a["minus_reference"]
-            rows.append([name, a["change"], ", ".join(map(str, a["seeds"])),
-                         *(_seeds_cell(m.get("prior_persistence"), ".3f")[:1]),
-                         _per_seed(d.get("prior_persistence")),
-                         *(_seeds_cell(m.get("prior_nll"), ".3f")[:1]),
-                         _per_seed(d.get("prior_nll")),
-                         *(_seeds_cell(m.get("prior_val_flow_loss"), ".3f")[:1])])
+        rows = _arm_rows(arms, (("prior_persistence", True), ("prior_nll", True), ("prior_val_flow_loss", False)))
         out += ["", "The joint prior, one change at a time on the same decoders (each arm trains one prior over "
                 "states + codes and samples with seed 0; differences paired by seed against the reference arm, their mean "
                 "and, in brackets, each seed's; "
@@ -423,18 +415,25 @@ def codes(r: dict) -> list[str]:
                         "− reference", "flow loss"], rows)]
     decoders = r.get("decoder_arms") or {}
     if decoders:
-        rows = []
-        for name, a in decoders.items():
-            m, d = a["measures"], a["minus_reference"]
-            rows.append([name, a["change"], ", ".join(map(str, a["seeds"])),
-                         *(x for k in ("clean_persistence", "prior_persistence", "zeroing_cost")
-                           for x in (_seeds_cell(m.get(k), ".3f")[0], _per_seed(d.get(k))))])
+        rows = _arm_rows(decoders, (("clean_persistence", True), ("prior_persistence", True), ("zeroing_cost", True)))
         out += ["", "The decoder, one change at a time to the main configuration's codes stage (each arm retrains "
                 "the codes stage from the main run's earlier stages, then the main prior, and samples with the main "
                 "runs' seed; differences paired by seed against the main runs):", "",
                 *table(["arm", "change", "seeds", "clean persistence", "− main", "prior persistence", "− main",
                         "zeroing cost", "− main"], rows)]
     return out
+
+
+def _arm_rows(arms: dict, columns: tuple[tuple[str, bool], ...]) -> list[list[str]]:
+    """One row per arm: its name, change and seeds, then per column (measure, with its difference) the measure
+    over seeds and, when asked, the seed-paired difference against the arm's reference."""
+    rows = []
+    for name, a in arms.items():
+        m, d = a["measures"], a["minus_reference"]
+        cells = [x for key, diff in columns
+                 for x in (_seeds_cell(m.get(key), ".3f")[0], *((_per_seed(d.get(key)),) if diff else ()))]
+        rows.append([name, a["change"], ", ".join(map(str, a["seeds"])), *cells])
+    return rows
 
 
 def _per_seed(d: dict | None) -> str:
