@@ -8,8 +8,9 @@ prior samples at temperature 1, exact judge) and ``psf eval`` (sweeps, NLL/token
 Per prior arm and seed ``prior_<arm>-s<seed>``: the main run's decoder (its base..codes stage folders copied;
 only the prior trains), the reference prior or one change to it, ``psf diagnose``. Per decoder arm and seed
 ``decoder_<arm>-s<seed>``: the main run's stages before the codes stage copied, the codes stage with one change,
-the main prior, ``psf diagnose`` with the main runs' sampling seed (paired with ``main-s<seed>``). Measures and comparisons come from
-:mod:`forethought.experiments.psf_codes`; the file is ``benchmarks/results/psf_codes.json``.
+the main prior, ``psf diagnose`` with the main runs' sampling seed (paired with ``main-s<seed>``); an arm that
+extends another (``EXTENDS``) copies that arm's stages, codes included, and retrains the prior only. Measures and
+comparisons come from :mod:`forethought.experiments.psf_codes`; the file is ``benchmarks/results/psf_codes.json``.
 
 Resumable: a finished recipe / diagnosis / evaluation is not run again, and every finished run's JSON files are
 archived at once in ``benchmarks/results/runs/psf_codes/<run>/`` (a collection reads the archive only).
@@ -73,7 +74,13 @@ ARMS: dict[str, tuple[str, list[str]]] = {
 DECODER_ARMS: dict[str, tuple[str, list[str]]] = {
     "codes_steps_1200": ("the codes stage trains 1,200 steps instead of 300", ["--codes.train.steps", "1200"]),
     "codes_steps_3000": ("the codes stage trains 3,000 steps instead of 300", ["--codes.train.steps", "3000"]),
+    "codes_3000_prior_100k": ("the codes stage at 3,000 steps and the prior at 100,000 steps (two changes; one "
+                              "from codes_steps_3000)", ["--codes.train.steps", "3000", "--prior.train.steps",
+                                                         "100000"]),
 }
+# A decoder arm that extends another copies that arm's finished stages, codes included (the same settings and seed
+# retrain them bit-identically on the CPU), so only its prior trains.
+EXTENDS = {"codes_3000_prior_100k": "codes_steps_3000"}
 DECODER_STAGES = MODEL_STAGES[:-1]  # what a decoder arm copies: everything before the codes stage
 ARCHIVED = ("results.json", "diagnose.json", "eval/results.json")
 
@@ -186,14 +193,15 @@ def run_main(args: argparse.Namespace, seed: int, logs: Path, env: dict) -> None
 
 
 def run_arm(args: argparse.Namespace, arm: psf_arms.Arm, seed: int, stages: tuple[str, ...], logs: Path,
-            env: dict) -> None:
-    """A prior or decoder arm: ``stages`` copied from the seed's main run (trained first if need be), the rest
-    trained, diagnosed and archived."""
+            env: dict, source: Path | None = None) -> None:
+    """A prior or decoder arm: ``stages`` copied from ``source`` (default the seed's main run, trained first if
+    need be), the rest trained, diagnosed and archived."""
     if not (arm.run_dir / "results.json").is_file():
-        main = Path(args.runs) / f"main-s{seed}"
-        if not (main / "codes" / "results.json").is_file():
-            run_main(args, seed, logs, env)
-        copy_stages(main, arm.run_dir, stages)
+        if source is None:
+            source = Path(args.runs) / f"main-s{seed}"
+            if not (source / "codes" / "results.json").is_file():
+                run_main(args, seed, logs, env)
+        copy_stages(source, arm.run_dir, stages)
     psf_arms.train_and_diagnose(arm, logs, env, ROOT)
     archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose)])
 
@@ -248,7 +256,12 @@ def main(argv: list[str] | None = None) -> dict:
                 run_arm(args, prior_arm(args, name, seed), seed, MODEL_STAGES, logs, env)
         for name in args.decoder_arms:
             for seed in args.arm_seeds:
-                run_arm(args, decoder_arm(args, name, seed), seed, DECODER_STAGES, logs, env)
+                if name in EXTENDS:  # the arm it extends first, then its stages copied
+                    base = decoder_arm(args, EXTENDS[name], seed)
+                    run_arm(args, base, seed, DECODER_STAGES, logs, env)
+                    run_arm(args, decoder_arm(args, name, seed), seed, MODEL_STAGES, logs, env, base.run_dir)
+                else:
+                    run_arm(args, decoder_arm(args, name, seed), seed, DECODER_STAGES, logs, env)
     command = " ".join(["python", "benchmarks/psf_codes.py", *(sys.argv[1:] if argv is None else argv)])
     seen = invocations(Path(args.archive), command)  # every invocation, kept beside the archived runs
     out = collect(args, " ; ".join(seen))
