@@ -77,10 +77,13 @@ DECODER_ARMS: dict[str, tuple[str, list[str]]] = {
     "codes_3000_prior_100k": ("the codes stage at 3,000 steps and the prior at 100,000 steps (two changes; one "
                               "from codes_steps_3000)", ["--codes.train.steps", "3000", "--prior.train.steps",
                                                          "100000"]),
+    "codes_3000_prior_wide": ("the codes stage at 3,000 steps and the prior at width 128 and 4 layers (two changes; "
+                              "one from codes_steps_3000)", ["--codes.train.steps", "3000", "--prior.model.n_embd",
+                                                             "128", "--prior.model.n_layer", "4"]),
 }
 # A decoder arm that extends another copies that arm's finished stages, codes included (the same settings and seed
 # retrain them bit-identically on the CPU), so only its prior trains.
-EXTENDS = {"codes_3000_prior_100k": "codes_steps_3000"}
+EXTENDS = {"codes_3000_prior_100k": "codes_steps_3000", "codes_3000_prior_wide": "codes_steps_3000"}
 DECODER_STAGES = MODEL_STAGES[:-1]  # what a decoder arm copies: everything before the codes stage
 ARCHIVED = ("results.json", "diagnose.json", "eval/results.json")
 
