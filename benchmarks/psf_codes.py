@@ -71,15 +71,15 @@ ARMS: dict[str, tuple[str, list[str]]] = {
 # Decoder arms: one change to the main configuration's codes stage; each retrains that stage from the main run's
 # self-realized stage, then the main prior (the preset's), and samples with the main runs' seed, so it pairs with
 # main-s<seed> by seed.
+CODES_3000 = ["--codes.train.steps", "3000"]
 DECODER_ARMS: dict[str, tuple[str, list[str]]] = {
     "codes_steps_1200": ("the codes stage trains 1,200 steps instead of 300", ["--codes.train.steps", "1200"]),
-    "codes_steps_3000": ("the codes stage trains 3,000 steps instead of 300", ["--codes.train.steps", "3000"]),
+    "codes_steps_3000": ("the codes stage trains 3,000 steps instead of 300", CODES_3000),
     "codes_3000_prior_100k": ("the codes stage at 3,000 steps and the prior at 100,000 steps (two changes; one "
-                              "from codes_steps_3000)", ["--codes.train.steps", "3000", "--prior.train.steps",
-                                                         "100000"]),
+                              "from codes_steps_3000)", [*CODES_3000, "--prior.train.steps", "100000"]),
     "codes_3000_prior_wide": ("the codes stage at 3,000 steps and the prior at width 128 and 4 layers (two changes; "
-                              "one from codes_steps_3000)", ["--codes.train.steps", "3000", "--prior.model.n_embd",
-                                                             "128", "--prior.model.n_layer", "4"]),
+                              "one from codes_steps_3000)", [*CODES_3000, "--prior.model.n_embd", "128",
+                                                             "--prior.model.n_layer", "4"]),
 }
 # A decoder arm that extends another copies that arm's finished stages, codes included (the same settings and seed
 # retrain them bit-identically on the CPU), so only its prior trains.

@@ -418,7 +418,8 @@ def codes(r: dict) -> list[str]:
         rows = _arm_rows(decoders, (("clean_persistence", True), ("prior_persistence", True), ("zeroing_cost", True)))
         out += ["", "The decoder, one change at a time to the main configuration's codes stage (each arm retrains "
                 "the codes stage from the main run's earlier stages, then the main prior, and samples with the main "
-                "runs' seed; differences paired by seed against the main runs):", "",
+                "runs' seed; an arm that also changes the prior copies the stages of the arm it extends and trains "
+                "only its prior; differences paired by seed against the main runs):", "",
                 *table(["arm", "change", "seeds", "clean persistence", "− main", "prior persistence", "− main",
                         "zeroing cost", "− main"], rows)]
     return out
