@@ -5,18 +5,21 @@ codes), 3 training seeds, and a joint-prior ablation on the same decoders.
 Per seed ``main-s<seed>``: ``forethought psf recipe --config planted_main --baselines []`` (both priors; the AR
 baseline is psf_planted.json's), ``psf diagnose`` (zeroing cost, code information, decoding from clean states /
 prior samples at temperature 1, exact judge) and ``psf eval`` (sweeps, NLL/token at the references' entropy).
-Per prior arm and seed ``prior_<arm>-s<seed>``: the main run's decoder (its base..codes stage folders copied;
-only the prior trains), the reference prior or one change to it, ``psf diagnose``. Per decoder arm and seed
-``decoder_<arm>-s<seed>``: the main run's stages before the codes stage copied, the codes stage with one change,
-the main prior, ``psf diagnose`` with the main runs' sampling seed (paired with ``main-s<seed>``); an arm that
-extends another (``EXTENDS``) copies that arm's stages, codes included, and retrains the prior only. Measures and
-comparisons come from :mod:`forethought.experiments.psf_codes`; the file is ``benchmarks/results/psf_codes.json``.
+``decoder_reference-s<seed>``: the same for the earlier preset (the codes stage 300 steps, the prior width 64 and 2
+layers), the decoder both ablations start from. Per prior arm and seed ``prior_<arm>-s<seed>``: the reference
+decoder (its base..codes stage folders copied; only the prior trains), the reference prior or one change to it,
+``psf diagnose``. Per decoder arm and seed ``decoder_<arm>-s<seed>``: the reference run's stages before the codes
+stage copied, the codes stage with one change, the main prior, ``psf diagnose`` with the main runs' sampling seed
+(paired with ``decoder_reference-s<seed>``); an arm that extends another (``EXTENDS``) copies that arm's stages,
+codes included, and retrains the prior only. Measures and comparisons come from
+:mod:`forethought.experiments.psf_codes`; the file is ``benchmarks/results/psf_codes.json``.
 
 Resumable: a finished recipe / diagnosis / evaluation is not run again, and every finished run's JSON files are
 archived at once in ``benchmarks/results/runs/psf_codes/<run>/`` (a collection reads the archive only).
 
     python benchmarks/psf_codes.py [--seeds 0 1 2] [--arms mean steps_10k ...] [--decoder-arms ...] [--arm-seeds 0 1]
-        [--stages-from 'runs/psf-codes-pilot/bn_vae-s{seed}'] [--collect-only] [-- recipe overrides]
+        [--stages-from 'runs/psf-codes/decoder_codes_3000_prior_wide-s{seed}' [--copy-prior]] [--collect-only]
+        [-- recipe overrides]
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import json
 import shutil
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +51,12 @@ SWEEP = "[[1.2,1.0],[1.0,1.0],[0.8,0.9],[0.6,0.9],[0.5,0.9],[0.4,0.9],[0.3,0.9]]
 # The joint-prior ablation: every arm trains one prior over states + codes on the seed's code-trained decoder, the
 # reference arm with the pilot's prior settings spelled out (so the ablation does not move when planted_main's
 # prior does), every other arm with one change to it (the last override wins).
-REFERENCE = ["--prior.model.code_data", "draw", "--prior.train.steps", "3000", "--prior.model.n_embd", "64",
-             "--prior.model.n_layer", "2"]
+# The decoder both ablations start from is the earlier planted_main's (its codes stage 300 steps): the
+# ``decoder_reference`` runs, archived as main-s<seed> until the preset changed. Its settings are spelled out so
+# that neither ablation moves when the preset does.
+PILOT_CODES = ["--codes.train.steps", "300"]
+REFERENCE = [*PILOT_CODES, "--prior.model.code_data", "draw", "--prior.train.steps", "3000", "--prior.model.n_embd",
+             "64", "--prior.model.n_layer", "2"]
 ARMS: dict[str, tuple[str, list[str]]] = {
     "reference": ("the pilot's prior: codes as one posterior draw per block, 3,000 steps, width 64, 2 layers",
                   REFERENCE),
@@ -68,18 +77,23 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "mean_steps_100k": ("posterior means and 100,000 steps (two changes; one from mean_steps_30k)",
                         [*REFERENCE, "--prior.model.code_data", "mean", "--prior.train.steps", "100000"]),
 }
-# Decoder arms: one change to the main configuration's codes stage; each retrains that stage from the main run's
-# self-realized stage, then the main prior (the preset's), and samples with the main runs' seed, so it pairs with
-# main-s<seed> by seed.
-CODES_3000 = ["--codes.train.steps", "3000"]
+# Decoder arms: one change to the reference decoder's codes stage (the earlier preset: 300 steps, the main prior
+# width 64 and 2 layers); each retrains that stage from the reference run's self-realized stage, then the main prior,
+# and samples with the main runs' seed, so it pairs with decoder_reference-s<seed> by seed. The reference arm is
+# the earlier preset run whole (both priors, psf eval), as the main runs are.
+DECODER_REFERENCE = [*PILOT_CODES, "--prior.model.n_embd", "64", "--prior.model.n_layer", "2"]
+CODES_3000 = [*DECODER_REFERENCE, "--codes.train.steps", "3000"]
+WIDE_PRIOR = ["--prior.model.n_embd", "128", "--prior.model.n_layer", "4"]
 DECODER_ARMS: dict[str, tuple[str, list[str]]] = {
-    "codes_steps_1200": ("the codes stage trains 1,200 steps instead of 300", ["--codes.train.steps", "1200"]),
+    "reference": ("the earlier planted_main: the codes stage 300 steps, the main prior width 64 and 2 layers "
+                  "(posterior means, 30,000 steps)", DECODER_REFERENCE),
+    "codes_steps_1200": ("the codes stage trains 1,200 steps instead of 300",
+                         [*DECODER_REFERENCE, "--codes.train.steps", "1200"]),
     "codes_steps_3000": ("the codes stage trains 3,000 steps instead of 300", CODES_3000),
     "codes_3000_prior_100k": ("the codes stage at 3,000 steps and the prior at 100,000 steps (two changes; one "
                               "from codes_steps_3000)", [*CODES_3000, "--prior.train.steps", "100000"]),
     "codes_3000_prior_wide": ("the codes stage at 3,000 steps and the prior at width 128 and 4 layers (two changes; "
-                              "one from codes_steps_3000)", [*CODES_3000, "--prior.model.n_embd", "128",
-                                                             "--prior.model.n_layer", "4"]),
+                              "one from codes_steps_3000; planted_main's settings now)", [*CODES_3000, *WIDE_PRIOR]),
 }
 # A decoder arm that extends another copies that arm's finished stages, codes included (the same settings and seed
 # retrain them bit-identically on the CPU), so only its prior trains.
@@ -98,6 +112,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stages-from", default="", help="a finished run folder per seed ('{seed}' in it) whose "
                    "base..codes stage folders a new main run copies (the same settings and seed retrain them "
                    "bit-identically on the CPU; recorded in the JSON)")
+    p.add_argument("--copy-prior", action="store_true", help="with --stages-from: copy its finished main prior "
+                   "too (only the state-only prior then trains); refused unless that run's settings are the main "
+                   "run's")
     p.add_argument("--runs", default=str(ROOT / "runs" / "psf-codes"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "psf_codes.json"))
     p.add_argument("--archive", default=str(ROOT / "benchmarks" / "results" / "runs" / "psf_codes"))
@@ -138,9 +155,15 @@ def evaluate(run_dir: Path) -> list[str]:
                "--references", "256", "--n_boot", "1000", "--device", "cpu", "--seed", MAIN_SAMPLE_SEED)
 
 
-def main_arm(args: argparse.Namespace, seed: int) -> psf_arms.Arm:
-    d = Path(args.runs) / f"main-s{seed}"
-    return psf_arms.Arm(d, recipe(args, d.name, seed, []), diagnose(d, MAIN_SAMPLE_SEED))
+def main_arm(args: argparse.Namespace, seed: int, name: str = "main", extra: tuple[str, ...] = ()) -> psf_arms.Arm:
+    """A run of the whole preset (both priors, then diagnose and eval): the main runs, and the reference decoder
+    arm (the earlier preset, ``extra`` its settings)."""
+    d = Path(args.runs) / f"{name}-s{seed}"
+    return psf_arms.Arm(d, recipe(args, d.name, seed, list(extra)), diagnose(d, MAIN_SAMPLE_SEED))
+
+
+def reference_arm(args: argparse.Namespace, seed: int) -> psf_arms.Arm:
+    return main_arm(args, seed, "decoder_reference", tuple(DECODER_ARMS["reference"][1]))
 
 
 def prior_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
@@ -150,9 +173,24 @@ def prior_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
 
 
 def decoder_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
+    if arm == "reference":
+        return reference_arm(args, seed)
     d = Path(args.runs) / f"decoder_{arm}-s{seed}"
     return psf_arms.Arm(d, recipe(args, d.name, seed, ["--prior.state_only_variant", "false",
                                                       *DECODER_ARMS[arm][1]]), diagnose(d, MAIN_SAMPLE_SEED))
+
+
+def same_settings(src: Path, dst: Path) -> None:
+    """Refuse a main run whose copied prior was trained with other settings: the two runs' config.yaml may differ
+    only in their run names, training seeds' folder and whether a state-only prior trains too."""
+    def settings(run: Path) -> dict:
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg.pop("run", None)
+        cfg.get("prior", {}).pop("state_only_variant", None)
+        return cfg
+    if settings(src) != settings(dst):
+        sys.exit(f"{dst} copied its prior from {src}, whose settings differ; delete {dst} and rerun without "
+                 "--copy-prior")
 
 
 def copy_stages(src: Path, dst: Path, stages: tuple[str, ...] = MODEL_STAGES) -> None:
@@ -182,11 +220,14 @@ def archive(args: argparse.Namespace, arm: psf_arms.Arm, logs: Path, commands: l
     (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
-def run_main(args: argparse.Namespace, seed: int, logs: Path, env: dict) -> None:
-    arm = main_arm(args, seed)
-    if args.stages_from and not (arm.run_dir / "results.json").is_file():
-        copy_stages(Path(args.stages_from.format(seed=seed)), arm.run_dir)
+def run_main(args: argparse.Namespace, arm: psf_arms.Arm, seed: int, logs: Path, env: dict,
+             stages_from: str = "", copy_prior: bool = False) -> None:
+    src = Path(stages_from.format(seed=seed)) if stages_from else None
+    if src is not None and not (arm.run_dir / "results.json").is_file():
+        copy_stages(src, arm.run_dir, (*MODEL_STAGES, "prior") if copy_prior else MODEL_STAGES)
     psf_arms.train_and_diagnose(arm, logs, env, ROOT)
+    if copy_prior and src is not None:
+        same_settings(src, arm.run_dir)
     ev = evaluate(arm.run_dir)
     if not (arm.run_dir / "eval" / "results.json").is_file():
         walls = psf_arms.read_walls(arm, logs)
@@ -197,13 +238,14 @@ def run_main(args: argparse.Namespace, seed: int, logs: Path, env: dict) -> None
 
 def run_arm(args: argparse.Namespace, arm: psf_arms.Arm, seed: int, stages: tuple[str, ...], logs: Path,
             env: dict, source: Path | None = None) -> None:
-    """A prior or decoder arm: ``stages`` copied from ``source`` (default the seed's main run, trained first if
-    need be), the rest trained, diagnosed and archived."""
+    """A prior or decoder arm: ``stages`` copied from ``source`` (default the seed's reference decoder run,
+    trained first if need be), the rest trained, diagnosed and archived."""
     if not (arm.run_dir / "results.json").is_file():
         if source is None:
-            source = Path(args.runs) / f"main-s{seed}"
-            if not (source / "codes" / "results.json").is_file():
-                run_main(args, seed, logs, env)
+            reference = reference_arm(args, seed)
+            if not (reference.run_dir / "codes" / "results.json").is_file():
+                run_main(args, reference, seed, logs, env)
+            source = reference.run_dir
         copy_stages(source, arm.run_dir, stages)
     psf_arms.train_and_diagnose(arm, logs, env, ROOT)
     archive(args, arm, logs, [list(arm.recipe), list(arm.diagnose)])
@@ -236,7 +278,8 @@ def collect(args: argparse.Namespace, command: str) -> dict:
     per_arm = {name: by_seed(f"prior_{name}") for name in ARMS}  # the reference arm is summarised against itself
     arms = {name: {"change": what, "overrides": overrides, **arm_summary(per_arm[name], per_arm["reference"])}
             for name, (what, overrides) in ARMS.items() if per_arm[name]}
-    decoders = {name: {"change": what, "overrides": overrides, **arm_summary(per, mains, DECODER_MEASURES)}
+    decoders = {name: {"change": what, "overrides": overrides,
+                       **arm_summary(per, by_seed("decoder_reference"), DECODER_MEASURES)}
                 for name, (what, overrides) in DECODER_ARMS.items() if (per := by_seed(f"decoder_{name}"))}
     walls = sum(v for r in runs.values() for v in (r.get("walls") or {}).values())
     targets = {k: {"direction": d, "level": v, "what": w} for k, (d, v, w) in TARGETS.items()}
@@ -253,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
     logs.mkdir(parents=True, exist_ok=True)
     if not args.collect_only:
         for seed in args.seeds:
-            run_main(args, seed, logs, env)
+            run_main(args, main_arm(args, seed), seed, logs, env, args.stages_from, args.copy_prior)
         for name in args.arms:  # arm-major: an unfinished ablation has every seed of its first arms
             for seed in args.arm_seeds:
                 run_arm(args, prior_arm(args, name, seed), seed, MODEL_STAGES, logs, env)
@@ -263,6 +306,8 @@ def main(argv: list[str] | None = None) -> dict:
                     base = decoder_arm(args, EXTENDS[name], seed)
                     run_arm(args, base, seed, DECODER_STAGES, logs, env)
                     run_arm(args, decoder_arm(args, name, seed), seed, MODEL_STAGES, logs, env, base.run_dir)
+                elif name == "reference":
+                    run_main(args, reference_arm(args, seed), seed, logs, env)
                 else:
                     run_arm(args, decoder_arm(args, name, seed), seed, DECODER_STAGES, logs, env)
     command = " ".join(["python", "benchmarks/psf_codes.py", *(sys.argv[1:] if argv is None else argv)])

@@ -416,12 +416,13 @@ def codes(r: dict) -> list[str]:
     decoders = r.get("decoder_arms") or {}
     if decoders:
         rows = _arm_rows(decoders, (("clean_persistence", True), ("prior_persistence", True), ("zeroing_cost", True)))
-        out += ["", "The decoder, one change at a time to the main configuration's codes stage (each arm retrains "
-                "the codes stage from the main run's earlier stages, then the main prior, and samples with the main "
-                "runs' seed; an arm that also changes the prior copies the stages of the arm it extends and trains "
-                "only its prior; differences paired by seed against the main runs):", "",
-                *table(["arm", "change", "seeds", "clean persistence", "− main", "prior persistence", "− main",
-                        "zeroing cost", "− main"], rows)]
+        out += ["", "The decoder, one change at a time to the reference (the earlier preset's codes stage and "
+                "prior; each arm retrains the codes stage from the reference run's earlier stages, then the main "
+                "prior, and samples with the main runs' seed; an arm that also changes the prior copies the stages "
+                "of the arm it extends and trains only its prior; differences paired by seed against the reference "
+                "arm):", "",
+                *table(["arm", "change", "seeds", "clean persistence", "− reference", "prior persistence",
+                        "− reference", "zeroing cost", "− reference"], rows)]
     return out
 
 
@@ -519,9 +520,14 @@ def codes_lead(r: dict) -> list[str]:
                 f"{p['mean']:.3f} (seeds {', '.join(map(str, ref['seeds']))}); " + "; ".join(moves) + "."]
     for name, a in (r.get("decoder_arms") or {}).items():
         d, m = a["minus_reference"], a["measures"]
+        if name == "reference":  # the arms' common start: its own measures
+            out += [f"- **Decoder arm `reference`** ({a['change']}; seeds {', '.join(map(str, a['seeds']))}): "
+                    f"clean persistence {m['clean_persistence']['mean']:.3f}, prior-sample persistence "
+                    f"{m['prior_persistence']['mean']:.3f}, zeroing cost {m['zeroing_cost']['mean']:.3f}."]
+            continue
         moves = [f"{label} {m[k]['mean']:.3f} ({d[k]['mean']:+.3f})" for k, label in (("clean_persistence", "clean persistence"),
                                                                   ("prior_persistence", "prior-sample persistence"),
                                                                   ("zeroing_cost", "zeroing cost")) if k in d]
         out += [f"- **Decoder arm `{name}`** ({a['change']}; seeds {', '.join(map(str, a['seeds']))}; in brackets "
-                f"minus the main runs, paired by seed): " + ", ".join(moves) + "."]
+                f"minus the reference arm, paired by seed): " + ", ".join(moves) + "."]
     return out
