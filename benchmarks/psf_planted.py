@@ -98,6 +98,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sweep", nargs="+", default=SWEEP, metavar="T:P", help="(temperature:top_p) points")
     ap.add_argument("--token-flow-sweep", nargs="+", default=TOKEN_FLOW_SWEEP, metavar="TAU",
                     help="the token flow's step temperatures")
+    ap.add_argument("--codes-runs", default="", metavar="PATTERN",
+                    help="a finished planted_main run per seed ('{seed}' in it, e.g. "
+                         "'runs/psf-codes/main-s{seed}'): evaluated beside the rows as psf_codes (its main prior) "
+                         "and psf_codes_state_only, linked into each seed's folder")
     ap.add_argument("--collect-only", action="store_true", help="only assemble the JSON from finished seeds")
     ap.add_argument("overrides", nargs="*", help="extra recipe overrides for every run (after --)")
     args = ap.parse_args(argv)
@@ -105,10 +109,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def codes_link(args: argparse.Namespace, seed: int) -> list[str]:
+    """The seed's codes run linked as ``<runs>/s<seed>/psf_codes`` (models are named by their folders), as
+    psf_wikitext.py's --compare-runs; nothing without --codes-runs."""
+    if not args.codes_runs:
+        return []
+    src = Path(args.codes_runs.format(seed=seed)).resolve()
+    if not ((src / "results.json").is_file() and (src / "prior_state_only").is_dir()):
+        sys.exit(f"--codes-runs: {src} is not a finished planted_main run (results.json, both priors)")
+    link = args.runs / f"s{seed}" / "psf_codes"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() and link.resolve() != src:
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(src, target_is_directory=True)
+    return ["--compare-runs", str(link)]
+
+
 def seed_argv(args: argparse.Namespace, seed: int, collect_only: bool) -> list[str]:
     """psf_wikitext.py's arguments for one seed's folder."""
     folder = args.runs / f"s{seed}"
-    return ["--preset", PRESETS[args.preset]["wikitext_preset"], "--runs", str(folder),
+    return ["--preset", PRESETS[args.preset]["wikitext_preset"], "--runs", str(folder), *codes_link(args, seed),
             "--out", str(folder / "summary.json"), "--jobs", str(args.jobs), "--threads", "1",
             "--samples", str(args.samples), "--references", str(args.references), "--n-boot", str(args.n_boot),
             "--mauve-boot", "0", "--sweep", *args.sweep, "--token-flow-sweep", *args.token_flow_sweep,

@@ -17,7 +17,8 @@ model) are finished. All run as ``forethought.cli`` subprocesses, so two trainin
 
 Evaluation (in this process, ``--eval-threads`` torch threads) is ``forethought psf eval``
 (forethought.psf.evaluate, where every convention is stated) on ``psf/`` with ``--compare [psf_content,
-token_flow]``, its own results in ``<runs>/eval/results.json``:
+token_flow]`` and every ``--compare-runs`` folder (its rows under ``compared``), its own results in
+``<runs>/eval/results.json``:
 
 - references: ``--references`` non-overlapping windows of L tokens of the WikiText-2 **test** split (never used
   in training), evenly spaced over the whole split (``--reference-spread``), tokenised as training data, decoded
@@ -151,6 +152,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--prepare", nargs="+", choices=ROWS, metavar="MODEL",
                     help="sample and judge only these finished models (and the references) into the evaluation "
                          "cache, write no results: lets evaluation start while other models still train")
+    ap.add_argument("--compare-runs", nargs="+", default=[], metavar="DIR",
+                    help="finished recipe runs on the same corpus evaluated beside the rows, each named by its "
+                         "folder name (a run with a state-only prior adds <name>_state_only)")
     ap.add_argument("--ar-layers", default="auto",
                     help="AR baseline depth: auto (the depth whose parameters are closest to PSF encoder + "
                          "decoder), preset (the config's ar.model.n_layer), or a number")
@@ -285,7 +289,8 @@ def eval_config(args: argparse.Namespace) -> Any:
     names = tuple(args.prepare) if args.prepare else ROWS
     return EvalConfig(
         recipe_run=str(args.runs / "psf"), models=[m for m in ("psf", "psf_mean_trajectory", "ar") if m in names],
-        compare=[str(args.runs / m) for m in ("psf_content", "token_flow") if m in names],
+        compare=[*(str(args.runs / m) for m in ("psf_content", "token_flow") if m in names),
+                 *([] if args.prepare else args.compare_runs)],
         samples=args.samples, references=args.references, reference_spread=args.reference_spread,
         sweep=[[t, p] for t, p in args.sweep_points], token_flow_sweep=args.token_flow_sweep,
         judge=args.judge, judge_batch=args.judge_batch, length_quantile=args.length_quantile,
@@ -422,6 +427,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                        "device": args.device},
            "settings": ev["settings"], **{name: ev["rows"][name] for name in ROWS},
+           "compared": {name: row for name, row in ev["rows"].items() if name not in ROWS},
            "differences": ev["differences"], "checks": ev["checks"], "diagnose": diagnoses,
            "eval_timings_s": ev["timings"], "eval_cache_hits": ev["cache_hits"], "curves_png": ev["png"].name}
     res["settings"]["FORETHOUGHT_DATA"] = os.environ.get("FORETHOUGHT_DATA", "")

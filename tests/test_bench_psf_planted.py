@@ -84,6 +84,22 @@ def test_psf_planted_tiny(tmp_path: Path, bench) -> None:
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("*.safetensors")} == models
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("diagnose.json")} == diags
     assert json.loads(out.read_text())["per_seed"] == {"0": res["per_seed"]["0"]}
+    # a code-trained run with both priors (planted_main's kind) evaluated beside the rows: psf_codes and
+    # psf_codes_state_only, compared with psf like every other model, nothing else trained
+    codes = [sys.executable, "-m", "forethought.cli", "psf", "recipe", "--config", "tiny", "--run.out_dir",
+             str(tmp_path / "codes"), "--run.name", "main-s0", "--run.seed", "0", "--longer_blocks.blocks", "[]",
+             "--baselines", "[]", "--prior.state_only_variant", "true", *bench.TINY_CORPUS]
+    proc = subprocess.run(codes, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with_codes = [*again, "--collect-only", "--codes-runs", str(tmp_path / "codes" / "main-s{seed}")]
+    proc = subprocess.run(with_codes, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seed0 = json.loads(out.read_text())["per_seed"]["0"]
+    assert set(seed0["models"]) == {*ROWS, "psf_codes", "psf_codes_state_only"}
+    assert {"psf_codes", "psf_codes_state_only"} <= set(seed0["psf_minus"])
+    assert seed0["models"]["psf"] == res["per_seed"]["0"]["models"]["psf"]  # the rows' own numbers unchanged
+    assert (runs / "s0" / "psf_codes").resolve() == (tmp_path / "codes" / "main-s0").resolve()
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*.safetensors")} == models
 
 
 def test_interpolation_and_gain_by_hand(bench) -> None:

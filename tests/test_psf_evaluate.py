@@ -104,8 +104,11 @@ def test_eval_planted_with_compared_runs(cache_env, capsys):
     res = json.loads((run / "eval" / "results.json").read_text())
     assert (run / "eval" / "curves.png").is_file()
     assert finite_numbers(res) > 100
-    assert set(res["models"]) == {*OWN, "psf_state_only", "tf", "pl_copy"}  # the state-only variant too
+    # the state-only variant too, the compared run's as well
+    assert set(res["models"]) == {*OWN, "psf_state_only", "tf", "pl_copy", "pl_copy_state_only"}
     assert res["models"]["psf_state_only"]["codes"] == "zero (state-only prior)"
+    assert res["models"]["pl_copy_state_only"]["codes"] == "zero (state-only prior)"
+    assert "psf - pl_copy_state_only" in res["differences"]
     assert res["models"]["psf"]["codes"] == "sampled with the states"
     assert res["judge"].startswith("true generator") and res["judge_max_tokens"] is None
     keys = ("gen_ppl", "nll_per_token", "entropy", "repetition_2", "repetition_3", "repetition_4", "persistence",

@@ -7,6 +7,7 @@ The sweep, the judge, the bootstrap tables and the cost measurement are :mod:`fo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -172,7 +173,7 @@ def data_signature(art: RecipeArtifacts) -> dict[str, Any]:
 def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtifacts, dict[str, Candidate]]:
     """The evaluated run and every model to evaluate, checked (nothing is written)."""
     run = Path(cfg.recipe_run)
-    names = [Path(f).resolve().name for f in cfg.compare]
+    names = [Path(os.path.abspath(f)).name for f in cfg.compare]  # a symlink keeps its own name
     for folder, name in zip(cfg.compare, names):
         if not Path(folder).is_dir():
             raise ForethoughtError(f"compare: {folder} is not a folder")
@@ -209,6 +210,12 @@ def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtif
                 diff = "; ".join(f"{k} {theirs[k]} vs {mine[k]}" for k in mine if mine[k] != theirs[k])
                 raise ForethoughtError(f"compare: {path} models other data than {run} ({diff})")
             cands[name] = psf_candidate(name, other, path, "prior", cfg, enc_dec)
+            if other.state_only_prior is not None:  # its state-only configuration beside it, as for the run's own
+                so = f"{name}_state_only"
+                if so in names or so in OWN_MODELS:
+                    raise ForethoughtError(f"compare: {path}'s state-only prior would be named '{so}', which names "
+                                           "another model too")
+                cands[so] = psf_candidate(so, other, path, "prior", cfg, enc_dec, state_only=True)
         else:
             raise ForethoughtError(f"compare: {path} is neither a finished 'psf recipe' run (config.yaml, "
                                    "results.json) nor a token-flow run (a step-NNNNNN/ token-flow checkpoint)")

@@ -7,7 +7,7 @@ What is evaluated (each a *model*, named in the results):
   the run's state-only prior and zero codes (the paper's state-only configuration; recipe
   ``prior.state_only_variant``), if trained; ``ar``: the run's AR baseline, if trained;
 - every folder in ``compare``, named by its folder name: another ``psf recipe`` run (its final PSF model and
-  prior, e.g. the content-state ablation) or a token-flow run (:func:`forethought.psf.token_flow.load_token_flow`).
+  prior, e.g. the content-state ablation; with a state-only prior, also ``<name>_state_only``) or a token-flow run (:func:`forethought.psf.token_flow.load_token_flow`).
   They must share the run's corpus, tokenizer and L.
 
 Each model samples ``samples`` documents at every sweep point: (temperature, top-p) for the decoders, the
