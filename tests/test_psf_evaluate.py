@@ -255,10 +255,11 @@ def test_prompted_continuations_in_psf_eval(cache_env, tmp_path, capsys):
     assert pr["prompts"] == 12 and pr["prompt_blocks"] == [1, 3] and 0 < pr["chance_stay"] < 1
     for m in ("1", "3"):
         row = pr["results"][m]
-        # the mean trajectory cannot be prompted; the copy of the run is a second PSF model
-        assert set(row) == {"true", "psf", "pl_copy", "differences"}
-        assert set(row["differences"]) == {"pl_copy - psf", "true - psf"}
-        for name in ("true", "psf", "pl_copy"):
+        # the mean trajectory cannot be prompted; the copy of the run is a second PSF model (two: its state-only
+        # prior too)
+        assert set(row) == {"true", "psf", "pl_copy", "pl_copy_state_only", "differences"}
+        assert set(row["differences"]) == {"pl_copy - psf", "pl_copy_state_only - psf", "true - psf"}
+        for name in ("true", "psf", "pl_copy", "pl_copy_state_only"):
             e = row[name]["continuation_nll"]
             assert e["mean"] > 0 and e["interval"][0] <= e["mean"] <= e["interval"][1]
             assert 0 <= row[name]["junction_stay"]["mean"] <= 1
