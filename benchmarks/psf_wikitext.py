@@ -17,8 +17,8 @@ model) are finished. All run as ``forethought.cli`` subprocesses, so two trainin
 
 Evaluation (in this process, ``--eval-threads`` torch threads) is ``forethought psf eval``
 (forethought.psf.evaluate, where every convention is stated) on ``psf/`` with ``--compare [psf_content,
-token_flow]`` and every ``--compare-runs`` folder (its rows under ``compared``), its own results in
-``<runs>/eval/results.json``:
+token_flow]`` and every ``--compare-runs`` folder, plus ``psf_state_only`` when the psf run trained a state-only
+prior (those rows under ``other_rows``), its own results in ``<runs>/eval/results.json``:
 
 - references: ``--references`` non-overlapping windows of L tokens of the WikiText-2 **test** split (never used
   in training), evenly spaced over the whole split (``--reference-spread``), tokenised as training data, decoded
@@ -281,6 +281,13 @@ def diagnose(run: Path, threads: int, options: list[str]) -> dict:
 
 # ---- evaluation --------------------------------------------------------------------------------------------------
 
+def state_only_row(args: argparse.Namespace) -> list[str]:
+    """``psf_state_only`` when the psf run trained a state-only prior (``-- --prior.state_only_variant true``: the
+    paper's state-only configuration on the same decoder) and the evaluation is not a --prepare of other models."""
+    trained = (args.runs / "psf" / "prior_state_only").is_dir()
+    return ["psf_state_only"] if trained and (not args.prepare or "psf" in args.prepare) else []
+
+
 def eval_config(args: argparse.Namespace) -> Any:
     """The ``forethought psf eval`` settings of this benchmark: the psf run with psf_content and token_flow
     compared (``--prepare``: only the named models, into the cache)."""
@@ -288,7 +295,8 @@ def eval_config(args: argparse.Namespace) -> Any:
 
     names = tuple(args.prepare) if args.prepare else ROWS
     return EvalConfig(
-        recipe_run=str(args.runs / "psf"), models=[m for m in ("psf", "psf_mean_trajectory", "ar") if m in names],
+        recipe_run=str(args.runs / "psf"), models=[*(m for m in ("psf", "psf_mean_trajectory", "ar") if m in names),
+                                                   *state_only_row(args)],
         compare=[*(str(args.runs / m) for m in ("psf_content", "token_flow") if m in names),
                  *([] if args.prepare else args.compare_runs)],
         samples=args.samples, references=args.references, reference_spread=args.reference_spread,
@@ -427,7 +435,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
                        "device": args.device},
            "settings": ev["settings"], **{name: ev["rows"][name] for name in ROWS},
-           "compared": {name: row for name, row in ev["rows"].items() if name not in ROWS},
+           "other_rows": {name: row for name, row in ev["rows"].items() if name not in ROWS},
            "differences": ev["differences"], "checks": ev["checks"], "diagnose": diagnoses,
            "eval_timings_s": ev["timings"], "eval_cache_hits": ev["cache_hits"], "curves_png": ev["png"].name}
     res["settings"]["FORETHOUGHT_DATA"] = os.environ.get("FORETHOUGHT_DATA", "")

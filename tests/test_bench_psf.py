@@ -114,3 +114,14 @@ def test_psf_wikitext_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     # measured and analytic FLOPs agree to within a factor of 2 (element-wise work is in neither)
     for row in ROWS:
         assert 0.5 < res[row]["flops_per_sample"] / res[row]["flops_per_sample_analytic"] < 2, row
+
+
+def test_state_only_row_when_the_run_trained_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The psf run's state-only prior (the paper's state-only configuration) is evaluated when it was trained."""
+    bench = _load_script(monkeypatch)
+    args = bench.parse_args(["--preset", "tiny", "--runs", str(tmp_path)])
+    assert bench.state_only_row(args) == [] and "psf_state_only" not in bench.eval_config(args).models
+    (tmp_path / "psf" / "prior_state_only").mkdir(parents=True)
+    assert bench.eval_config(args).models == ["psf", "psf_mean_trajectory", "ar", "psf_state_only"]
+    args = bench.parse_args(["--preset", "tiny", "--runs", str(tmp_path), "--prepare", "ar"])
+    assert bench.eval_config(args).models == ["ar"]
