@@ -228,7 +228,9 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             "FORETHOUGHT_DATA=<data root> python benchmarks/psf_wikitext.py --jobs 2 --threads 1 --eval-threads 2 "
             "-- --codes.enabled false", psf.wikitext, ("psf_wikitext_curves.png",),
             psf.wikitext_reading),
-    Section("psf_planted.json", "Planted corpus, three training seeds", "python benchmarks/psf_planted.py --jobs 1",
+    Section("psf_planted.json", "Planted corpus, three training seeds",
+            "python benchmarks/psf_planted.py --jobs 1; then, with benchmarks/psf_codes.py's main runs finished, "
+            "python benchmarks/psf_planted.py --collect-only --jobs 1 --codes-runs 'runs/psf-codes/main-s{seed}'",
             psf.planted, (),
             psf.planted_reading),
     Section("psf_states_ablation.json", "What made the states matter (planted corpus)",
@@ -256,8 +258,10 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             "(seed 0: the default --out, psf_codes_pilot.json)", psf.codes_pilot, (),
             psf.codes_pilot_reading, more="psf_codes_pilot_s[0-9]*.json"),
     Section("psf_codes.json", "The paper's two configurations with codes: main (states + codes) and state-only",
-            "python benchmarks/psf_codes.py --seeds 0 1 2, then --seeds --arms ARM ... --arm-seeds 0 1 for the prior "
-            "arms (each invocation is in the file)", psf.codes, (), psf.codes_reading),
+            "python benchmarks/psf_codes.py --seeds --decoder-arms codes_3000_prior_wide --arm-seeds 0 1 2, then "
+            "--seeds 0 1 2 --stages-from 'runs/psf-codes/decoder_codes_3000_prior_wide-s{seed}' --copy-prior for "
+            "the main runs, and --seeds --arms / --decoder-arms ARM ... for the ablations (each invocation is in "
+            "the file)", psf.codes, (), psf.codes_reading),
 ))
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (

@@ -278,7 +278,32 @@ def planted_reading(r: dict) -> str:
                    "state-only prior. A predictive state summarises the blocks before block k, whose topic is "
                    "uncertain given them, so each branch, which never sees its neighbours' tokens, draws its own "
                    "topic; only the landing token couples neighbours.")
+    codes = _planted_codes(a)
+    if codes:
+        out.append(codes)
     return "\n\n".join(out)
+
+
+def _planted_codes(a: dict) -> str:
+    """The codes configurations (psf_planted --codes-runs) against codes-off PSF and AR at temperature 1."""
+    m, d = a["models"], a["differences"]
+    if not {"psf_codes", "psf_codes_state_only", "ar"} <= set(m):
+        return ""
+
+    def minus_psf(name: str, key: str) -> str:  # name − psf, from the file's psf − name
+        x = d[f"psf - {name}"][key]
+        return "–" if x is None else f"{-x['mean_diff']:+.3f} {_iv([-x['interval'][1], -x['interval'][0]])}"
+
+    pers = {k: m[k]["persistence_at_t1"]["mean"] for k in ("psf_codes", "psf_codes_state_only", "psf", "ar")}
+    return ("**With realization codes** (`psf_codes`: planted_main's code-trained decoder with its prior over states "
+            "+ codes; `psf_codes_state_only`: the same decoder with its state-only prior and zero codes; the runs "
+            "of benchmarks/psf_codes.py, evaluated here with the same references and sampling seeds): at temperature "
+            f"1 their documents persist {pers['psf_codes']:.3f} and {pers['psf_codes_state_only']:.3f}, against "
+            f"{pers['psf']:.3f} for PSF without codes and {pers['ar']:.3f} for AR (psf_codes − psf: persistence "
+            f"{minus_psf('psf_codes', 'persistence_at_t1')}, NLL/token {minus_psf('psf_codes', 'nll_at_t1')}; "
+            "seed-paired t intervals). A code is its block's own posterior, so the main configuration's "
+            "documents get a content channel that PSF without codes lacks; it is the paper's main model, not a "
+            "comparison of predictive against content states.")
 
 
 # ---- the code-channel pilot (benchmarks/psf_codes_pilot.py) -------------------------------------------------------
