@@ -182,10 +182,11 @@ def decoder_arm(args: argparse.Namespace, arm: str, seed: int) -> psf_arms.Arm:
 
 def same_settings(src: Path, dst: Path) -> None:
     """Refuse a main run whose copied prior was trained with other settings: the two runs' config.yaml may differ
-    only in their run names, training seeds' folder and whether a state-only prior trains too."""
+    only in the run's name and folder and in whether a state-only prior trains too (the training seed counts)."""
     def settings(run: Path) -> dict:
         cfg = yaml.safe_load((run / "config.yaml").read_text())
-        cfg.pop("run", None)
+        for key in ("name", "out_dir"):
+            cfg.get("run", {}).pop(key, None)
         cfg.get("prior", {}).pop("state_only_variant", None)
         return cfg
     if settings(src) != settings(dst):

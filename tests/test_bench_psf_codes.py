@@ -55,6 +55,9 @@ def test_a_copied_prior_needs_the_same_settings(bench, tmp_path: Path) -> None:
         (d / "config.yaml").write_text(yaml.safe_dump(c))
     bench.same_settings(src, dst)  # names and the state-only variant may differ
     c = yaml.safe_load((dst / "config.yaml").read_text())
+    (dst / "config.yaml").write_text(yaml.safe_dump({**c, "run": {"name": "b", "seed": 1}}))
+    with pytest.raises(SystemExit, match="settings differ"):  # another training seed: other weights
+        bench.same_settings(src, dst)
     c["prior"]["model"]["n_embd"] = 64
     (dst / "config.yaml").write_text(yaml.safe_dump(c))
     with pytest.raises(SystemExit, match="settings differ"):
