@@ -125,6 +125,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
         p.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    if args.copy_prior and not args.stages_from:
+        p.error("--copy-prior copies from --stages-from: give both")
     unknown = [a for a in args.decoder_arms if a not in DECODER_ARMS]
     if unknown:
         p.error(f"unknown decoder arm(s) {unknown}; choose from {list(DECODER_ARMS)}")

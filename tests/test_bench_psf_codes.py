@@ -68,3 +68,9 @@ def test_unknown_decoder_arm_is_refused(bench, capsys) -> None:
     with pytest.raises(SystemExit) as e:
         bench.parse_args(["--decoder-arms", "nope"])
     assert e.value.code == 2 and "unknown decoder arm" in capsys.readouterr().err
+
+
+def test_copy_prior_needs_stages_from(bench, capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--copy-prior"])
+    assert e.value.code == 2 and "--stages-from" in capsys.readouterr().err
