@@ -43,9 +43,9 @@ from forethought.experiments.psf_codes import (  # noqa: E402
     seed_record,
     summarize,
 )
+from forethought.psf.config import MODEL_STAGES  # noqa: E402
 
 PRESET = "planted_main"
-MODEL_STAGES = ("base", "landing", "self_realized", "codes")
 # psf_planted.py's sweep (the PSF models reach the references' entropy near temperature 0.5)
 SWEEP = "[[1.2,1.0],[1.0,1.0],[0.8,0.9],[0.6,0.9],[0.5,0.9],[0.4,0.9],[0.3,0.9]]"
 # The joint-prior ablation: every arm trains one prior over states + codes on the seed's code-trained decoder, the

@@ -59,6 +59,7 @@ import psf_wikitext  # noqa: E402  (its sibling: the script's folder is first on
 from forethought.eval.curves import ppl_at_entropy, value_at_entropy  # noqa: E402
 from forethought.eval.stats import seed_mean_difference, t_interval  # noqa: E402
 from forethought.experiments import invocations  # noqa: E402
+from forethought.psf.config import STATE_ONLY_PRIOR  # noqa: E402
 
 # toy size for the smoke test: recipe_tiny's model stages on a planted corpus of 4 blocks of 8 tokens
 TINY_CORPUS = ["--data.corpus", "planted", "--data.planted.blocks", "4", "--data.planted.block_tokens", "8",
@@ -115,7 +116,7 @@ def codes_link(args: argparse.Namespace, seed: int) -> list[str]:
     if not args.codes_runs:
         return []
     src = Path(args.codes_runs.format(seed=seed)).resolve()
-    if not ((src / "results.json").is_file() and (src / "prior_state_only").is_dir()):
+    if not ((src / "results.json").is_file() and (src / STATE_ONLY_PRIOR).is_dir()):
         sys.exit(f"--codes-runs: {src} is not a finished planted_main run (results.json, both priors)")
     link = args.runs / f"s{seed}" / "psf_codes"
     link.parent.mkdir(parents=True, exist_ok=True)

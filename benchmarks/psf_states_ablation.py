@@ -38,10 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 import forethought.psf.arms as psf_arms  # noqa: E402
 from forethought.experiments import subprocess_env  # noqa: E402
+from forethought.psf.config import MODEL_STAGES  # noqa: E402
 
 PRESET = "planted"
 LEAN = ["--prior.enabled", "false", "--baselines", "[]"]  # arms that leave the prior and the AR model unchanged
-MODEL_STAGES = ("base", "landing", "self_realized", "codes")
 
 # The reference of the ablation: the preset as it was before the two changes this ablation kept (it had a codes
 # stage and 1000 prior steps; the shipped preset has neither). Every arm but "final" is the reference + one change.

@@ -87,6 +87,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 from forethought.experiments import Job, invocations, run_queue_or_exit, subprocess_env  # noqa: E402
+from forethought.psf.config import STATE_ONLY_PRIOR  # noqa: E402
 
 PRESETS = {
     "small": {"config": "small", "runs": ROOT / "runs" / "bench-psf-wikitext",
@@ -284,7 +285,7 @@ def diagnose(run: Path, threads: int, options: list[str]) -> dict:
 def state_only_row(args: argparse.Namespace) -> list[str]:
     """``psf_state_only`` when the psf run trained a state-only prior (``-- --prior.state_only_variant true``: the
     paper's state-only configuration on the same decoder) and the evaluation is not a --prepare of other models."""
-    trained = (args.runs / "psf" / "prior_state_only").is_dir()
+    trained = (args.runs / "psf" / STATE_ONLY_PRIOR).is_dir()
     return ["psf_state_only"] if trained and (not args.prepare or "psf" in args.prepare) else []
 
 

@@ -288,10 +288,12 @@ def test_more_bad_inputs_raise_before_writing(cache_env, tmp_path):
     run = runs / "pl"
     before = snapshot(runs)
     (tmp_path / "a_file").write_text("x")
+    (tmp_path / "pl_copy_state_only").symlink_to(runs / "tf", target_is_directory=True)  # pl_copy's derived name
     bad = [({"samples": 1}, "samples"), ({"sweep": [[1.0, 0.0]]}, "top_p"), ({"sweep": [[1.0]]}, "sweep"),
            ({"token_flow_sweep": [0.0]}, "step_temperature"), ({"mauve_boot": 300, "n_boot": 200}, "mauve_boot"),
            ({"compare": [str(runs / "missing")]}, "missing"), ({"compare": [str(runs / "cache")]}, "neither"),
            ({"compare": [str(runs / "tf"), str(runs / "tf")]}, "names another model"),
+           ({"compare": [str(runs / "pl_copy"), str(tmp_path / "pl_copy_state_only")]}, "names another model"),
            ({"references": 100}, "64 documents"), ({"out": str(tmp_path / "a_file")}, "a file"),
            ({"out": str(run / "base")}, "stage 'base'"), ({"recipe_run": str(tmp_path)}, "not a finished"),
            ({"prompted_blocks": [4], "references": 8}, "every m must be in 1..3"),

@@ -19,7 +19,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.data.planted import PLANTED
 from forethought.eval.cost import analytic_cached_decode, analytic_flops, matmul_params
 from forethought.psf.ar import sample_ar
-from forethought.psf.config import OWN_MODELS, EvalConfig
+from forethought.psf.config import OWN_MODELS, STATE_ONLY_PRIOR, EvalConfig
 from forethought.psf.generate import RecipeArtifacts, load_recipe, sample_psf
 from forethought.psf.model import PSFModel
 from forethought.psf.prior import FlowPrior
@@ -174,12 +174,18 @@ def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtif
     """The evaluated run and every model to evaluate, checked (nothing is written)."""
     run = Path(cfg.recipe_run)
     names = [Path(os.path.abspath(f)).name for f in cfg.compare]  # a symlink keeps its own name
-    for folder, name in zip(cfg.compare, names):
+    # a compared run with a state-only prior adds <name>_state_only: every model name checked before any loads
+    models = [*zip(names, cfg.compare), *((f"{n}_state_only", f) for n, f in zip(names, cfg.compare)
+                                          if (Path(f) / STATE_ONLY_PRIOR).is_dir())]  # (model name, its folder)
+    for folder in cfg.compare:
         if not Path(folder).is_dir():
             raise ForethoughtError(f"compare: {folder} is not a folder")
-        if name in OWN_MODELS or names.count(name) > 1:
-            raise ForethoughtError(f"compare: the folder name '{name}' of {folder} names another model too (models "
-                                   f"are named by their folders; {', '.join(OWN_MODELS)} are the run's own)")
+    taken = [name for name, _ in models]
+    for name, folder in models:
+        if name in OWN_MODELS or taken.count(name) > 1:
+            raise ForethoughtError(f"compare: the name '{name}' of {folder} names another model too (models are "
+                                   f"named by their folders, a state-only prior <folder>_state_only; "
+                                   f"{', '.join(OWN_MODELS)} are the run's own)")
     art = load_recipe(run, device=device)
     counts = art.model.num_params()
     enc_dec = counts["encoder"] + counts["decoder"]
@@ -212,9 +218,6 @@ def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtif
             cands[name] = psf_candidate(name, other, path, "prior", cfg, enc_dec)
             if other.state_only_prior is not None:  # its state-only configuration beside it, as for the run's own
                 so = f"{name}_state_only"
-                if so in names or so in OWN_MODELS:
-                    raise ForethoughtError(f"compare: {path}'s state-only prior would be named '{so}', which names "
-                                           "another model too")
                 cands[so] = psf_candidate(so, other, path, "prior", cfg, enc_dec, state_only=True)
         else:
             raise ForethoughtError(f"compare: {path} is neither a finished 'psf recipe' run (config.yaml, "
