@@ -38,9 +38,10 @@ prior (those rows under ``other_rows``), its own results in ``<runs>/eval/result
 - cost: ``flops_per_sample`` (FlopCounterMode around sampling one document, temperature 1), its analytic
   counterpart ``flops_per_sample_analytic``, ``samples_per_s_b1``/``_b32``, ``serial_depth`` (prior steps + L/K
   for PSF, L for AR, Euler steps for the token flow);
-- ``diagnose``: ``forethought psf diagnose --all_stages true`` of ``psf`` and ``psf_content`` (their
-  diagnose.json, run before the evaluation unless newer than the run): the state-shuffle cost per position and
-  stage, the AR block-cut ceiling, decoding from clean states vs prior samples vs the mean trajectory;
+- ``diagnose``: ``forethought psf diagnose --all_stages true`` of ``psf``, ``psf_content`` and every compared
+  recipe run (their diagnose.json, run before the evaluation unless newer than the run): the state-shuffle cost
+  per position and stage, the AR block-cut ceiling, decoding from clean states vs prior samples vs the mean
+  trajectory, and with codes what zeroing them costs and their KL;
 - ``checks``: this benchmark's five targets, computed here from those rows (the matched-entropy comparison of
   psf and psf_content with the interval of its difference).
 
@@ -280,6 +281,14 @@ def diagnose(run: Path, threads: int, options: list[str]) -> dict:
     return json.loads(diag.read_text())
 
 
+def diagnosed_runs(args: argparse.Namespace) -> dict[str, Path]:
+    """The recipe runs ``psf diagnose`` reads, by row name: psf, psf_content and every --compare-runs folder that
+    is a recipe run (its results.json lists stages; a compared token flow has none)."""
+    compared = {Path(d).name: Path(d) for d in args.compare_runs
+                if "stages" in json.loads((Path(d) / "results.json").read_text())}
+    return {"psf": args.runs / "psf", "psf_content": args.runs / "psf_content", **compared}
+
+
 # ---- evaluation --------------------------------------------------------------------------------------------------
 
 def state_only_row(args: argparse.Namespace) -> list[str]:
@@ -416,8 +425,8 @@ def main(argv: list[str] | None = None) -> None:
         train_all(args)
     if args.train_only:
         return
-    diagnoses = {} if args.prepare else {name: diagnose(args.runs / name, args.eval_threads, args.diagnose_options)
-                                          for name in ("psf", "psf_content")}
+    diagnoses = {} if args.prepare else {name: diagnose(run, args.eval_threads, args.diagnose_options)
+                                          for name, run in diagnosed_runs(args).items()}
     ev = evaluate(args)
     command = " ".join(["python", *(sys.argv if argv is None else ["benchmarks/psf_wikitext.py", *argv])])
     seen = invocations(args.runs, command)

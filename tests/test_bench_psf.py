@@ -125,3 +125,17 @@ def test_state_only_row_when_the_run_trained_it(tmp_path: Path, monkeypatch: pyt
     assert bench.eval_config(args).models == ["psf", "psf_mean_trajectory", "ar", "psf_state_only"]
     args = bench.parse_args(["--preset", "tiny", "--runs", str(tmp_path), "--prepare", "ar"])
     assert bench.eval_config(args).models == ["ar"]
+
+
+def test_compared_recipe_runs_are_diagnosed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compared recipe run (say, a longer codes stage) gets psf diagnose beside psf and psf_content; a compared
+    token flow run does not (it has no stages to diagnose)."""
+    bench = _load_script(monkeypatch)
+    recipe, flow = tmp_path / "longer_codes", tmp_path / "other_flow"
+    for d, res in ((recipe, {"stages": {"base": {}}}), (flow, {"params": 1})):
+        d.mkdir()
+        (d / "results.json").write_text(json.dumps(res))
+    args = bench.parse_args(["--preset", "tiny", "--runs", str(tmp_path / "runs"), "--compare-runs", str(recipe),
+                             str(flow)])
+    assert bench.diagnosed_runs(args) == {"psf": tmp_path / "runs" / "psf",
+                                          "psf_content": tmp_path / "runs" / "psf_content", "longer_codes": recipe}

@@ -777,6 +777,43 @@ def test_recipe_applies_the_code_options(tmp_path, monkeypatch):
     assert seen["scales"] == [[3.0]] and seen["sigma"] == [pytest.approx(2 * math.log(0.5))]
 
 
+def test_stages_from_copies_the_matching_stages_and_trains_the_rest(tmp_path, monkeypatch, capsys):
+    """``--stages_from``: a run with a longer codes stage starts from another run's base and landing (copied, not
+    retrained; the same weights as training them here) and trains codes itself; a source that matches nothing,
+    or is no run, is one line and exit 2 before anything is written."""
+    monkeypatch.delenv("FORETHOUGHT_DATA", raising=False)
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
+    base = ["psf", "recipe", "--config", "tiny", "--run.out_dir", str(tmp_path), "--self_realized.enabled", "false",
+            "--longer_blocks.blocks", "[]", "--baselines", "[]", "--prior.enabled", "false"]
+    assert cli.main([*base, "--run.name", "a"]) == 0
+    longer = [*base, "--codes.train.steps", "5"]
+    assert cli.main([*longer, "--run.name", "fresh"]) == 0  # the reference: every stage trained here
+    capsys.readouterr()
+    assert cli.main([*longer, "--run.name", "b", "--stages_from", str(tmp_path / "a")]) == 0
+    printed = capsys.readouterr().out
+    assert "base: complete, skipped" in printed and "landing: complete, skipped" in printed
+    assert "codes: complete" not in printed
+    res = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert res["stages_from"] == {"run": str(tmp_path / "a"), "stages": ["base", "landing"]}
+    assert (tmp_path / "b" / "landing" / "copied_from.txt").read_text().strip() == str(tmp_path / "a")
+    assert not (tmp_path / "b" / "codes" / "copied_from.txt").exists()
+    for stage in ("landing", "codes"):
+        x = load_file(str(latest_checkpoint(tmp_path / "fresh" / stage) / "model.safetensors"))
+        y = load_file(str(latest_checkpoint(tmp_path / "b" / stage) / "model.safetensors"))
+        assert all(torch.equal(x[k], y[k]) for k in x), stage
+    # a restart finds its own copies and trains nothing
+    assert cli.main([*longer, "--run.name", "b", "--stages_from", str(tmp_path / "a"), "--resume", "auto"]) == 0
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["stages_from"]["stages"] == ["base", "landing"]
+
+    capsys.readouterr()
+    assert cli.main([*base, "--run.name", "c", "--model.n_embd", "24", "--stages_from", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "the first, base, cannot be copied (its settings differ in model.n_embd)" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "c").exists()
+    assert cli.main([*base, "--run.name", "d", "--stages_from", str(tmp_path / "nowhere")]) == 2
+    assert "is not a 'psf recipe' run folder" in capsys.readouterr().err and not (tmp_path / "d").exists()
+
+
 def test_prior_code_data_mean_is_the_posterior_mean_and_draws_vary():
     """prior.model.code_data: the prior's training data carry each block's posterior mean (noise-free, the same at
     every call) or one posterior draw (the paper's; a new draw per call around that mean)."""

@@ -19,7 +19,10 @@ autoregressive baseline trains in ``ar/`` on the same windows (same seed, tokeni
 ``--resume auto`` continues every unfinished stage from its newest checkpoint and skips every finished one (its
 final checkpoint and results.json present) — the AR baseline and the priors as well as the PSF model stages —
 without writing into its folder. The results.json files a rerun will reuse are read and checked before anything
-trains or is written. ``<stage>.train.eval_every N`` evaluates that stage every N steps on the first
+trains or is written. ``--stages_from RUN`` starts from another finished run's model stages: each one that run
+trained with this run's settings (:func:`stages_to_copy`) is copied into this run's folder (naming its source in
+``copied_from.txt``) and skipped like a finished stage, up to the first that differs, which trains here; results.json
+says which stages came from where. ``<stage>.train.eval_every N`` evaluates that stage every N steps on the first
 ``EVAL_WINDOWS`` validation windows (PSF stages: teacher-forced CE and KL; priors: flow loss; AR: CE).
 
 With ``data.corpus planted`` (:mod:`forethought.data.planted`) every window is one whole document (training
@@ -42,6 +45,7 @@ import copy
 import dataclasses
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -52,6 +56,7 @@ import numpy as np
 import torch
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, load_weights
+from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run
@@ -76,6 +81,8 @@ from forethought.psf.model import (
 from forethought.psf.prior import FlowPrior, PriorConfig
 from forethought.psf.sampling import device_generator
 
+# A model stage copied from another run (stages_from) names that run in this file.
+COPIED_FROM = "copied_from.txt"
 # Validation windows evaluated during training (eval_every): a small fixed set, the first of the valid split.
 EVAL_WINDOWS = 64
 
@@ -133,17 +140,23 @@ def _ar_steps(cfg: RecipeConfig, tokens: int) -> int:
     return max(1, math.ceil(tokens / (cfg.ar.train.batch_size * cfg.model.seq_len)))
 
 
-def finished_stages(run_dir: Path, plan: list[Stage], resume: str | None) -> dict[str, dict]:
+def finished_stages(run_dir: Path, plan: list[Stage], resume: str | None,
+                    copies: dict[str, Path] | None = None) -> dict[str, dict]:
     """The results of every stage that ``--resume auto`` will skip (final checkpoint and results.json present),
     read and checked now, so that a corrupt one stops the recipe before it trains or writes anything. Without
-    ``--resume``, a stage folder that already holds checkpoints is refused here for the same reason."""
+    ``--resume``, a stage folder that already holds checkpoints is refused here for the same reason. A stage in
+    ``copies`` (name -> another run's finished stage folder, :func:`stages_to_copy`) is read from there."""
     if resume not in (None, "", "none", "never", "auto"):
         raise ForethoughtError(f"psf recipe takes --resume auto (every stage continues from its own newest "
                                f"checkpoint), not --resume {resume}")
     done = {}
+    copies = copies or {}
     for s in plan:
-        sub = run_dir / s.name
+        sub = copies.get(s.name, run_dir / s.name)
         ckpt = latest_checkpoint(sub)
+        if s.name in copies:  # finished by stages_to_copy's check
+            done[s.name] = read_json_object(sub / "results.json", STAGE_KEYS[s.kind], "rerun that run's stage")
+            continue
         if resume != "auto" and ckpt is not None:
             raise ForethoughtError(f"{sub} already holds checkpoints; pass --resume auto to continue that run, "
                                    "or choose another --run.name / --run.out_dir")
@@ -153,6 +166,60 @@ def finished_stages(run_dir: Path, plan: list[Stage], resume: str | None) -> dic
                                         "delete it and rerun with --resume auto to recompute it from the stage's "
                                         "final checkpoint")
     return done
+
+
+def _stage_settings(cfg: RecipeConfig, stage: str) -> dict:
+    """Everything that shapes model stage ``stage``'s weights: the seed and precision, data, model and rollout
+    settings, and the switch and training settings of this and every earlier model stage."""
+    upto = MODEL_STAGES[:MODEL_STAGES.index(stage) + 1]
+    return {"run.seed": cfg.run.seed, "run.precision": cfg.run.precision, "data": asdict(cfg.data),
+            "model": asdict(cfg.model), "rollout": asdict(cfg.rollout),
+            **{s: asdict(getattr(cfg, s)) for s in upto}}
+
+
+def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested dicts."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _differing(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def stages_to_copy(cfg: RecipeConfig, plan: list[Stage]) -> dict[str, Path]:
+    """``stages_from``: the model stages this run takes from another finished run (name -> its stage folder), in
+    training order up to the first whose settings (:func:`_stage_settings`) differ from this run's or which that
+    run has not finished; stages this run's folder already holds are its own. Checked before anything is written;
+    a source that matches nothing is an error that names the first differing settings."""
+    if not cfg.stages_from:
+        return {}
+    src, dst = Path(cfg.stages_from), Path(cfg.run.out_dir) / cfg.run.name
+    if not (src / "config.yaml").is_file():
+        raise ForethoughtError(f"stages_from: {src} is not a 'psf recipe' run folder (no config.yaml)")
+    if src.resolve() == dst.resolve():
+        raise ForethoughtError(f"stages_from: {src} is this run's own folder")
+    theirs = load_config(RecipeConfig, src / "config.yaml")
+    copies: dict[str, Path] = {}
+    for s in plan:
+        if s.kind != "model" or s.name not in MODEL_STAGES:
+            break
+        differ = _differing(_stage_settings(theirs, s.name), _stage_settings(cfg, s.name))
+        ckpt = latest_checkpoint(src / s.name)
+        finished = ckpt is not None and ckpt.name == f"step-{s.train.steps:06d}" \
+            and (src / s.name / "results.json").is_file()
+        if differ or not finished:
+            if not copies and not (dst / s.name).exists():
+                why = (f"its settings differ in {', '.join(differ[:6])}" if differ
+                       else "that run has not finished it")
+                raise ForethoughtError(f"stages_from: {src} has no stage to start from: the first, {s.name}, "
+                                       f"cannot be copied ({why})")
+            break
+        if not (dst / s.name).exists():
+            copies[s.name] = src / s.name
+    return copies
 
 
 # ---- stage helpers -------------------------------------------------------------------------------------------
@@ -295,9 +362,16 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
         raise ForethoughtError("psf recipe runs in one process (CPU or one GPU); multi-process training is not "
                                "supported yet")
     plan = plan_stages(cfg)
-    done = finished_stages(Path(cfg.run.out_dir) / cfg.run.name, plan, resume)
+    copies = stages_to_copy(cfg, plan)
+    done = finished_stages(Path(cfg.run.out_dir) / cfg.run.name, plan, resume, copies)
     train_tokens, valid_tokens, tokenizer = load_data(cfg.data, cfg.model.seq_len)
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
+    if rt.is_main:
+        for name, folder in copies.items():  # a partial copy is left unfinished: the next start copies it again
+            tmp = parent.dir / f".{name}.copying"
+            shutil.copytree(folder, tmp, dirs_exist_ok=True)
+            atomic_write_text(tmp / COPIED_FROM, str(folder.parent) + "\n")
+            tmp.rename(parent.dir / name)
     vocab = vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
     L, K = cfg.model.seq_len, cfg.model.blocks
     planted = cfg.data.corpus == PLANTED
@@ -308,6 +382,9 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
     results: dict[str, Any] = {"corpus": cfg.data.corpus, "tokenizer": "token ids" if planted else cfg.data.tokenizer,
                                "vocab_size": vocab, "bos_id": tokenizer.eos_token_id, "seq_len": L, "blocks": K,
                                "stages": {}, "eval_sequences": len(windows)}
+    if cfg.stages_from:  # which stages came from there (copied now or by an earlier start of this run)
+        results["stages_from"] = {"run": cfg.stages_from,
+                                  "stages": [s.name for s in plan if (parent.dir / s.name / COPIED_FROM).is_file()]}
     if planted:  # what the validation cross-entropies compare with: the exact NLL of the same windows
         results["true_val_nll"] = float(token_nll(build_generator(cfg.data.planted), windows.numpy()).mean())
     # Each stage seeds the global RNG (dropout, code noise) itself, so a stage that starts fresh after earlier

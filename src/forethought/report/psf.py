@@ -16,9 +16,10 @@ def wikitext(r: dict) -> list[str]:
            "| model | gen-PPL @ matched entropy | entropy | MAUVE | FLOPs / sample (measured) | (analytic) | "
            "samples/s b1 | samples/s b32 | serial depth | params | train tokens | train wall (min) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    models = ("psf", "psf_content", "psf_mean_trajectory", "ar", "token_flow")
+    rows = _wikitext_rows(r)
+    models = tuple(rows)
     for m in models:
-        x = r[m]
+        x = rows[m]
         g = x["gen_ppl_at_matched_entropy"]
         iv = x.get("matched_entropy", {}).get("interval")  # the 95 % bootstrap interval (psf eval)
         g = "not bracketed" if g is None else f"{g:.1f}" + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else "")
@@ -32,9 +33,9 @@ def wikitext(r: dict) -> list[str]:
         out += ["", "Every sweep point (95 % bootstrap intervals over samples):", "",
                 "| model | point | entropy | gen-PPL | MAUVE | rep-2 | rep-4 |", "|---|---|---|---|---|---|---|"]
         for m in models:
-            for p in r[m]["sweep"]:
+            for p in rows[m]["sweep"]:
                 iv = p["interval"]
-                point = ", ".join(f"{p[k]:g}" for k in r[m]["reported_point"])
+                point = ", ".join(f"{p[k]:g}" for k in rows[m]["reported_point"])
                 cells = [f"{p[k]:{spec}} {_iv(iv.get(k), spec.lstrip('+'))}" if p.get(k) is not None else "–"
                          for k, spec in (("entropy", ".3f"), ("gen_ppl", ".1f"), ("mauve", ".3f"),
                                          ("repetition_2", ".3f"), ("repetition_4", ".3f"))]
@@ -59,6 +60,12 @@ def wikitext(r: dict) -> list[str]:
     for k, v in r["checks"].items():
         out.append(f"- {k.replace('_', ' ')}: **{'met' if v['pass'] else 'MISSED' if v['pass'] is False else 'n/a'}**")
     return out
+
+
+def _wikitext_rows(r: dict) -> dict[str, dict]:
+    """psf_wikitext's rows by model: the fixed five, then any others (state-only priors, compared runs)."""
+    fixed = ("psf", "psf_content", "psf_mean_trajectory", "ar", "token_flow")
+    return {**{m: r[m] for m in fixed}, **(r.get("other_rows") or {})}
 
 
 def _ms(stat: dict | None, spec: str = ".3f") -> str:
@@ -205,6 +212,15 @@ def _diagnose(diag: dict) -> list[str]:
             if c:
                 rows.append([model, f"shuffle cost, {stage} stage", f"{c['first']['diff']:+.3f} "
                              f"{_iv(c['first']['interval'])}", f"{c['rest']['diff']:+.3f}", f"{c['all']['diff']:+.3f}"])
+        codes = d.get("codes") or {}
+        if codes.get("available"):  # what the codes are worth to the decoder, and the KL's informative part
+            z, u = codes["zeroing_cost"], codes["usage"]
+            rows.append([model, "codes zeroed − posterior-mean codes", f"{z['first']['diff']:+.3f} "
+                         f"{_iv(z['first']['interval'])}", f"{z['rest']['diff']:+.3f}",
+                         f"{z['all']['diff']:+.3f} {_iv(z['all']['interval'])}"])
+            rows.append([model, "code KL/token: spread of the posterior means (the part that can carry "
+                         "information) / all", "", "", f"{u['kl_parts_per_token']['spread']:.3f} / "
+                         f"{u['kl_per_token']:.3f}"])
         ceil = d.get("ceiling") or {}
         if ceil.get("available"):
             rows.append([model, "AR ceiling: context cut at block boundaries − full",
@@ -213,8 +229,9 @@ def _diagnose(diag: dict) -> list[str]:
     if not rows:
         return []
     return ["", "`psf diagnose` (nats/token, 95 % bootstrap intervals over validation documents): the decoder's "
-            "teacher-forced CE with other documents' states minus with its own, per stage; and what earlier blocks "
-            "are worth to the AR baseline:", "", "| model | measure | first token of a block | other tokens | all |",
+            "teacher-forced CE with other documents' states minus with its own, per stage; with codes, its CE with "
+            "zero codes minus with posterior-mean codes, and the codes' KL; and what earlier blocks are worth to "
+            "the AR baseline:", "", "| model | measure | first token of a block | other tokens | all |",
             "|---|---|---|---|---|", *("| " + " | ".join(x) + " |" for x in rows)]
 
 
@@ -248,6 +265,76 @@ def wikitext_reading(r: dict) -> str:
         out.append(f"**Why the states matter little here**: cross-block context is worth {ceil['all']['diff']:.3f} "
                    f"nats/token to the AR model (the ceiling), and PSF's states deliver {mode['all']['diff']:.3f} of "
                    "it: at this scale little long-range information is left for a state to carry.")
+    return "\n\n".join(out)
+
+
+def _me_diff(d: dict | None) -> str:
+    """A psf eval difference at the references' entropy: gen-PPL and NLL/token with intervals, and which side of
+    zero the NLL interval lies."""
+    me = (d or {}).get("matched_entropy") or {}
+    if me.get("gen_ppl_diff") is None:
+        return "not bracketed by both sweeps"
+    lo, hi = me["nll_per_token_interval"]
+    side = ("lower for psf" if hi < 0 else "higher for psf" if lo > 0 else "the interval includes zero")
+    return (f"gen-PPL {me['gen_ppl_diff']:+.1f} {_iv(me['interval'], '+.1f')}, NLL/token "
+            f"{me['nll_per_token_diff']:+.3f} {_iv(me['nll_per_token_interval'])} ({side})")
+
+
+def _t1_diff(d: dict | None) -> str:
+    """A psf eval difference at temperature 1, top-p 1 (neither model truncated): NLL/token with interval."""
+    for q in (d or {}).get("per_point", []):
+        if q.get("temperature") == 1 and q.get("top_p") == 1 and "nll_per_token" in q.get("diff", {}):
+            return f"{q['diff']['nll_per_token']:+.3f} {_iv(q['interval']['nll_per_token'])}"
+    return "–"
+
+
+def _code_information(name: str, d: dict) -> str | None:
+    """``psf diagnose``'s codes section of one run in a sentence: what zeroing them costs and the KL's informative
+    part (the spread of the posterior means)."""
+    c = d.get("codes") or {}
+    if not c.get("available"):
+        return None
+    z, u = c["zeroing_cost"], c["usage"]
+    return (f"`{name}` {z['all']['diff']:+.3f} {_iv(z['all']['interval'])} nats/token ({z['first']['diff']:+.3f} on "
+            f"a block's first token), KL {u['kl_per_token']:.3f} nats/token of which "
+            f"{u['kl_parts_per_token']['spread']:.3f} is the spread of the posterior means")
+
+
+def wikitext_codes_reading(r: dict) -> str:
+    """What WikiText-2 with codes on shows, quoting the JSON: the codes' information beside every comparison of
+    predictive and content states, the paper's two configurations, and the speed against AR."""
+    rows, diffs = _wikitext_rows(r), r.get("differences") or {}
+    info = [x for name, d in (r.get("diagnose") or {}).items() if (x := _code_information(name, d))]
+    out = ["**What the codes carry** (`psf diagnose`, validation documents; the cost of decoding with zero codes "
+           "instead of the posterior means): " + "; ".join(info) + ". A code is its block's own posterior, so what it "
+           "is worth here is content the decoder reads from the block itself, not a plan from the states."]
+    if "psf_state_only" in rows:
+        out.append(f"**The paper's two configurations** on one decoder, main (prior over states + codes) minus "
+                   f"state-only (zero codes) at the references' entropy: {_me_diff(diffs.get('psf - psf_state_only'))}; "
+                   f"at temperature 1, NLL/token {_t1_diff(diffs.get('psf - psf_state_only'))}.")
+    ps = rows["psf"]
+
+    def at_target(x: dict) -> str:
+        g, iv = x["gen_ppl_at_matched_entropy"], (x.get("matched_entropy") or {}).get("interval")
+        return "not bracketed" if g is None else f"{g:.1f}" + (f" {_iv(iv, '.1f')}" if iv else "")
+
+    line = (f"**Predictive against content states, codes on** (read beside the codes' information above): psf minus "
+            f"psf_content at the references' entropy, {_me_diff(diffs.get('psf - psf_content'))}")
+    if "psf_content_state_only" in rows and "psf_state_only" in rows:
+        line += (f". Without the code channel (each run's state-only prior, zero codes) gen-PPL at the references' "
+                 f"entropy is {at_target(rows['psf_state_only'])} for predictive states and "
+                 f"{at_target(rows['psf_content_state_only'])} for content states (95 % intervals; no paired "
+                 "difference is computed between these two rows)")
+    out.append(line + ".")
+    for name in (r.get("other_rows") or {}):  # compared runs (e.g. a longer codes stage) and their state-only rows
+        if name not in ("psf_state_only", "psf_content_state_only"):
+            out.append(f"**psf minus `{name}`** at the references' entropy: {_me_diff(diffs.get('psf - ' + name))}; "
+                       f"at temperature 1, NLL/token {_t1_diff(diffs.get('psf - ' + name))}.")
+    ar = rows["ar"]
+    out.append(f"**Speed**: at batch 32 PSF writes {ps['samples_per_s_b32']:.2f} documents/s against the AR model's "
+               f"{ar['samples_per_s_b32']:.2f} (key-value cache preallocated), {ps['samples_per_s_b32'] / ar['samples_per_s_b32']:.1f}×; "
+               f"at batch 1 {ps['samples_per_s_b1']:.2f} against {ar['samples_per_s_b1']:.2f}. Its FLOPs per document "
+               f"are {100 * ps['flops_per_sample'] / rows['token_flow']['flops_per_sample']:.1f} % of the token flow's.")
     return "\n\n".join(out)
 
 
