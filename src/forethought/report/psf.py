@@ -301,8 +301,18 @@ def _code_information(name: str, d: dict) -> str | None:
 
 
 def wikitext_codes_reading(r: dict) -> str:
-    """What WikiText-2 with codes on shows, quoting the JSON: the codes' information beside every comparison of
-    predictive and content states, the paper's two configurations, and the speed against AR."""
+    """What WikiText-2 with codes on shows (the results page's reading)."""
+    return "\n\n".join(_wikitext_codes_parts(r))
+
+
+def wikitext_codes_lead(r: dict) -> list[str]:
+    """docs/psf.md's summary of WikiText-2 with codes on: the same points as the results page's reading."""
+    return ["- " + x for x in _wikitext_codes_parts(r)]
+
+
+def _wikitext_codes_parts(r: dict) -> list[str]:
+    """WikiText-2 with codes on, quoting the JSON: the codes' information beside every comparison of predictive
+    and content states, the paper's two configurations, and the speed against AR."""
     rows, diffs = _wikitext_rows(r), r.get("differences") or {}
     info = [x for name, d in (r.get("diagnose") or {}).items() if (x := _code_information(name, d))]
     out = ["**What the codes carry** (`psf diagnose`, validation documents; the cost of decoding with zero codes "
@@ -335,7 +345,7 @@ def wikitext_codes_reading(r: dict) -> str:
                f"{ar['samples_per_s_b32']:.2f} (key-value cache preallocated), {ps['samples_per_s_b32'] / ar['samples_per_s_b32']:.1f}×; "
                f"at batch 1 {ps['samples_per_s_b1']:.2f} against {ar['samples_per_s_b1']:.2f}. Its FLOPs per document "
                f"are {100 * ps['flops_per_sample'] / rows['token_flow']['flops_per_sample']:.1f} % of the token flow's.")
-    return "\n\n".join(out)
+    return out
 
 
 def planted_reading(r: dict) -> str:
