@@ -228,6 +228,13 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             "FORETHOUGHT_DATA=<data root> python benchmarks/psf_wikitext.py --jobs 2 --threads 1 --eval-threads 2 "
             "-- --codes.enabled false", psf.wikitext, ("psf_wikitext_curves.png",),
             psf.wikitext_reading),
+    Section("psf_wikitext_codes.json", "WikiText-2 with realization codes: the main and state-only configurations",
+            "FORETHOUGHT_DATA=<data root> python benchmarks/psf_wikitext.py --jobs 2 --threads 1 --eval-threads 2 "
+            "--runs runs/bench-psf-wikitext-codes --out benchmarks/results/psf_wikitext_codes.json --compare-runs "
+            "runs/bench-psf-wikitext-codes/psf_codes1000 -- --model.code_mean_norm batch --model.code_in_init normal "
+            "--prior.state_only_variant true (psf_codes1000: the psf recipe with --codes.train.steps 1000 "
+            "--stages_from runs/bench-psf-wikitext-codes/psf, a codes stage ten times as long)", psf.wikitext,
+            ("psf_wikitext_codes_curves.png",), psf.wikitext_codes_reading),
     Section("psf_planted.json", "Planted corpus, three training seeds",
             "python benchmarks/psf_planted.py --jobs 1; then, with benchmarks/psf_codes.py's main runs finished, "
             "python benchmarks/psf_planted.py --collect-only --jobs 1 --codes-runs 'runs/psf-codes/main-s{seed}'",
@@ -321,6 +328,7 @@ class Block:
 BLOCKS: tuple[Block, ...] = (
     Block("predgen-mc-lead", "predgen_mc.json", predgen.mc_lead),
     Block("psf-codes-lead", "psf_codes.json", psf.codes_lead),
+    Block("psf-wikitext-codes-lead", "psf_wikitext_codes.json", psf.wikitext_codes_lead),
 )
 
 
