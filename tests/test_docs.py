@@ -232,3 +232,24 @@ def test_codes_pilot_table_takes_every_seed_file(tmp_path: Path) -> None:
     assert saddle.count("| – |") >= 2  # seed 2 has no saddle arm: en dashes, not a crash
     assert "## Not rendered yet" not in render_all(_mini_repo(tmp_path / "b", ["psf_codes.json"]))[
         Path("docs/results/psf.md")]
+
+
+def test_wikitext_codes_reading_quotes_its_file() -> None:
+    """WikiText-2 with codes on: the reading puts each run's code information (zeroing cost, KL) beside the
+    predictive-vs-content comparison, and its verdict on a difference is the one the interval gives."""
+    from forethought.report import psf
+
+    r = json.loads((RESULTS / "psf_wikitext_codes.json").read_text())
+    text = psf.wikitext_codes_reading(r)
+    for name in ("psf", "psf_content"):
+        z = r["diagnose"][name]["codes"]["zeroing_cost"]["all"]["diff"]
+        assert f"`{name}` {z:+.3f}" in text
+    assert "psf_state_only" in r["other_rows"] and "The paper's two configurations" in text
+    d = json.loads(json.dumps(r["differences"]["psf - psf_content"]))
+    for iv, verdict in (([-0.2, -0.1], "lower for psf"), ([0.1, 0.2], "higher for psf"),
+                        ([-0.1, 0.1], "the interval includes zero")):
+        d["matched_entropy"].update(gen_ppl_diff=1.0, interval=[0.5, 1.5], nll_per_token_diff=sum(iv) / 2,
+                                    nll_per_token_interval=iv)
+        assert psf._me_diff(d).endswith(f"({verdict})")
+    d["matched_entropy"]["gen_ppl_diff"] = None
+    assert psf._me_diff(d) == "not bracketed by both sweeps"
