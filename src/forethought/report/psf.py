@@ -329,7 +329,9 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
         return "not bracketed" if g is None else f"{g:.1f}" + (f" {_iv(iv, '.1f')}" if iv else "")
 
     line = (f"**Predictive against content states, codes on** (read beside the codes' information above): psf minus "
-            f"psf_content at the references' entropy, {_me_diff(diffs.get('psf - psf_content'))}")
+            f"psf_content at the references' entropy, {_me_diff(diffs.get('psf - psf_content'))}; at temperature 1, "
+            f"NLL/token {_t1_diff(diffs.get('psf - psf_content'))} (the two sweeps' entropies differ at equal "
+            "temperature)")
     if "psf_content_state_only" in rows and "psf_state_only" in rows:
         line += (f". Without the code channel (each run's state-only prior, zero codes) gen-PPL at the references' "
                  f"entropy is {at_target(rows['psf_state_only'])} for predictive states and "
