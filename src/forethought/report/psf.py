@@ -343,6 +343,14 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
             out.append(f"**psf minus `{name}`** at the references' entropy: {_me_diff(diffs.get('psf - ' + name))}; "
                        f"at temperature 1, NLL/token {_t1_diff(diffs.get('psf - ' + name))}.")
     ar = rows["ar"]
+    target = r["settings"]["target_entropy"]
+    below = [q["entropy"] for q in ar["sweep"] if q["entropy"] <= target]
+    above = [q["entropy"] for q in ar["sweep"] if q["entropy"] > target]
+    gap = (f" (its sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
+           f"{min(above):.3f}, so the AR value there is an interpolation)" if below and above else "")
+    out.append(f"**Against AR**: psf minus ar at the references' entropy, {_me_diff(diffs.get('psf - ar'))}{gap}; at "
+               f"temperature 1, where neither model is truncated, NLL/token {_t1_diff(diffs.get('psf - ar'))} "
+               "(positive: PSF worse).")
     out.append(f"**Speed**: at batch 32 PSF writes {ps['samples_per_s_b32']:.2f} documents/s against the AR model's "
                f"{ar['samples_per_s_b32']:.2f} (key-value cache preallocated), {ps['samples_per_s_b32'] / ar['samples_per_s_b32']:.1f}×; "
                f"at batch 1 {ps['samples_per_s_b1']:.2f} against {ar['samples_per_s_b1']:.2f}. Its FLOPs per document "
