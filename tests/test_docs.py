@@ -253,3 +253,13 @@ def test_wikitext_codes_reading_quotes_its_file() -> None:
         assert psf._me_diff(d).endswith(f"({verdict})")
     d["matched_entropy"]["gen_ppl_diff"] = None
     assert psf._me_diff(d) == "not bracketed by both sweeps"
+    # a compared run: its line quotes its temperature-1 difference and, when its sweep stays above the references'
+    # entropy, says so instead of a matched-entropy number
+    for name, x in r["other_rows"].items():
+        if name in ("psf_state_only", "psf_content_state_only"):
+            continue
+        line = psf._compared_run(name, x, r["psf"], r["differences"]["psf - " + name], r["settings"]["target_entropy"])
+        assert line in text and psf._t1_diff(r["differences"]["psf - " + name]) in line
+        lowest = min(q["entropy"] for q in x["sweep"])
+        assert ("stays above the references'" in line) == (
+            lowest > r["settings"]["target_entropy"] and x["gen_ppl_at_matched_entropy"] is None)

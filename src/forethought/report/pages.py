@@ -230,7 +230,8 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             psf.wikitext_reading),
     Section("psf_wikitext_codes.json", "WikiText-2 with realization codes: the main and state-only configurations",
             "FORETHOUGHT_DATA=<data root> python benchmarks/psf_wikitext.py --jobs 2 --threads 1 --eval-threads 2 "
-            "--runs runs/bench-psf-wikitext-codes --out benchmarks/results/psf_wikitext_codes.json -- "
+            "--runs runs/bench-psf-wikitext-codes --out benchmarks/results/psf_wikitext_codes.json "
+            "--compare-runs runs/bench-psf-wikitext-codes/psf_codes1000 -- "
             "--model.code_mean_norm batch --model.code_in_init normal --prior.state_only_variant true", psf.wikitext,
             ("psf_wikitext_codes_curves.png",), psf.wikitext_codes_reading),
     Section("psf_planted.json", "Planted corpus, three training seeds",

@@ -338,10 +338,10 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
                  f"{at_target(rows['psf_content_state_only'])} for content states (95 % intervals; no paired "
                  "difference is computed between these two rows)")
     out.append(line + ".")
-    for name in (r.get("other_rows") or {}):  # compared runs (e.g. a longer codes stage) and their state-only rows
+    others = r.get("other_rows") or {}
+    for name, x in others.items():  # compared runs (e.g. a longer codes stage) and their state-only rows
         if name not in ("psf_state_only", "psf_content_state_only"):
-            out.append(f"**psf minus `{name}`** at the references' entropy: {_me_diff(diffs.get('psf - ' + name))}; "
-                       f"at temperature 1, NLL/token {_t1_diff(diffs.get('psf - ' + name))}.")
+            out.append(_compared_run(name, x, ps, diffs.get("psf - " + name), r["settings"]["target_entropy"]))
     ar = rows["ar"]
     target = r["settings"]["target_entropy"]
     below = [q["entropy"] for q in ar["sweep"] if q["entropy"] <= target]
@@ -356,6 +356,26 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
                f"at batch 1 {ps['samples_per_s_b1']:.2f} against {ar['samples_per_s_b1']:.2f}. Its FLOPs per document "
                f"are {100 * ps['flops_per_sample'] / rows['token_flow']['flops_per_sample']:.1f} % of the token flow's.")
     return out
+
+
+def _compared_run(name: str, x: dict, ps: dict, d: dict | None, target: float) -> str:
+    """One compared run of psf_wikitext.py (``--compare-runs``) against psf: its training tokens, the difference at
+    the references' entropy (or why there is none), at temperature 1, and at the lowest shared temperature."""
+    low = min((q for q in (d or {}).get("per_point", []) if "entropy" in q.get("diff", {})),
+              key=lambda q: q["temperature"], default=None)
+    lowest = min(x["sweep"], key=lambda q: q["entropy"])["entropy"]
+    me = _me_diff(d)
+    if me.startswith("not bracketed") and lowest > target:
+        me += f" (its lowest entropy, {lowest:.3f} nats, stays above the references' {target:.3f})"
+    line = (f"**psf minus `{name}`** ({x['train_tokens'] / 1e6:.2f}M model training tokens against psf's "
+            f"{ps['train_tokens'] / 1e6:.2f}M): at the references' entropy, {me}; at temperature 1, NLL/token "
+            f"{_t1_diff(d)} (positive: psf worse)")
+    if low:
+        q = low["diff"], low["interval"]
+        line += (f"; at temperature {low['temperature']:g}, unigram entropy {q[0]['entropy']:+.3f} "
+                 f"{_iv(q[1]['entropy'])} and repeated bigrams {q[0]['repetition_2']:+.3f} "
+                 f"{_iv(q[1]['repetition_2'])}")
+    return line + "."
 
 
 def planted_reading(r: dict) -> str:
