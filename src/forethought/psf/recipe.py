@@ -140,6 +140,12 @@ def _ar_steps(cfg: RecipeConfig, tokens: int) -> int:
     return max(1, math.ceil(tokens / (cfg.ar.train.batch_size * cfg.model.seq_len)))
 
 
+def _stage_finished(folder: Path, s: Stage) -> bool:
+    """A stage folder holds the stage finished: its final checkpoint (step = the stage's steps) and results.json."""
+    ckpt = latest_checkpoint(folder)
+    return ckpt is not None and ckpt.name == f"step-{s.train.steps:06d}" and (folder / "results.json").is_file()
+
+
 def finished_stages(run_dir: Path, plan: list[Stage], resume: str | None,
                     copies: dict[str, Path] | None = None) -> dict[str, dict]:
     """The results of every stage that ``--resume auto`` will skip (final checkpoint and results.json present),
@@ -153,15 +159,13 @@ def finished_stages(run_dir: Path, plan: list[Stage], resume: str | None,
     copies = copies or {}
     for s in plan:
         sub = copies.get(s.name, run_dir / s.name)
-        ckpt = latest_checkpoint(sub)
         if s.name in copies:  # finished by stages_to_copy's check
             done[s.name] = read_json_object(sub / "results.json", STAGE_KEYS[s.kind], "rerun that run's stage")
             continue
-        if resume != "auto" and ckpt is not None:
+        if resume != "auto" and latest_checkpoint(sub) is not None:
             raise ForethoughtError(f"{sub} already holds checkpoints; pass --resume auto to continue that run, "
                                    "or choose another --run.name / --run.out_dir")
-        if resume == "auto" and ckpt is not None and ckpt.name == f"step-{s.train.steps:06d}" \
-                and (sub / "results.json").is_file():
+        if resume == "auto" and _stage_finished(sub, s):
             done[s.name] = read_json_object(sub / "results.json", STAGE_KEYS[s.kind],
                                         "delete it and rerun with --resume auto to recompute it from the stage's "
                                         "final checkpoint")
@@ -207,10 +211,7 @@ def stages_to_copy(cfg: RecipeConfig, plan: list[Stage]) -> dict[str, Path]:
         if s.kind != "model" or s.name not in MODEL_STAGES:
             break
         differ = _differing(_stage_settings(theirs, s.name), _stage_settings(cfg, s.name))
-        ckpt = latest_checkpoint(src / s.name)
-        finished = ckpt is not None and ckpt.name == f"step-{s.train.steps:06d}" \
-            and (src / s.name / "results.json").is_file()
-        if differ or not finished:
+        if differ or not _stage_finished(src / s.name, s):
             if not copies and not (dst / s.name).exists():
                 why = (f"its settings differ in {', '.join(differ[:6])}" if differ
                        else "that run has not finished it")

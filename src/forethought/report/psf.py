@@ -338,12 +338,11 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
                  f"{at_target(rows['psf_content_state_only'])} for content states (95 % intervals; no paired "
                  "difference is computed between these two rows)")
     out.append(line + ".")
-    others = r.get("other_rows") or {}
-    for name, x in others.items():  # compared runs (e.g. a longer codes stage) and their state-only rows
-        if name not in ("psf_state_only", "psf_content_state_only"):
-            out.append(_compared_run(name, x, ps, diffs.get("psf - " + name), r["settings"]["target_entropy"]))
-    ar = rows["ar"]
     target = r["settings"]["target_entropy"]
+    for name, x in (r.get("other_rows") or {}).items():  # compared runs (e.g. a longer codes stage), state-only rows
+        if name not in ("psf_state_only", "psf_content_state_only"):
+            out.append(_compared_run(name, x, ps, diffs.get("psf - " + name), target))
+    ar = rows["ar"]
     below = [q["entropy"] for q in ar["sweep"] if q["entropy"] <= target]
     above = [q["entropy"] for q in ar["sweep"] if q["entropy"] > target]
     gap = (f" (its sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
@@ -363,9 +362,9 @@ def _compared_run(name: str, x: dict, ps: dict, d: dict | None, target: float) -
     the references' entropy (or why there is none), at temperature 1, and at the lowest shared temperature."""
     low = min((q for q in (d or {}).get("per_point", []) if "entropy" in q.get("diff", {})),
               key=lambda q: q["temperature"], default=None)
-    lowest = min(x["sweep"], key=lambda q: q["entropy"])["entropy"]
+    lowest = min(q["entropy"] for q in x["sweep"])
     me = _me_diff(d)
-    if me.startswith("not bracketed") and lowest > target:
+    if ((d or {}).get("matched_entropy") or {}).get("gen_ppl_diff") is None and lowest > target:
         me += f" (its lowest entropy, {lowest:.3f} nats, stays above the references' {target:.3f})"
     line = (f"**psf minus `{name}`** ({x['train_tokens'] / 1e6:.2f}M model training tokens against psf's "
             f"{ps['train_tokens'] / 1e6:.2f}M): at the references' entropy, {me}; at temperature 1, NLL/token "
