@@ -30,12 +30,16 @@ class Command:
     help: str
     target: str  # "module:function" taking (cfg, resume): imported only once the config has loaded
     config: str  # "module:Config", from a module that imports no torch, so --help and bad input answer fast
+    spec_arg: bool = False  # an experiment verb: its first word is the spec (positional)
+    checks_commands: bool = False  # its target takes parse=: checks other forethought commands without running them
 
     def config_class(self) -> type:
         return _load(self.config)
 
     def run(self, cfg: Any, resume: str | None) -> Any:
         """Import the command's module (torch, models) and run it on a loaded, checked config."""
+        if self.checks_commands:
+            return _load(self.target)(cfg, resume=resume, parse=check_command)
         return _load(self.target)(cfg, resume=resume)
 
 
@@ -83,6 +87,19 @@ COMMANDS = [
             "fitted on one half and evaluated on the other, over seeds, with H(Y) and a plot; --words K: the input "
             "words most associated with each answer",
             "forethought.predgen.mine:run_mine", "forethought.predgen.config:MineConfig"),
+    Command("experiment", "list", "the shipped experiment specs: name, system, runs, what each costs",
+            "forethought.experiments.commands:list_specs", "forethought.experiments.commands:ListConfig"),
+    Command("experiment", "run", "run an experiment spec's runs (resumable: finished runs are skipped), archive "
+            "each, then collect; --dry_run true prints its commands and checks that they parse",
+            "forethought.experiments.commands:run", "forethought.experiments.commands:ExperimentConfig",
+            spec_arg=True, checks_commands=True),
+    Command("experiment", "collect", "an experiment's finished runs (run folders, else the archive) -> one results "
+            "JSON: measures over seeds, seed-paired comparisons, checks, provenance; and its plots",
+            "forethought.experiments.commands:collect", "forethought.experiments.commands:ExperimentConfig",
+            spec_arg=True),
+    Command("experiment", "render", "an experiment's results section (markdown) from its collected JSON",
+            "forethought.report.experiment:render", "forethought.experiments.commands:ExperimentConfig",
+            spec_arg=True),
     Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
             "forethought.demo:run", "forethought.demo:DemoConfig"),
 ]
@@ -159,13 +176,8 @@ def _main(argv: list[str] | None) -> int:
         print(__version__)
         return 0
     try:
-        cmd = _find(argv)
-        rest = argv[2:] if cmd.verb else argv[1:]
-        parser = _parser(cmd)
-        args, overrides = parser.parse_known_args(rest)
-        cfg = load_config(cmd.config_class(), resolve_config_path(cmd.system, cmd.verb or "demo", args.config),
-                          overrides)
-        cmd.run(cfg, args.resume)
+        cmd, cfg, resume = _configured(argv)
+        cmd.run(cfg, resume)
         return 0
     except ForethoughtError as e:
         print(f"forethought: error: {e}", file=sys.stderr)
@@ -173,6 +185,27 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("forethought: interrupted", file=sys.stderr)
         return 130
+
+
+def _configured(argv: list[str]) -> tuple[Command, Any, str | None]:
+    """The command ``argv`` names and its loaded, checked config (no torch, nothing written)."""
+    cmd = _find(argv)
+    rest = argv[2:] if cmd.verb else argv[1:]
+    if cmd.spec_arg and rest and not rest[0].startswith("-"):
+        rest = ["--spec", *rest]
+    parser = _parser(cmd)
+    args, overrides = parser.parse_known_args(rest)
+    cfg = load_config(cmd.config_class(), resolve_config_path(cmd.system, cmd.verb or "demo", args.config),
+                      overrides)
+    return cmd, cfg, args.resume
+
+
+def check_command(argv: tuple[str, ...]) -> None:
+    """Check a forethought command (without the program name) as the CLI would before running it: the command
+    exists and its config loads; nothing runs. An experiment's spec cannot run experiments."""
+    if argv and argv[0] in ("experiment", "demo"):
+        raise ForethoughtError(f"'{argv[0]}' cannot run inside an experiment")
+    _configured(list(argv))
 
 
 def _find(argv: list[str]) -> Command:

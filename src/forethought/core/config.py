@@ -80,6 +80,13 @@ def _coerce(key: str, value: Any, t: Any) -> Any:
             raise ForethoughtError(f"config key '{key}' expects a list, got {value!r}")
         (inner,) = typing.get_args(t)[:1] or (Any,)
         return [_coerce(key, v, inner) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ForethoughtError(f"config key '{key}' expects a mapping, got {value!r}")
+        kt, vt = typing.get_args(t) or (Any, Any)
+        return {_coerce(key, k, kt): _coerce(f"{key}.{k}", v, vt) for k, v in value.items()}
+    if dataclasses.is_dataclass(t):
+        return from_mapping(t, value, key)
     if t is Any:
         return value
     if t is bool:
@@ -106,6 +113,33 @@ def _coerce(key: str, value: Any, t: Any) -> Any:
             return str(value)
         raise ForethoughtError(f"config key '{key}' expects a string, got {value!r}")
     return value
+
+
+def from_mapping(cls: type[T], data: Any, where: str = "") -> T:
+    """A config object of ``cls`` from a parsed YAML mapping, every key checked and coerced by its type like a
+    config file's; for sections whose fields hold lists or mappings of further sections (an experiment spec's
+    runs). ``where`` prefixes the keys in error messages (``runs.0.steps``)."""
+    prefix = f"{where}." if where else ""
+    if not isinstance(data, dict):
+        raise ForethoughtError(f"config key '{where or cls.__name__}' expects a mapping of keys to values, "
+                               f"got {data!r}")
+    obj = cls()
+    names = {f.name for f in dataclasses.fields(cls)}
+    hints = _hints(cls)
+    for k, v in data.items():
+        if k not in names:
+            close = difflib.get_close_matches(str(k), sorted(names), n=1)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise ForethoughtError(f"unknown config key '{prefix}{k}'{hint}")
+        t = hints[k]
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
+            setattr(obj, k, from_mapping(t, v, prefix + k))
+        elif typing.get_origin(t) in (list, tuple) and isinstance(v, list):
+            (inner,) = typing.get_args(t)[:1] or (Any,)
+            setattr(obj, k, [_coerce(f"{prefix}{k}.{i}", x, inner) for i, x in enumerate(v)])
+        else:
+            setattr(obj, k, _coerce(prefix + k, v, t))
+    return obj
 
 
 def _unknown(key: str, cls: type) -> ForethoughtError:

@@ -37,34 +37,46 @@ def training_log(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in read_metrics(run_dir) if not r.get("eval")]
 
 
-def run_record(run_dir: Path) -> dict[str, Any]:
-    """A finished run folder as one record: ``results``, ``predictions`` (when it wrote predictions.jsonl),
-    ``command``, ``started``, ``finished`` (epoch seconds), ``train_log`` (:func:`training_log`),
-    ``torch_threads``, ``models`` (the resolved pretrained models of env.json, when it names any) and ``config``
-    (its config.yaml, when it has one)."""
+def _key(file: str) -> str:
+    """A run file's key in its record: ``results.json`` -> ``results``, ``eval/results.json`` -> ``eval/results``."""
+    return file.removesuffix(".json")
+
+
+def run_record(run_dir: Path, files: tuple[str, ...] | list[str] = ("results.json",)) -> dict[str, Any]:
+    """A finished run folder as one record: each of ``files`` (JSON, relative to the folder; those present) under
+    its name without ``.json`` (``results``, ``diagnose``, ``eval/results``), ``predictions`` (when it wrote
+    predictions.jsonl), ``command``, ``started``, ``finished`` (epoch seconds: when the first file was written),
+    ``train_log`` (:func:`training_log`), ``torch_threads``, ``models`` (the resolved pretrained models of
+    env.json, when it names any), ``env`` (machine, Python, package versions, git commit) and ``config`` (its
+    config.yaml, when it has one)."""
     run_dir = Path(run_dir)
     env = json.loads((run_dir / "env.json").read_text())
-    record: dict[str, Any] = {"results": json.loads((run_dir / "results.json").read_text())}
+    record: dict[str, Any] = {}
+    for f in files:
+        if (run_dir / f).is_file():
+            record[_key(f)] = json.loads((run_dir / f).read_text())
     if (run_dir / "predictions.jsonl").is_file():
         record["predictions"] = predictions(run_dir)
     record.update({"command": env["command"], "started": run_started(run_dir),
-                   "finished": (run_dir / "results.json").stat().st_mtime, "train_log": training_log(run_dir),
-                   "torch_threads": env.get("machine", {}).get("torch_threads")})
+                   "finished": max((run_dir / f).stat().st_mtime for f in files if (run_dir / f).is_file()),
+                   "train_log": training_log(run_dir), "torch_threads": env.get("machine", {}).get("torch_threads")})
     if env.get("models"):
         record["models"] = env["models"]
+    record["env"] = {k: env.get(k) for k in ("machine", "python", "packages", "git")}
     if (run_dir / "config.yaml").is_file():  # the settings as run (a later collect may need the model section)
         record["config"] = yaml.safe_load((run_dir / "config.yaml").read_text())
     return record
 
 
-def finished_run(run_dir: Path, archive: Path) -> dict[str, Any] | None:
-    """A finished run's record (:func:`run_record`), or None when it has not finished. Read from its run folder
-    when that holds results.json, and then saved as ``archive/<run name>.json`` (rewritten only when it
-    changed); else read from the archive."""
+def finished_run(run_dir: Path, archive: Path, files: tuple[str, ...] | list[str] = ("results.json",)
+                 ) -> dict[str, Any] | None:
+    """A finished run's record (:func:`run_record` of ``files``), or None when it has not finished. Read from its
+    run folder when that holds every one of ``files``, and then saved as ``archive/<run name>.json`` (rewritten
+    only when it changed); else read from the archive."""
     run_dir, archive = Path(run_dir), Path(archive)
     saved = archive / f"{run_dir.name}.json"
-    if (run_dir / "results.json").is_file():
-        record = run_record(run_dir)
+    if all((run_dir / f).is_file() for f in files):
+        record = run_record(run_dir, files)
         text = json.dumps(record, separators=(",", ":")) + "\n"
         if not saved.is_file() or saved.read_text() != text:
             archive.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,234 @@
+"""``forethought experiment run | collect | render``: a spec's runs through the job queue, their records into one
+results JSON, that JSON into its results section.
+
+Where an experiment's files live (:class:`Layout`, under a root folder, the repository for the shipped specs):
+``runs/<name>/`` the run folders and logs (ignored by git), ``benchmarks/results/runs/<name>/<run>.json`` each
+finished run's record (committed: a fresh machine collects from it alone), ``benchmarks/results/<name>.json`` the
+collected results (+ its plots). ``run`` skips the runs whose record is archived and the steps that finished
+with the same command, so it resumes after a crash or on another machine.
+
+The collected JSON has one schema for every experiment (``SCHEMA``): ``spec`` (name, file, SHA-256),
+``provenance`` (the invocations, each run's command and wall time, the commits, machines and package versions
+from the runs' own env.json, the experiment's wall time), ``runs`` (group, seed, settings, measures), ``groups``
+(each measure over seeds: mean, std, Student-t interval), ``comparisons`` (seed-paired differences) and
+``checks`` (value, threshold, passed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_json
+from forethought.experiments.archive import finished_run, invocations, span_s
+from forethought.experiments.jobs import Job, JobFailed, run_queue
+from forethought.experiments.spec import OPS, ExperimentSpec, PlannedRun, plan
+from forethought.experiments.stats import over_seeds, seed_paired
+
+SCHEMA = "forethought.experiment/1"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The folders of one experiment under ``root``."""
+
+    runs: Path  # run folders and job logs
+    archive: Path  # one record per finished run (committed)
+    results: Path  # the collected JSON; plots beside it
+
+    @classmethod
+    def under(cls, root: Path, name: str) -> "Layout":
+        root = Path(root)
+        return cls(root / "runs" / name, root / "benchmarks" / "results" / "runs" / name,
+                   root / "benchmarks" / "results" / f"{name}.json")
+
+
+def _job_name(run: str, step: int) -> str:
+    return run if step == 0 else f"{run}.step{step}"
+
+
+def run(spec: ExperimentSpec, layout: Layout, command: str, parse: Callable[[tuple[str, ...]], None] | None = None,
+        progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run every unfinished run of ``spec`` (step by step: all runs' first commands, then their second, ...),
+    ``spec.parallel`` at a time with ``spec.threads`` threads each; archive each run when its last step
+    finishes; then :func:`collect`. ``parse`` checks every command before anything starts (the CLI's parser:
+    a typo in a spec fails here, not hours later)."""
+    planned = plan(spec, layout.runs)
+    if parse is not None:
+        check_commands(planned, parse)
+    todo = [p for p in planned if finished_run(layout.runs / p.run, layout.archive, spec.files) is None]
+    progress(f"{spec.name}: {len(planned) - len(todo)} of {len(planned)} runs finished; running {len(todo)}")
+    if todo:
+        _run_steps(spec, layout, todo, progress)
+    return collect(spec, layout, command)
+
+
+def check_commands(planned: list[PlannedRun], parse: Callable[[tuple[str, ...]], None]) -> None:
+    for p in planned:
+        for argv in p.steps:
+            try:
+                parse(argv)
+            except ForethoughtError as e:
+                raise ForethoughtError(f"run {p.run}: 'forethought {' '.join(argv)}': {e}") from None
+
+
+def _run_steps(spec: ExperimentSpec, layout: Layout, todo: list[PlannedRun], progress: Callable[[str], None]) -> None:
+    n_steps = max(len(p.steps) for p in todo)
+    last = {_job_name(p.run, len(p.steps) - 1): p.run for p in todo}
+
+    def archive(job: str) -> None:
+        if job in last:
+            run_dir = layout.runs / last[job]
+            if finished_run(run_dir, layout.archive, spec.files) is None:
+                raise ForethoughtError(f"run {last[job]} finished without writing {run_dir / spec.files[0]}")
+            progress(f"{spec.name}: {last[job]} finished and archived")
+
+    for k in range(n_steps):
+        jobs = [Job(_job_name(p.run, k), (sys.executable, "-m", "forethought.cli", *p.steps[k]))
+                for p in todo if k < len(p.steps)]
+        try:
+            run_queue(jobs, spec.parallel, layout.runs / "logs", threads=spec.threads, on_done=archive, resume=True)
+        except JobFailed as e:
+            raise ForethoughtError(str(e)) from None
+
+
+def lookup(record: Any, path: str) -> Any:
+    """The value at a dotted path of a record (mapping keys; list indices as numbers), or KeyError."""
+    node = record
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise KeyError(part)
+    return node
+
+
+def _measures(spec: ExperimentSpec, run: str, record: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for name, path in spec.measures.items():
+        try:
+            value = lookup(record, path)
+        except KeyError:
+            continue  # e.g. a measure only some groups write; a measure no run has is an error (collect)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ForethoughtError(f"run {run}: measure '{name}' ({path}) is not a number: {value!r}")
+        out[name] = float(value)
+    return out
+
+
+def _interval_of(stats: dict[str, Any]) -> tuple[float | None, float | None]:
+    ci = stats.get("ci95_of_mean")
+    return (ci[0], ci[1]) if ci else (None, None)
+
+
+def _summary(stats: dict[str, Any]) -> dict[str, Any]:
+    low, high = _interval_of(stats)
+    return {**stats, "ci95_low": low, "ci95_high": high}
+
+
+def _provenance(spec_file: Path, records: dict[str, dict[str, Any]], layout: Layout, command: str) -> dict[str, Any]:
+    envs = [r.get("env") or {} for r in records.values()]
+    machines = sorted({json.dumps(e["machine"], sort_keys=True) for e in envs if e.get("machine")})
+    versions: dict[str, set] = {}
+    for e in envs:
+        for pkg, v in (e.get("packages") or {}).items():
+            versions.setdefault(pkg, set()).add(str(v))
+    return {
+        "invocations": invocations(layout.archive, command),
+        "runs": {name: {"command": r.get("command"), "started": r.get("started"), "finished": r.get("finished"),
+                        "torch_threads": r.get("torch_threads")} for name, r in records.items()},
+        "commits": sorted({e["git"] for e in envs if e.get("git")}),
+        "machines": [json.loads(m) for m in machines],
+        "versions": {pkg: sorted(vs) for pkg, vs in sorted(versions.items())},
+        "runs_without_env": sorted(n for n, r in records.items() if not r.get("env")),
+        "wall_s": span_s(records),
+    }
+
+
+def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path | None = None) -> dict[str, Any]:
+    """The finished runs' records (run folders, else the archive) -> one results JSON (written to
+    ``layout.results``, plots beside it) -> returned. Unfinished runs are left out and listed."""
+    planned = plan(spec, layout.runs)
+    records = {p.run: r for p in planned if (r := finished_run(layout.runs / p.run, layout.archive, spec.files))}
+    if not records:
+        raise ForethoughtError(f"{spec.name}: no finished run yet (run 'forethought experiment run {spec.name}')")
+    runs, by_group = {}, {}
+    for p in planned:
+        if p.run not in records:
+            continue
+        m = _measures(spec, p.run, records[p.run])
+        runs[p.run] = {"group": p.group, "seed": p.seed, "settings": p.settings, "measures": m}
+        by_group.setdefault(p.group, {"settings": p.settings, "values": {}})
+        for name, value in m.items():
+            by_group[p.group]["values"].setdefault(name, {})[p.seed] = value
+    found = {name for r in runs.values() for name in r["measures"]}
+    lost = [f"'{n}' ({spec.measures[n]})" for n in spec.measures if n not in found]
+    if lost:
+        keys = sorted(next(iter(records.values())))
+        raise ForethoughtError(f"{spec.name}: measure(s) {', '.join(lost)} found in no finished run "
+                               f"(a record holds: {', '.join(keys)})")
+    groups = {g: {"settings": d["settings"],
+                  "measures": {n: _summary(over_seeds(v)) for n, v in d["values"].items()}}
+              for g, d in by_group.items()}
+    comparisons = {}
+    for c in spec.comparisons:
+        a = by_group.get(c.a, {}).get("values", {}).get(c.measure, {})
+        b = by_group.get(c.b, {}).get("values", {}).get(c.measure, {})
+        entry: dict[str, Any] = {"measure": c.measure, "a": c.a, "b": c.b}
+        if set(a) & set(b):
+            entry.update(_summary(seed_paired(a, b)))
+        else:
+            entry["missing"] = "no seed finished for both sides"
+        comparisons[c.name] = entry
+    out = {"schema": SCHEMA, "name": spec.name, "title": spec.title, "system": spec.system,
+           "spec": _spec_record(spec, spec_file), "measures": spec.measures, "runs": runs,
+           "unfinished": [p.run for p in planned if p.run not in records], "groups": groups,
+           "comparisons": comparisons}
+    out["checks"] = {c.name: _check(c, out) for c in spec.checks}
+    out["provenance"] = _provenance(spec_file or Path(spec.name), records, layout, command)
+    layout.results.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(layout.results, out)
+    _plots(spec, out, layout.results.parent)
+    return out
+
+
+def _spec_record(spec: ExperimentSpec, spec_file: Path | None) -> dict[str, Any]:
+    if spec_file is None:
+        return {"name": spec.name}
+    text = Path(spec_file).read_bytes()
+    return {"name": spec.name, "file": Path(spec_file).name, "sha256": hashlib.sha256(text).hexdigest()}
+
+
+def _check(check: Any, collected: dict[str, Any]) -> dict[str, Any]:
+    entry = {"value": check.value, "op": check.op, "threshold": check.threshold}
+    parts = check.value.split(".")
+    if parts[0] == "groups":  # groups.<group>.<measure>.<stat> names groups.<group>.measures.<measure>.<stat>
+        parts.insert(2, "measures")
+    try:
+        observed = lookup(collected, ".".join(parts))
+    except KeyError:
+        observed = None
+    if observed is None:  # not measured yet (unfinished runs, one seed: no interval)
+        return {**entry, "observed": None, "passed": None}
+    return {**entry, "observed": observed, "passed": bool(OPS[check.op](observed, check.threshold))}
+
+
+def _plots(spec: ExperimentSpec, collected: dict[str, Any], folder: Path) -> None:
+    from forethought.core.plots import bar_plot  # matplotlib only when there is something to draw
+
+    for p in spec.plots:
+        bars = {}
+        for g in p.groups or list(collected["groups"]):
+            s = collected["groups"].get(g, {}).get("measures", {}).get(p.measure)
+            if s is not None:
+                bars[g] = (s["mean"], s["std"] or 0.0)
+        if bars:
+            bar_plot(bars, folder / p.file, title=p.title or f"{spec.title}: {p.measure}", ylabel=p.measure)

@@ -1,0 +1,90 @@
+"""The one renderer of an experiment's collected JSON (``forethought experiment collect``): its tables (each
+measure's mean ± std over seeds per run group), the seed-paired comparisons with their intervals, the checks and
+where the numbers came from. A spec's ``notes`` is the reading under them; nothing here knows any system."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_text, read_json_object
+from forethought.experiments.commands import ExperimentConfig, load_for
+from forethought.experiments.runner import Layout
+from forethought.experiments.spec import ExperimentSpec
+from forethought.report.fmt import interval, mean_std, minutes, num, table
+
+
+def _cell(stats: dict[str, Any] | None) -> str:
+    if stats is None:
+        return "–"
+    return f"{mean_std(stats['mean'], stats['std'])} ({len(stats['seeds'])})"
+
+
+def _settings(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in settings.items()) or "–"
+
+
+def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
+    """The section's markdown lines (without its heading), from the collected JSON ``data``."""
+    out = [spec.description.strip(), ""] if spec.description else []
+    groups = data["groups"]
+    tables = spec.tables or [None]
+    for t in tables:
+        measures = (t.measures if t and t.measures else list(spec.measures))
+        rows = [g for g in (t.groups if t and t.groups else groups) if g in groups]
+        if t and t.title:
+            out += [f"**{t.title}**", ""]
+        out += table(["run group", "settings", *measures],
+                     [[g, _settings(groups[g]["settings"]), *(_cell(groups[g]["measures"].get(m)) for m in measures)]
+                      for g in rows])
+        out += ["", "Each cell: mean ± std over seeds (number of seeds)."]
+    if data["comparisons"]:
+        rows = []
+        for name, c in data["comparisons"].items():
+            if "missing" in c:
+                rows.append([name, f"{c['a']} − {c['b']}", c["measure"], "–", "–", c["missing"]])
+                continue
+            ci = [c["ci95_low"], c["ci95_high"]] if c["ci95_low"] is not None else None
+            rows.append([name, f"{c['a']} − {c['b']}", c["measure"], num(c["mean"], "+.4f"), interval(ci, "+.4f"),
+                         ", ".join(str(s) for s in c["seeds"])])
+        out += ["", "Seed-paired differences (95 % Student-t interval of the mean difference over seeds; it "
+                    "shows what varies with the seed, not the spread over evaluation examples):", "",
+                *table(["comparison", "A − B", "measure", "mean", "95 % interval", "seeds"], rows)]
+    if data["checks"]:
+        rows = []
+        for name, c in data["checks"].items():
+            state = "met" if c["passed"] else "MISSED" if c["passed"] is False else "not measured yet"
+            rows.append([name, f"`{c['value']}` {c['op']} {c['threshold']:g}", num(c["observed"], ".4f"),
+                         f"**{state}**"])
+        out += ["", *table(["check", "condition", "observed", ""], rows)]
+    prov = data["provenance"]
+    runs = len(data["runs"])
+    unfinished = f"; unfinished: {', '.join(data['unfinished'])}" if data["unfinished"] else ""
+    commits = ", ".join(c[:10] for c in prov["commits"]) or "not recorded"
+    out += ["", f"{runs} runs, {minutes(prov['wall_s'])} min from the first run's start to the last run's end; "
+                f"commits {commits}{unfinished}."]
+    for p in spec.plots:
+        out += ["", f"![{p.file}](../../benchmarks/results/{p.file})"]
+    if spec.notes:
+        out += ["", spec.notes.strip()]
+    return out
+
+
+def section(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
+    """A whole results section: heading, the command that reproduces it, :func:`body`."""
+    return [f"## {spec.title}", "", f"`forethought experiment run {spec.name}` → `benchmarks/results/{spec.name}.json`",
+            "", *body(spec, data)]
+
+
+def render(cfg: ExperimentConfig, resume: str | None = None) -> None:
+    """``forethought experiment render SPEC``: its section from the collected JSON, printed or written to --out."""
+    spec, _ = load_for(cfg)
+    results = Layout.under(Path(cfg.root), spec.name).results
+    if not results.is_file():
+        raise ForethoughtError(f"{results} not found: run 'forethought experiment collect {spec.name}' first")
+    text = "\n".join(section(spec, read_json_object(results))) + "\n"
+    if cfg.out:
+        atomic_write_text(Path(cfg.out), text)
+    else:
+        print(text, end="")

@@ -1,0 +1,135 @@
+"""The experiment runner end to end on one tiny spec (two real runs through the CLI), and spec checking."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from forethought.cli import check_command, main
+from forethought.core.errors import ForethoughtError
+from forethought.experiments.runner import Layout, collect, lookup
+from forethought.experiments.spec import load_spec, plan
+
+TINY = """
+name: tiny
+title: Tiny synthetic
+system: myopia
+description: Two seeds of the tiny synthetic task, vanilla and myopic in one run.
+cost: seconds
+seeds: [0, 1]
+parallel: 2
+runs:
+  - name: synth
+    steps:
+      - myopia synthetic --config tiny --train.steps 3 --eval_sequences 32 --probe.train_sequences 32
+        --probe.test_sequences 16 --run.seed {seed} --run.out_dir {out_dir} --run.name {run} --resume auto
+measures:
+  vanilla: results.p=1.vanilla.normalised_loss
+  myopic: results.p=1.detach_hidden.normalised_loss
+comparisons: []
+checks:
+  - {name: vanilla below 10, value: groups.synth.vanilla.mean, op: "<", threshold: 10}
+"""
+
+
+def _spec(tmp_path: Path, text: str = TINY, name: str = "tiny") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_run_resume_collect_from_archive_render(tmp_path, capsys) -> None:
+    path = _spec(tmp_path)
+    root = tmp_path / "root"
+    assert main(["experiment", "run", str(path), "--root", str(root)]) == 0
+    layout = Layout.under(root, "tiny")
+    out = json.loads(layout.results.read_text())
+    assert out["schema"] == "forethought.experiment/1" and sorted(out["runs"]) == ["synth-s0", "synth-s1"]
+    for name, r in out["runs"].items():  # each run's measures are its own results.json's numbers
+        res = json.loads((layout.runs / name / "results.json").read_text())
+        assert r["measures"]["vanilla"] == res["p=1"]["vanilla"]["normalised_loss"]
+    stats = out["groups"]["synth"]["measures"]["vanilla"]
+    assert stats["seeds"] == [0, 1] and stats["ci95_low"] < stats["mean"] < stats["ci95_high"]
+    assert out["checks"]["vanilla below 10"]["passed"] is True
+    assert out["provenance"]["commits"] or out["provenance"]["machines"]
+    assert sorted(p.name for p in layout.archive.glob("*.json")) == ["synth-s0.json", "synth-s1.json"]
+    capsys.readouterr()
+    # resume: everything finished, nothing runs again
+    assert main(["experiment", "run", str(path), "--root", str(root)]) == 0
+    assert "2 of 2 runs finished; running 0" in capsys.readouterr().out
+    # a fresh machine: the archive alone gives the same numbers
+    first = {k: out[k] for k in ("runs", "groups", "comparisons", "checks")}
+    shutil.rmtree(layout.runs)
+    layout.results.unlink()
+    assert main(["experiment", "collect", str(path), "--root", str(root)]) == 0
+    again = json.loads(layout.results.read_text())
+    assert {k: again[k] for k in first} == first
+    assert main(["experiment", "render", str(path), "--root", str(root), "--out", str(tmp_path / "s.md")]) == 0
+    text = (tmp_path / "s.md").read_text()
+    assert text.startswith("## Tiny synthetic") and "| synth |" in text and "**met**" in text
+
+
+def test_comparisons_and_checks_from_records(tmp_path) -> None:
+    """collect on hand-made archived records: the seed-paired difference and a failing check."""
+    spec_text = TINY.replace("comparisons: []", "comparisons:\n  - {name: gap, measure: vanilla, a: b, b: a}").replace(
+        "  - name: synth\n", "  - name: '{arm}'\n    grid: {arm: [a, b]}\n").replace(
+        "groups.synth.vanilla.mean", "comparisons.gap.mean")
+    spec, path = load_spec(str(_spec(tmp_path, spec_text)))
+    layout = Layout.under(tmp_path, "tiny")
+    layout.archive.mkdir(parents=True)
+    values = {"a-s0": 1.0, "a-s1": 2.0, "b-s0": 13.0, "b-s1": 12.5}
+    for run, v in values.items():
+        rec = {"results": {"p=1": {"vanilla": {"normalised_loss": v}, "detach_hidden": {"normalised_loss": 0}}},
+               "command": "x", "started": 0.0, "finished": 1.0}
+        (layout.archive / f"{run}.json").write_text(json.dumps(rec))
+    out = collect(spec, layout, "test", spec_file=path)
+    gap = out["comparisons"]["gap"]
+    assert gap["per_seed"] == [12.0, 10.5] and gap["mean"] == pytest.approx(11.25)
+    assert out["checks"]["vanilla below 10"]["passed"] is False
+    assert out["provenance"]["runs_without_env"] == sorted(values)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("seeds: [0, 1]", "seeds: [0, 1]\nseedz: [2]"), "unknown config key 'seedz' (did you mean 'seeds'?)"),
+    (("--run.name {run}", "--run.name {rn}"), "unknown placeholder(s) {rn}"),
+    (("parallel: 2", "parallel: 0"), "parallel must be at least 1"),
+    (("value: groups.synth.vanilla.mean", "value: groups.synth.nope.mean"), "measure 'nope' is not defined"),
+    (("comparisons: []", "comparisons: [{name: g, measure: vanilla, a: synth, b: other}]"), "b 'other' is not"),
+    (("system: myopia", "system: myopa"), "did you mean 'myopia'"),
+])
+def test_bad_specs_fail_in_one_line(tmp_path, edit, message) -> None:
+    path = _spec(tmp_path, TINY.replace(*edit))
+    with pytest.raises(ForethoughtError, match="spec .*tiny.yaml: ") as e:
+        load_spec(str(path))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_spec_through_the_cli_writes_nothing(tmp_path, capsys) -> None:
+    path = _spec(tmp_path, TINY.replace("--run.name {run}", "--run.nam {run}"))
+    assert main(["experiment", "run", str(path), "--root", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "run synth-s0" in err and "unknown config key 'run.nam'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+    assert main(["experiment", "run", "no_such_spec"]) == 2
+
+
+def test_plan_fills_placeholders_seed_major(tmp_path) -> None:
+    text = TINY.replace("  - name: synth\n", "  - name: 'x-{arm}'\n    grid: {arm: [a, b]}\n").replace(
+        "groups.synth", "groups.x-a")
+    spec, _ = load_spec(str(_spec(tmp_path, text)))
+    runs = plan(spec, Path("/out"))
+    assert [p.run for p in runs] == ["x-a-s0", "x-b-s0", "x-a-s1", "x-b-s1"]
+    argv = runs[1].steps[0]
+    assert argv[argv.index("--run.name") + 1] == "x-b-s0" and argv[argv.index("--run.out_dir") + 1] == "/out"
+    assert lookup({"a": [{"b": 1}]}, "a.0.b") == 1
+
+
+def test_check_command_rejects_what_the_cli_rejects() -> None:
+    check_command(("myopia", "synthetic", "--config", "tiny", "--train.steps", "3"))
+    with pytest.raises(ForethoughtError, match="unknown config key 'train.stepz'"):
+        check_command(("myopia", "synthetic", "--train.stepz", "3"))
+    with pytest.raises(ForethoughtError, match="cannot run inside an experiment"):
+        check_command(("experiment", "run", "x"))
