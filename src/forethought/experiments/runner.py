@@ -17,6 +17,7 @@ from the runs' own env.json, the experiment's wall time), ``runs`` (group, seed,
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -192,12 +193,23 @@ def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path 
            "spec": _spec_record(spec, spec_file), "measures": spec.measures, "runs": runs,
            "unfinished": [p.run for p in planned if p.run not in records], "groups": groups,
            "comparisons": comparisons}
+    if spec.derive:
+        out["derived"] = derive_function(spec.derive)(records, out)
     out["checks"] = {c.name: _check(c, out) for c in spec.checks}
     out["provenance"] = _provenance(spec_file or Path(spec.name), records, layout, command)
     layout.results.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(layout.results, out)
     _plots(spec, out, layout.results.parent)
     return out
+
+
+def derive_function(target: str) -> Callable[[dict[str, dict[str, Any]], dict[str, Any]], dict[str, Any]]:
+    """The function a spec's ``derive`` names (validated to lie in forethought.experiments)."""
+    module, name = target.split(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ForethoughtError(f"derive {target!r} not found ({e})") from None
 
 
 def _spec_record(spec: ExperimentSpec, spec_file: Path | None) -> dict[str, Any]:

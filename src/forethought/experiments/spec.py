@@ -56,7 +56,8 @@ class Check:
     """A threshold on a value of the collected results, e.g. ``comparisons.x.ci95_low > 0``."""
 
     name: str = field("", "what the check says, in a few words")
-    value: str = field("", "comparisons.<name>.<mean|ci95_low|ci95_high> or groups.<group>.<measure>.mean")
+    value: str = field("", "comparisons.<name>.<mean|ci95_low|ci95_high>, groups.<group>.<measure>.<same> or "
+                           "derived.<path> (what the spec's derive function wrote)")
     op: Literal[">", ">=", "<", "<="] = field(">", "how the value must compare with the threshold")
     threshold: float = field(0.0, "the threshold")
 
@@ -93,6 +94,8 @@ class ExperimentSpec:
     measures: dict[str, str] = field({}, "name -> dotted path in a run's record (results.accuracy, "
                                          "diagnose.codes.zeroing_cost); the record holds each file under its name "
                                          "without .json")
+    derive: str = field("", "'forethought.experiments.<module>:<function>' (records by run name, the collected "
+                            "JSON) -> a JSON mapping kept under 'derived': what a table of measures cannot say")
     comparisons: list[Comparison] = field([], "seed-paired differences")
     checks: list[Check] = field([], "thresholds the results must meet")
     tables: list[Table] = field([], "tables of the results section (default: one of every measure)")
@@ -107,6 +110,8 @@ class ExperimentSpec:
             raise ForethoughtError("runs: a spec needs at least one run group")
         if not self.files or not all(f.endswith(".json") for f in self.files):
             raise ForethoughtError(f"files: JSON files relative to a run folder, got {self.files}")
+        if self.derive and not re.fullmatch(r"forethought\.experiments\.[a-z_][a-z0-9_.]*:[A-Za-z_]\w*", self.derive):
+            raise ForethoughtError(f"derive must name 'forethought.experiments.<module>:<function>', got {self.derive!r}")
         for i, g in enumerate(self.runs):
             _check_group(g, i, self.seeds)
         groups = [p.group for p in plan(self)]
@@ -183,6 +188,8 @@ def check_path(path: str, spec: ExperimentSpec, groups: list[str], name: str = "
     if parts[0] == "comparisons" and len(parts) == 3:
         _known(parts[1], [c.name for c in spec.comparisons], what + ": comparison")
         _known(parts[2], ("mean", "ci95_low", "ci95_high"), what + ": statistic")
+    elif parts[0] == "derived" and len(parts) >= 2 and spec.derive:
+        pass  # what derive writes is known only once it ran; a missing path reads as not measured
     elif parts[0] == "groups" and len(parts) == 4:
         _known(parts[1], groups, what + ": group")
         _known(parts[2], spec.measures, what + ": measure")

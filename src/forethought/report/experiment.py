@@ -25,6 +25,17 @@ def _settings(settings: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in settings.items()) or "–"
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Dotted keys of the scalars and short lists of a nested mapping."""
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _flat(v, f"{prefix}{k}.")
+        elif not isinstance(v, list) or len(v) <= 4:
+            out.append((prefix + str(k), v))
+    return out
+
+
 def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
     """The section's markdown lines (without its heading), from the collected JSON ``data``."""
     out = [spec.description.strip(), ""] if spec.description else []
@@ -51,6 +62,10 @@ def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
         out += ["", "Seed-paired differences (95 % Student-t interval of the mean difference over seeds; it "
                     "shows what varies with the seed, not the spread over evaluation examples):", "",
                 *table(["comparison", "A − B", "measure", "mean", "95 % interval", "seeds"], rows)]
+    if data.get("derived"):
+        rows = [[k, num(v, ".4f") if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)]
+                for k, v in _flat(data["derived"]) if v is not None]
+        out += ["", "Derived:", "", *table(["quantity", "value"], rows)]
     if data["checks"]:
         rows = []
         for name, c in data["checks"].items():
