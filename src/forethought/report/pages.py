@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from forethought.report import myopia, predgen, psf, scaling
+from forethought.experiments.spec import load_spec
+from forethought.report import experiment, myopia, predgen, psf, scaling
 from forethought.report.fmt import interval
 from forethought.report.papers import MYOPIA_LM
 
@@ -30,6 +31,14 @@ class Section:
     # callable ``notes`` get {file name: parsed JSON} over ``json`` and every file matching it that exists, and
     # those files count as rendered; the section is "not produced yet" only when none of them exists.
     more: str = ""
+
+
+def spec_section(name: str) -> Section:
+    """The section of a shipped experiment spec: its collected JSON (``benchmarks/results/<name>.json``) through the
+    one generic renderer, with the spec's description and notes."""
+    spec, _ = load_spec(name)
+    return Section(f"{name}.json", spec.title, f"forethought experiment run {name}",
+                   lambda data: experiment.body(spec, data))
 
 
 @dataclass(frozen=True)
