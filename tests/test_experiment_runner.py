@@ -10,8 +10,8 @@ import pytest
 
 from forethought.cli import check_command, main
 from forethought.core.errors import ForethoughtError
-from forethought.experiments.runner import Layout, collect, lookup
-from forethought.experiments.spec import load_spec, plan
+from forethought.experiments.runner import Layout, check_commands, collect, launcher, lookup
+from forethought.experiments.spec import load_spec, plan, shipped_specs
 
 TINY = """
 name: tiny
@@ -133,3 +133,20 @@ def test_check_command_rejects_what_the_cli_rejects() -> None:
         check_command(("myopia", "synthetic", "--train.stepz", "3"))
     with pytest.raises(ForethoughtError, match="cannot run inside an experiment"):
         check_command(("experiment", "run", "x"))
+
+
+@pytest.mark.parametrize("path", shipped_specs(), ids=lambda p: p.stem)
+def test_every_shipped_spec_loads_and_its_commands_parse(path: Path) -> None:
+    """What `forethought experiment run <name> --dry_run true` checks: the spec is valid and every command of every
+    run loads its config as the CLI would (a renamed key or preset fails here, not hours into a run)."""
+    spec, _ = load_spec(path.stem)
+    assert spec.description and spec.cost, "a shipped spec says what it measures and what it costs"
+    planned = plan(spec, Path("runs") / spec.name)
+    assert planned
+    check_commands(planned, check_command)
+
+
+def test_launcher_replaces_the_interpreter(tmp_path) -> None:
+    spec, _ = load_spec(str(_spec(tmp_path, TINY.replace("parallel: 2", "parallel: 2\nlauncher: accelerate launch "
+                                                                       "--num_processes 2 -m forethought.cli"))))
+    assert launcher(spec) == ("accelerate", "launch", "--num_processes", "2", "-m", "forethought.cli")

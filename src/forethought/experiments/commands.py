@@ -12,7 +12,7 @@ from pathlib import Path
 
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
-from forethought.experiments.runner import Layout
+from forethought.experiments.runner import Layout, launcher
 from forethought.experiments.spec import ExperimentSpec, load_spec, plan, shipped_specs
 
 
@@ -23,6 +23,8 @@ class ExperimentConfig:
     seeds: list[int] | None = field(None, "run these seeds instead of the spec's (every run group)")
     parallel: int | None = field(None, "runs at once (default: the spec's)")
     threads: int | None = field(None, "torch threads per run (default: the spec's)")
+    launcher: str | None = field(None, "run each command with this instead of the spec's launcher, e.g. "
+                                       "'accelerate launch --num_processes 8 -m forethought.cli'")
     dry_run: bool = field(False, "run: print the commands and check that they parse; run nothing")
     out: str = field("", "render: write the section to this file (default: print it)")
 
@@ -54,6 +56,7 @@ def load_for(cfg: ExperimentConfig) -> tuple[ExperimentSpec, Path]:
             g.seeds = None
     spec.parallel = cfg.parallel or spec.parallel
     spec.threads = cfg.threads or spec.threads
+    spec.launcher = spec.launcher if cfg.launcher is None else cfg.launcher
     return spec, path
 
 
@@ -83,7 +86,7 @@ def run(cfg: ExperimentConfig, resume: str | None = None,
     if cfg.dry_run:
         for p in planned:
             for argv in p.steps:
-                print("forethought " + " ".join(shlex.quote(a) for a in argv))
+                print(" ".join(shlex.quote(a) for a in (*launcher(spec), *argv)))
         print(f"# {len(planned)} runs, {spec.parallel} at a time, {spec.threads} thread(s) each; every command parses")
         return
     if spec.data:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,12 +92,17 @@ def _run_steps(spec: ExperimentSpec, layout: Layout, todo: list[PlannedRun], pro
             progress(f"{spec.name}: {last[job]} finished and archived")
 
     for k in range(n_steps):
-        jobs = [Job(_job_name(p.run, k), (sys.executable, "-m", "forethought.cli", *p.steps[k]))
+        jobs = [Job(_job_name(p.run, k), (*launcher(spec), *p.steps[k]))
                 for p in todo if k < len(p.steps)]
         try:
             run_queue(jobs, spec.parallel, layout.runs / "logs", threads=spec.threads, on_done=archive, resume=True)
         except JobFailed as e:
             raise ForethoughtError(str(e)) from None
+
+
+def launcher(spec: ExperimentSpec) -> tuple[str, ...]:
+    """The words before each command: this interpreter's CLI, or the spec's launcher (accelerate, torchrun)."""
+    return tuple(shlex.split(spec.launcher)) if spec.launcher else (sys.executable, "-m", "forethought.cli")
 
 
 def lookup(record: Any, path: str) -> Any:

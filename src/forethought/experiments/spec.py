@@ -88,6 +88,8 @@ class ExperimentSpec:
     seeds: list[int] = field([0], "the seeds of every run group that names none")
     parallel: int = field(1, "runs at once")
     threads: int = field(1, "torch threads per run")
+    launcher: str = field("", "what runs each command instead of 'python -m forethought.cli', e.g. 'accelerate "
+                              "launch --num_processes 8 -m forethought.cli' for several GPUs")
     runs: list[RunGroup] = field([], "the run groups")
     files: list[str] = field(["results.json"], "what each finished run keeps in the archive (JSON files relative "
                                                "to its folder; the first must exist when the run has finished)")
