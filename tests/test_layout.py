@@ -1,7 +1,8 @@
 """The package's layout rules, checked on the source: imports go one way down
 (core <- data, models <- eval <- systems <- cli/demo; core <- report; core, eval <- experiments, which runs the
 systems only through the CLI in subprocesses: systems never import it, it never imports them), systems do not
-import each other, and no module imports another module's private (underscore) names."""
+import each other, no module imports another module's private (underscore) names, and predgen's modules import
+one another without a cycle (counting the imports inside functions)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,50 @@ def test_no_private_names_cross_modules() -> None:
         for module, names in _imports(path):
             bad += [f"{rel}: from {module} import {n}" for n in names if n.startswith("_") and n != "__version__"]
     assert not bad, bad
+
+
+def _module_name(path: Path) -> str:
+    parts = ("forethought", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph`` as [a, b, ..., a], or [] when there is none (depth first: reaching a module that is
+    still on the current path closes a cycle)."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return []
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if found := visit(nxt):
+                return found
+        path.pop()
+        done.add(node)
+        return []
+
+    for node in sorted(graph):
+        if found := visit(node):
+            return found
+    return []
+
+
+def test_predgen_modules_import_one_way() -> None:
+    """The imports among forethought.predgen's modules form no cycle, counting those inside functions and under
+    TYPE_CHECKING: deferring an import hides a cycle from Python, not from the design (registry <- config <-
+    model <- methods <- commands, never back)."""
+    modules = {_module_name(p): p for p in sorted((SRC / "predgen").rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        graph[name] = set()
+        for module, names in _imports(path):
+            # ``from forethought.predgen import registry`` imports the submodule, not the package
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules] or [module]
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check itself sees one
+    cycle = _cycle(graph)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)

@@ -1,7 +1,7 @@
 """PredGen's methods are objects registered once (predgen/registry.py): the configs offer exactly the registry's
 names and poolings, each method's facts are what the commands rely on, and the commands ask the registered
-object (a toy method registered here is what validation, prediction and the learning curve consult). The
-config modules import no torch."""
+object (a toy method registered here is what validation, prediction and the learning curve consult); its loss
+and head are the ones methods.py and model.py hold for its class. The config modules import no torch."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from forethought.core.errors import ForethoughtError
 from forethought.predgen.config import HeadConfig, PredGenConfig, TaskConfig, with_task_defaults
-from forethought.predgen.registry import METHODS, Method, Predictor, method_named, trained_method_names
+from forethought.predgen.registry import METHODS, Method, PredGen, Predictor, method_named, trained_method_names
 from forethought.testing import tiny_llama, tiny_llama_folder, write_csv
 
 # name: (decodes, has a head, default pooling, head.reads applies, trains, answers twice)
@@ -43,13 +43,15 @@ def test_each_methods_facts(name: str) -> None:
 
 
 def test_unknown_names_and_empty_methods_are_refused() -> None:
+    from forethought.predgen.methods import training_loss
+
     with pytest.raises(ForethoughtError, match="unknown method 'predgne'.*did you mean 'predgen'"):
         method_named("predgne")
     assert method_named(METHODS["generator"]) is METHODS["generator"]
     with pytest.raises(ValueError, match="neither decodes nor has a head"):
         Method("nothing", decodes=False)
     with pytest.raises(ForethoughtError, match="base method trains nothing"):
-        METHODS["base"].loss_fn(PredGenConfig(method="base"), None)  # type: ignore[arg-type]
+        training_loss(METHODS["base"], PredGenConfig(method="base"), None)  # type: ignore[arg-type]
 
 
 def test_config_validation_asks_the_registered_method(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,6 +127,7 @@ def test_a_registered_toy_method_is_what_prediction_and_the_curve_consult(
         tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     from forethought.predgen.commands import curve_eval_fn
     from forethought.predgen.methods import predict
+    from forethought.predgen.model import build_head
 
     enc, items = tiny["enc"], tiny["items"]
     model = tiny["model"](tiny["lm"], None)
@@ -135,15 +138,11 @@ def test_a_registered_toy_method_is_what_prediction_and_the_curve_consult(
     point = curve_eval_fn("echo", enc, items, 4, -1, "cpu")(model, 1)
     assert "accuracy" in point and not any(k.startswith("decoded_") for k in point)
 
-    # the same toy with a head that reads its answer: the curve scores the decoded answer beside the head's
-    class Reader(Method):
-        def build_head(self, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-                       reads: str = "states", vocab: int = 0) -> object:
-            return METHODS["predgen"].build_head(d, n_out, pooling, hidden, bias_init, reads, vocab)
-
-    reader = Reader("reader", decodes=True, poolings=("mean",))
+    # a toy with a head that reads its answer (PredGen's adapter, with other facts): the curve scores the decoded
+    # answer beside the head's
+    reader = PredGen("reader", decodes=True, poolings=("mean",))
     monkeypatch.setitem(METHODS, "reader", reader)
-    head = reader.build_head(32, enc.n_out, reader.pooling(""), 8, None)
+    head = build_head(reader, 32, enc.n_out, reader.pooling(""), 8, None)
     assert head.pool.pooling == "mean"
     point = curve_eval_fn("reader", enc, items, 4, -1, "cpu")(tiny["model"](tiny["lm"], head), 1)
     assert {"accuracy", "decoded_accuracy"} <= set(point)
@@ -163,8 +162,8 @@ def test_each_methods_loss_and_head_are_its_own(tiny: dict) -> None:
     (and, for PredGen, what its adapter reads)."""
     import torch
 
-    from forethought.predgen.methods import generator_loss, predgen_loss, predictor_loss, with_sampling
-    from forethought.predgen.model import ChoiceAdapter, LogitAdapter, PoolingHead, TaskAdapter
+    from forethought.predgen.methods import generator_loss, predgen_loss, predictor_loss, training_loss, with_sampling
+    from forethought.predgen.model import ChoiceAdapter, LogitAdapter, PoolingHead, TaskAdapter, build_head
 
     enc, items = tiny["enc"], tiny["items"]
     batch = with_sampling(enc.collate(items[:4]), 0.5, 7)
@@ -174,19 +173,20 @@ def test_each_methods_loss_and_head_are_its_own(tiny: dict) -> None:
               "predgen": lambda m: m(predgen_loss, batch, cfg.predgen, enc, "classification", -2, False)}
     for name, call in direct.items():
         method = METHODS[name]
-        head = method.build_head(32, enc.n_out, method.pooling(""), 8, None)
+        head = build_head(method, 32, enc.n_out, method.pooling(""), 8, None)
         model = tiny["model"](tiny["lm"], head)
-        got, want = method.loss_fn(cfg, enc)(model, batch)[0], call(model)[0]
+        got, want = training_loss(method, cfg, enc)(model, batch)[0], call(model)[0]
         as_float = (lambda x: float(x)) if isinstance(got, torch.Tensor) else (lambda x: float(x.value()))
         assert as_float(got) == pytest.approx(as_float(want)), name
-    assert isinstance(METHODS["predictor"].build_head(32, 2, "mean", 8, 0.5), PoolingHead)
-    assert METHODS["generator"].build_head(32, 2, "", 8, None) is None
-    assert METHODS["base"].build_head(32, 2, "", 8, None) is None
+    assert isinstance(build_head(METHODS["predictor"], 32, 2, "mean", 8, 0.5), PoolingHead)
+    assert build_head(METHODS["generator"], 32, 2, "", 8, None) is None
+    assert build_head(METHODS["base"], 32, 2, "", 8, None) is None
+    assert build_head("predictor", 32, 2, "mean", 8, None).pooling == "mean"  # a name resolves as before
     predgen = METHODS["predgen"]
-    assert type(predgen.build_head(32, 2, "attention", 8, None)) is TaskAdapter
-    assert type(predgen.build_head(32, 2, "attention", 8, None, "logits", 50)) is LogitAdapter
-    assert type(predgen.build_head(32, 2, "attention", 8, None, "choices")) is ChoiceAdapter
-    assert predgen.build_head(32, 2, "attention", 8, None, "choices").alpha.item() == ChoiceAdapter.ALPHA0
-    assert predgen.build_head(32, 2, "attention", 8, None, "choices", choice_alpha=0.0).alpha.item() == 0.0
-    reg = predgen.build_head(32, 1, "mean", 8, 2.5)  # regression: starts at the mean target
+    assert type(build_head(predgen, 32, 2, "attention", 8, None)) is TaskAdapter
+    assert type(build_head(predgen, 32, 2, "attention", 8, None, "logits", 50)) is LogitAdapter
+    assert type(build_head(predgen, 32, 2, "attention", 8, None, "choices")) is ChoiceAdapter
+    assert build_head(predgen, 32, 2, "attention", 8, None, "choices").alpha.item() == ChoiceAdapter.ALPHA0
+    assert build_head(predgen, 32, 2, "attention", 8, None, "choices", choice_alpha=0.0).alpha.item() == 0.0
+    reg = build_head(predgen, 32, 1, "mean", 8, 2.5)  # regression: starts at the mean target
     assert reg.mlp[-1].bias.item() == 2.5

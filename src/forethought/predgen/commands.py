@@ -39,9 +39,17 @@ from forethought.predgen.config import (  # their home imports no torch; the nam
     with_task_defaults,
 )
 from forethought.predgen.data import eval_subset, load_splits, split_record
-from forethought.predgen.methods import Encoder, Predictions, predict, sampling_p, with_sampling
+from forethought.predgen.methods import Encoder, Predictions, predict, sampling_p, training_loss, with_sampling
 from forethought.predgen.metrics import classification_metrics, regression_metrics
-from forethought.predgen.model import PredGenModel, apply_adapter, check_layer, hidden_size, save_model, vocab_size
+from forethought.predgen.model import (
+    PredGenModel,
+    apply_adapter,
+    build_head,
+    check_layer,
+    hidden_size,
+    save_model,
+    vocab_size,
+)
 from forethought.predgen.registry import Method, method_named
 from forethought.predgen.saved import load_saved, saved_examples
 from forethought.predgen.tasks import read_inputs
@@ -81,8 +89,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     if spec.task_type == "regression":
         bias = statistics.fmean(float(enc.target(ex)) for ex in train_ex)
     pooling = method.pooling(cfg.head.pooling)
-    head = method.build_head(hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias, cfg.head.reads,
-                             vocab_size(lm), cfg.head.choice_alpha, cfg.head.choice_loglik)
+    head = build_head(method, hidden_size(lm), enc.n_out, pooling, cfg.head.hidden, bias, cfg.head.reads,
+                      vocab_size(lm), cfg.head.choice_alpha, cfg.head.choice_loglik)
     model = PredGenModel(lm, head)
     run = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     n, bs = len(train_ex), cfg.train.batch_size
@@ -98,7 +106,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
                              mix_seed("predgen-sampling", cfg.run.seed, step))
 
     task_type = spec.task_type
-    loss_fn = method.loss_fn(cfg, enc)
+    loss_fn = training_loss(method, cfg, enc)
 
     after_step = None
     if cfg.adapter.method == "adalora":

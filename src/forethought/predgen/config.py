@@ -200,8 +200,23 @@ class PredGenConfig:
     eval: EvalSettings = field(EvalSettings(), "evaluation")
 
     def validate(self) -> None:
-        method_named(self.method).check(self)
+        check_method_settings(self)
         with_task_defaults(self)  # the task-dependent defaults resolve (or say why not) before anything loads
+
+
+def check_method_settings(cfg: PredGenConfig) -> None:
+    """The settings of ``predgen train`` that apply only to some methods, checked against the facts of the
+    registered method (here, not in the registry: the registry imports no predgen module)."""
+    method = method_named(cfg.method)
+    if method.has_head and cfg.head.pooling not in ("", *method.poolings):
+        raise ForethoughtError(f"head.pooling {cfg.head.pooling} does not apply to the {method.name}'s head; "
+                               f"use {' or '.join(method.poolings)}")
+    if cfg.head.reads not in ("states", "auto") and not method.head_reads:
+        readers = " or ".join(f"--method {m.name}" for m in METHODS.values() if m.head_reads)
+        raise ForethoughtError(f"head.reads {cfg.head.reads} is PredGen's adapter's input; the {method.name} "
+                               f"has none (use {readers})")
+    if cfg.eval.decoder == "rank" and not method.decodes:
+        raise ForethoughtError(f"eval.decoder rank ranks the generated choices; the {method.name} generates none")
 
 
 def with_task_defaults(cfg: PredGenConfig) -> PredGenConfig:

@@ -16,6 +16,7 @@ right-padded). One prompt pass with a KV cache is shared by every continuation o
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from tqdm.auto import tqdm
 
 from forethought.core.accumulate import AveragedLoss, Rows
 from forethought.core.errors import ForethoughtError
-from forethought.predgen.config import PredGenSettings, PromptConfig  # their home imports no torch
+from forethought.predgen.config import PredGenConfig, PredGenSettings, PromptConfig  # their home imports no torch
 from forethought.predgen.decoding import (
     AnswerTrie,
     PromptPass,
@@ -48,7 +49,7 @@ from forethought.predgen.losses import (
     wdal_reference,
 )
 from forethought.predgen.model import AdapterInput, ChoiceStates, PredGenModel
-from forethought.predgen.registry import Method, method_named
+from forethought.predgen.registry import Generator, LossFn, Method, PredGen, Predictor, method_named
 from forethought.predgen.tasks import Example, TaskSpec, format_target, parse_target, render_prompt
 
 MAX_CANDIDATES = 20_000
@@ -388,6 +389,32 @@ def choice_states(lm: Any, pp: PromptPass, prompt_mask: torch.Tensor, choices: l
 
 def sampling_p(s: PredGenSettings, step: int, total_steps: int) -> float:
     return sampling_probability(step, s.ramp_steps or total_steps, s.schedule, s.p_start, s.p_end)
+
+
+# Each method's loss is registered here for its registry class (dispatch on the method object; a subclass
+# inherits its parent's), so the torch-free registry never imports this module.
+@functools.singledispatch
+def training_loss(method: Method, cfg: PredGenConfig, enc: Encoder) -> LossFn:
+    """The trainer's ``loss_fn(model, batch)`` for a run of ``method`` with ``cfg`` on ``enc``'s task."""
+    raise ForethoughtError(f"the {method.name} method trains nothing")
+
+
+@training_loss.register(Predictor)
+def _predictor_training_loss(method: Predictor, cfg: PredGenConfig, enc: Encoder) -> LossFn:
+    task_type, layer = enc.spec.task_type, cfg.layer
+    return lambda m, b: m(predictor_loss, b, task_type, layer)
+
+
+@training_loss.register(Generator)
+def _generator_training_loss(method: Generator, cfg: PredGenConfig, enc: Encoder) -> LossFn:
+    mask_prompt = cfg.mask_prompt
+    return lambda m, b: m(generator_loss, b, mask_prompt)
+
+
+@training_loss.register(PredGen)
+def _predgen_training_loss(method: PredGen, cfg: PredGenConfig, enc: Encoder) -> LossFn:
+    s, task_type, layer, mask_prompt = cfg.predgen, enc.spec.task_type, cfg.layer, cfg.mask_prompt
+    return lambda m, b: m(predgen_loss, b, s, enc, task_type, layer, mask_prompt)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ head, and ``predgen.json`` (method, base model, task, prompt and head settings) 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from safetensors import SafetensorError
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json, read_json_object
 from forethought.predgen.config import PEFT_METHODS, AdapterConfig  # their home imports no torch
-from forethought.predgen.registry import CHOICE_ALPHA0, method_named, trained_method_names
+from forethought.predgen.registry import CHOICE_ALPHA0, Method, PredGen, Predictor, method_named, trained_method_names
 
 # predgen.json's keys and their types (a dict is a section)
 META_KEYS: dict[str, type] = {"method": str, "base": str, "task_spec": dict, "prompt": dict, "layer": int,
@@ -248,12 +249,45 @@ def check_layer(layer: int, lm: nn.Module) -> int:
     return layer
 
 
-def build_head(kind: str, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
-               reads: str = "states", vocab: int = 0, choice_loglik: float = 0.0) -> nn.Module | None:
-    """The head of the method named ``kind`` (see ``registry.Method.build_head``), or None when it has none
-    (α's start does not matter here: the saved weights replace it; β's decides whether the head reads ℓ_k)."""
-    return method_named(kind).build_head(d, n_out, pooling, hidden, bias_init, reads, vocab,
-                                         choice_loglik=choice_loglik)
+def build_head(method: Method | str, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
+               reads: str = "states", vocab: int = 0, choice_alpha: float = CHOICE_ALPHA0,
+               choice_loglik: float = 0.0) -> nn.Module | None:
+    """The head of ``method`` (or the method of that name) over ``d``-wide states with ``n_out`` outputs, or None
+    when it has none. Regression heads start at the mean training target (``bias_init``) so the first MSE steps
+    are not spent on the offset; ``choice_alpha`` / ``choice_loglik`` are the choice-scoring adapter's starting
+    α and β (a saved model's α does not matter: its weights replace it; β decides whether the head reads ℓ_k)."""
+    return _method_head(method_named(method), d, n_out, pooling, hidden, bias_init, reads, vocab, choice_alpha,
+                        choice_loglik)
+
+
+# Each method's head is registered here for its registry class (dispatch on the method object; a subclass
+# inherits its parent's), so the torch-free registry never imports this module.
+@functools.singledispatch
+def _method_head(method: Method, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
+                 reads: str, vocab: int, choice_alpha: float, choice_loglik: float) -> nn.Module | None:
+    return None  # no head: the method predicts the answer it decodes (Generator, base)
+
+
+@_method_head.register(Predictor)
+def _predictor_head(method: Predictor, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
+                    reads: str, vocab: int, choice_alpha: float, choice_loglik: float) -> nn.Module:
+    head = PoolingHead(d, n_out, pooling)
+    fill_bias(head.out, bias_init)
+    return head
+
+
+@_method_head.register(PredGen)
+def _predgen_head(method: PredGen, d: int, n_out: int, pooling: str, hidden: int, bias_init: float | None,
+                  reads: str, vocab: int, choice_alpha: float, choice_loglik: float) -> nn.Module:
+    """``reads``: states -> TaskAdapter, logits -> LogitAdapter over ``vocab`` logits, choices -> ChoiceAdapter
+    (the last two score classes: no regression bias)."""
+    if reads == "logits":
+        return LogitAdapter(vocab, n_out, hidden)
+    if reads == "choices":
+        return ChoiceAdapter(d, n_out, pooling, hidden, alpha0=choice_alpha, beta0=choice_loglik)
+    head = TaskAdapter(d, n_out, pooling, hidden)
+    fill_bias(head.mlp[-1], bias_init)
+    return head
 
 
 def fill_bias(layer: nn.Linear, value: float | None) -> None:
@@ -351,7 +385,7 @@ def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
         raise ForethoughtError(f"cannot load the saved model in {folder}: {first_line(e)}") from None
     hs = meta["head"]
     head = build_head(meta["method"], hidden_size(lm), meta["n_out"], hs["pooling"], hs["hidden"], None,
-                      hs.get("reads", "states"), vocab_size(lm), hs.get("choice_loglik", 0.0))
+                      hs.get("reads", "states"), vocab_size(lm), choice_loglik=hs.get("choice_loglik", 0.0))
     if head is not None:
         from safetensors.torch import load_file
 
