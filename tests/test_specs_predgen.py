@@ -149,3 +149,38 @@ def test_committed_json_is_what_collect_writes(collected, name: str) -> None:
     new, committed = collected[name], json.loads((RESULTS / f"{name}.json").read_text())
     for key in ("runs", "groups", "comparisons", "derived", "checks"):
         assert new[key] == committed[key]
+
+
+def test_paired_on_examples_from_hand_made_records() -> None:
+    """The derive function on four hand-made runs: a written-answer comparison pairs the 'decoded' fields, a
+    prediction comparison the predictions, PredGen's prediction is paired with its own written answer, and the
+    gradient medians come from the training log."""
+    from forethought.experiments.predgen import curves
+
+    targets = ["A", "B", "C", "D"] * 5
+    right = {"predictor": range(5), "generator": range(10), "predgen": range(2)}  # PredGen's written: 0-11
+    records, runs = {}, {}
+    for method, good in right.items():
+        rows = [{"id": f"e{i}", "target": t, "prediction": t if i in good else "Z"} for i, t in enumerate(targets)]
+        if method != "predictor":
+            for i, r in enumerate(rows):
+                r["decoded"] = r["prediction"] if method == "generator" else r["target"] if i < 12 else "Z"
+        log = [{"step": 2, "loss": 1.0, "l_w": 0.5, "l_d": 1.2, "grad_norm_writer": 1.0, "grad_norm_head": 2.0}]
+        records[f"t-{method}-s0"] = {
+            "results": {"method": method, "accuracy": len(good) / 20, "decoded": {"accuracy": 0.6},
+                        "learning_curve": [{"step": 1, "examples_seen": 2, "accuracy": 0.5, "macro_f1": 0.5}]},
+            "predictions": rows, "train_log": log if method == "predgen" else []}
+        runs[f"t-{method}-s0"] = {"group": f"t-{method}", "seed": 0}
+    comparisons = {"written": {"measure": "written_accuracy", "a": "t-predgen", "b": "t-generator"},
+                   "adapter": {"measure": "accuracy", "a": "t-predgen", "b": "t-predictor"}}
+    out = curves(records, {"runs": runs, "comparisons": comparisons})
+    written = out["paired"]["written"]["0"]
+    assert written["difference"] == pytest.approx(0.1) and (written["b"], written["c"]) == (2, 0)
+    assert out["paired"]["adapter"]["0"]["difference"] == pytest.approx(-0.15)
+    own = out["prediction_vs_written"]["t-predgen"]
+    assert list(out["prediction_vs_written"]) == ["t-predgen"]  # the Generator's written answer is its prediction
+    assert own["per_seed"]["0"]["difference"] == pytest.approx(-0.5) and own["per_seed"]["0"]["c"] == 10
+    assert own["seed_mean_difference"] == pytest.approx(0.1 - 0.6) and own["ci95_of_seed_mean"] is None
+    assert out["gradients"] == {"t-predgen-s0": {"l_w": 0.5, "l_d": 1.2, "grad_norm_writer": 1.0,
+                                                 "grad_norm_head": 2.0, "head_over_writer": 2.0, "logged_steps": 1}}
+    assert out["curves"]["t-predictor-s0"] == [{"examples_seen": 2, "accuracy": 0.5}]

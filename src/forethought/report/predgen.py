@@ -6,7 +6,7 @@ from forethought.report.common import SMOLLM2
 from forethought.report.common import smollm2 as _smollm2
 from forethought.report.fmt import interval, mean_std, table
 from forethought.report.fmt import num as _fmt
-from forethought.report.papers import PREDGEN_SST2, PREDGEN_SST2_CURVE
+from forethought.report.papers import PREDGEN_SST2
 
 
 def sst2(r: dict) -> list[str]:
@@ -31,82 +31,6 @@ def sst2(r: dict) -> list[str]:
     return out
 
 
-def curves(r: dict) -> list[str]:
-    out = [f"{SMOLLM2} + {r['adapter']}, lr {r['lr']:g}, batch {r['batch_size']}, seed {r['seed']}, evaluated every "
-           f"{r['eval_every_examples']} examples.", ""]
-    if r.get("sweep"):
-        out += ["Learning-rate sweep (generator, SST-2, accuracy on a seeded dev subset at the end of a short run):",
-                "", "| lr | " + " | ".join(f"{n} ex." for n, _ in next(iter(r["sweep"].values()))["curve"]) + " |",
-                "|---|" + "---|" * len(next(iter(r["sweep"].values()))["curve"])]
-        for lr, row in r["sweep"].items():
-            out.append(f"| {lr} | " + " | ".join(f"{a:.3f}" for _, a in row["curve"]) + " |")
-        out.append("")
-    if not r.get("tasks"):
-        return out + ["(no curve finished yet)"]
-    out += ["| task | method | final accuracy | decoded answer | examples seen | best on the curve (at examples) |",
-            "|---|---|---|---|---|---|"]
-    for task, e in r["tasks"].items():
-        for m, v in e["methods"].items():
-            best = max(v["curve"], key=lambda c: c["accuracy"]) if v["curve"] else None
-            at = f"{best['accuracy']:.3f} ({best['examples_seen']})" if best else "–"
-            out.append(f"| {task} ({v['eval_examples']}) | {m} | {v['accuracy']:.3f} | "
-                       f"{_fmt(v.get('decoded_accuracy'))} | {v['examples_seen']} | {at} |")
-    for task, e in r["tasks"].items():  # every curve point
-        xs = sorted({c["examples_seen"] for v in e["methods"].values() for c in v["curve"]})
-        out += ["", f"{task}, accuracy at every curve point (examples seen):", "",
-                "| method | " + " | ".join(map(str, xs)) + " |", "|---|" + "---|" * len(xs)]
-        for m, v in e["methods"].items():
-            at = {c["examples_seen"]: c["accuracy"] for c in v["curve"]}
-            out.append(f"| {m} | " + " | ".join(_fmt(at.get(x)) for x in xs) + " |")
-            dec = {c["examples_seen"]: c["decoded_accuracy"] for c in v["curve"] if "decoded_accuracy" in c}
-            if dec:
-                out.append(f"| {m} (decoded) | " + " | ".join(_fmt(dec.get(x)) for x in xs) + " |")
-    grads = [(task, m, {"0": v["gradients"]}) for task, e in r["tasks"].items() for m, v in e["methods"].items()
-             if m == "predgen" and v.get("gradients")]
-    out += _gradient_table(grads, "seed 0")
-    out += ["", "Paired on the same eval examples (final models): accuracy difference, paired bootstrap 95 % "
-            "interval, McNemar's exact p (b = first right only, c = second right only):", "",
-            "| task | comparison | difference | 95 % interval | McNemar p (b / c) |", "|---|---|---|---|---|"]
-    for task, e in r["tasks"].items():
-        for name, d in e["paired"].items():
-            mc = d["mcnemar"]
-            out.append(f"| {task} | {name.replace('_', ' ')} | {d['difference']:+.3f} | "
-                       f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | {mc['p_value']:.3g} ({mc['b']} / {mc['c']}) |")
-    ref = ", ".join(f"{v:.3f} at {int(n):,} examples" for n, v in PREDGEN_SST2_CURVE.values.items())
-    out.append(f"\nFor comparison, {PREDGEN_SST2_CURVE.source}, SST-2: {ref}.")
-    return out
-
-
-def tasks(r: dict) -> list[str]:
-    abl = r.get("ablation_seeds")
-    out = [f"{SMOLLM2} + {r['adapter']}, seeds {', '.join(map(str, r['seeds']))}"
-           + ("" if abl is None else f"; the ablations (each variant that changes one thing) on seed(s) "
-              f"{', '.join(map(str, abl))}") + ".", "",
-           "| task | method | lr | examples seen | metric (mean ± std over seeds) | per seed | decoded, per seed |",
-           "|---|---|---|---|---|---|---|"]
-    for task, e in r["tasks"].items():
-        k = e["metric"]
-        for v, m in e["methods"].items():
-            per = ", ".join(f"{row[k]:.3f}" for row in m["per_seed"].values())
-            sd = "" if m.get(f"{k}_std") is None else f" ± {m[f'{k}_std']:.3f}"
-            lr = m.get("lr")
-            lr = f"{lr:g}" if isinstance(lr, float) else "–" if lr is None else ", ".join(map(str, lr))
-            dec = ", ".join(f"{row['decoded'][k]:.3f}" for row in m["per_seed"].values() if row.get("decoded")) or "–"
-            out.append(f"| {task} | {v} | {lr} | {m['examples_seen']} | {k} {m[k]:.3f}{sd} | {per} | {dec} |")
-    out += ["", "Paired differences (first − second): per seed on the same eval examples, paired bootstrap 95 % "
-            "interval (accuracy: and McNemar's p); over seeds, the t-interval of the mean difference:", "",
-            "| task | comparison | per seed: difference [95 % interval] | seed mean [95 % interval] |",
-            "|---|---|---|---|"]
-    for task, e in r["tasks"].items():
-        for name, d in e["paired"].items():
-            ci = d["ci95_of_seed_mean"]
-            over = f"{d['seed_mean_difference']:+.3f}" + ("" if ci is None else f" {interval(ci)}")
-            out.append(f"| {task} | {name.replace('_', ' ')} ({d['metric']}) | {_seed_cells(d)} | {over} |")
-    grads = [(task, v, m["gradients_per_seed"]) for task, e in r["tasks"].items() for v, m in e["methods"].items()
-             if v.startswith("predgen") and m.get("gradients_per_seed")]
-    return out + _gradient_table(grads, "mean over seeds")
-
-
 def _seed_cells(d: dict) -> str:
     """A paired comparison's per-seed cells: ``s<seed> difference [95 % interval], p <McNemar>``, "; "-joined."""
     cells = []
@@ -115,23 +39,6 @@ def _seed_cells(d: dict) -> str:
         p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
         cells.append(f"s{s} {x['difference']:+.3f} {interval(x['ci95'])}{p}")
     return "; ".join(cells)
-
-
-def _gradient_table(grads: list[tuple[str, str, dict]], over: str) -> list[str]:
-    """(task, variant, {seed: gradient summary}) -> what WDAL does to each part, as a table ([] when none)."""
-    if not grads:
-        return []
-    out = ["", f"What WDAL does to each part (late-training medians, second half of the logged steps, {over}): the "
-           "losses and the gradient norms before clipping of the writer (LM adapter) and the head (task adapter):",
-           "", "| task | variant | L_W | L_D | writer grad norm | head grad norm | head / writer |",
-           "|---|---|---|---|---|---|---|"]
-    for task, v, per in grads:
-        def mean(k: str, per: dict = per) -> str:
-            vals = [g[k] for g in per.values() if k in g]
-            return f"{sum(vals) / len(vals):.3g}" if vals else "–"
-        out.append(f"| {task} | {v} | {mean('l_w')} | {mean('l_d')} | {mean('grad_norm_writer')} | "
-                   f"{mean('grad_norm_head')} | {mean('head_over_writer')} |")
-    return out
 
 
 def speed(r: dict) -> list[str]:
@@ -261,44 +168,6 @@ def _mc_side(side: str) -> str:
     """'generator_rank' -> 'generator (rank)': variant names use hyphens, answer keys underscores."""
     variant, _, key = side.partition("_")
     return f"{variant} ({key.replace('_', ' ')})" if key else variant
-
-
-def curves_reading(r: dict) -> str:
-    """What the learning curves show, quoting the paired comparisons."""
-    out = []
-    sst2 = r.get("tasks", {}).get("sst2")
-    if sst2:
-        pairs = sst2["paired"].values()
-        widest = max(pairs, key=lambda d: abs(d["difference"]))
-        ref = PREDGEN_SST2.values
-        out.append(
-            "**SST-2: no pair of methods separates** "
-            + ("(every interval contains 0)" if all(d["ci95"][0] <= 0 <= d["ci95"][1] for d in pairs)
-               else "(not every interval contains 0)")
-            + f"; the largest gap, {widest['difference']:+.3f}, rests on {widest['mcnemar']['b']} against "
-            f"{widest['mcnemar']['c']} discordant examples (McNemar p = {widest['mcnemar']['p_value']:.2g})"
-            + (f". The intervals exclude a gap as large as the reference code's (PredGen − Predictor "
-               f"{ref['predgen'] - ref['predictor']:+.3f})"
-               if sst2["paired"].get("predgen_minus_predictor", {}).get("ci95", [0, 1])[1]
-               < ref["predgen"] - ref["predictor"] else "")
-            + ". This tie is what single-token answers predict: every method "
-            "decides from the last prompt state, and PredGen's adapter scores like the answer it decoded.")
-    arc = r.get("tasks", {}).get("arc-easy")
-    if arc:
-        g = arc["paired"].get("generator_minus_predictor")
-        d = arc["paired"].get("predgen_decoded_minus_generator")
-        if g:
-            out.append(f"**ARC-Easy (text answers): the Generator beats the Predictor**, {g['difference']:+.3f} "
-                       f"[{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}], McNemar p = {g['mcnemar']['p_value']:.2g}. The "
-                       "Predictor's head and PredGen's adapter stay at chance at every point: the head memorises "
-                       "which position is right for each training item and learns nothing that transfers, and the "
-                       "paper's WDAL scales the adapter's gradient by the writer's loss, which falls early.")
-        if d:
-            out.append(f"PredGen's decoded answer ends where the Generator ends ({d['difference']:+.3f} "
-                       f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]): scheduled sampling and WDAL neither help nor "
-                       "hurt the written answer here. ARC-Easy's dev items are its training set here, so the curve "
-                       "runs for many epochs.")
-    return "\n\n".join(out)
 
 
 # the MC variants as the PredGen doc names them: variant -> (model, prompt)
