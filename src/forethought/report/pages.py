@@ -180,10 +180,12 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "sample only, not the training seed."),
     spec_section("predgen_curves"),
     spec_section("predgen_tasks"),
-    Section("predgen_sst2.json", "SST-2 dev accuracy, three seeds, small budget", "python benchmarks/predgen_sst2.py",
-            predgen.sst2, ("predgen_sst2.png",),
-            "At this budget the three methods are within noise of each other. The reference code's numbers came "
-            "from another model and unequal budgets."),
+    Section("predgen_sst2.json", "SST-2 dev accuracy, three seeds, small budget",
+            "forethought experiment run predgen_sst2", predgen.sst2, ("predgen_sst2.png",),
+            "Produced before the experiment runner, by a script since removed; its runs were not archived, so this "
+            "JSON is kept as it was. `forethought experiment run predgen_sst2` reruns the same commands (and then "
+            "replaces it). At this budget the three methods are within noise of each other. The reference code's "
+            "numbers came from another model and unequal budgets."),
     Section("predgen_speed.json", "Cost of PredGen", "python benchmarks/predgen_speed.py", predgen.speed, (),
             "Measured alone; every before/after pair runs in one process on the same batches. Most of a PredGen "
             "step is the prompt pass and the backward."),
@@ -196,19 +198,20 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "budget PredGen's training did not make the generated answer's states more informative about the label "
             "than the Generator's, nor than the pooled prompt state; mean pooling loses about a third of the "
             "information in every model."),
-    Section("predgen_regression.json", "Regression: STS-B and WASSA-2017", "python benchmarks/predgen_regression.py",
-            predgen.regression, (),
+    Section("predgen_regression.json", "Regression: STS-B and WASSA-2017",
+            "forethought experiment run predgen_regression", predgen.regression, (),
+            "Produced before the experiment runner, by a script since removed; its runs were not archived, so this "
+            "JSON is kept as it was (its runs were named without the seed). `forethought experiment run "
+            "predgen_regression` reruns the same commands. "
             "One run per (task, method), seed 0, the same adapter, examples and steps for every method; steps were "
             "set so a run trains in about 20 minutes on one thread (STS-B prompts hold two sentences, WASSA's "
-            "tweets are shorter). STS-B is evaluated on a seeded subset of its dev set, the same for every method "
-            "(`--max-eval-examples`), WASSA on its whole dev set (all four emotions); numbers are written with two "
-            "decimals. Run as `python benchmarks/predgen_regression.py --tasks stsb --steps 60 --jobs 1`, then "
-            "`--tasks wassa --steps 100 --jobs 1`, then `--collect-only --tasks stsb wassa`. Constrained decoding "
-            "gives no parse failures; the expected-value decoder beats the greedy number in every case, as MSE "
-            "rewards averaging over the model's distribution of well-formed numbers. At this budget the Predictor "
-            "is best on both tasks, PredGen's adapter is close on STS-B, and the plain Generator is far behind: "
-            "learning to write the number by teacher forcing alone is slow. One seed per cell, so differences of "
-            "a few hundredths are within noise."),
+            "tweets are shorter). STS-B is evaluated on a seeded subset of its dev set, the same for every method, "
+            "WASSA on its whole dev set (all four emotions); numbers are written with two decimals. Constrained "
+            "decoding gives no parse failures; the expected-value decoder beats the greedy number in every case, as "
+            "MSE rewards averaging over the model's distribution of well-formed numbers. At this budget the "
+            "Predictor is best on both tasks, PredGen's adapter is close on STS-B, and the plain Generator is far "
+            "behind: learning to write the number by teacher forcing alone is slow. One seed per cell, so "
+            "differences of a few hundredths are within noise."),
     Section("predgen_words_sst2.json", "Which input words go with each written answer (SST-2)",
             "python benchmarks/predgen_mine.py --words", predgen.words, (),
             "NPMI is 0 for a word independent of the answer and 1 for a word that occurs exactly with it; a word "
