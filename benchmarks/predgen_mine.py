@@ -1,5 +1,6 @@
 """Benchmark: MINE estimates of I(Y; Z) on SST-2 dev for each method's trained checkpoint (seed 0 of
-``benchmarks/predgen_sst2.py``): pooled prompt states vs the states of the generated answer tokens.
+``forethought experiment run predgen_sst2``; the removed ``benchmarks/predgen_sst2.py`` kept its runs in
+``runs/bench-predgen-sst2``): pooled prompt states vs the states of the generated answer tokens.
 
 Each estimate is ``forethought predgen mine`` (statistics network fitted on one half of the dev set, the
 Donsker-Varadhan bound evaluated on the other half, over seeds 0-2); H(Y) is the upper bound for classes.
@@ -32,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results"
-RUNS = ROOT / "runs" / "bench-predgen-sst2"
+RUNS = ROOT / "runs" / "predgen_sst2"  # the predgen_sst2 spec's run folders (the old script used bench-predgen-sst2)
 WORDS_RUNS = ROOT / "runs" / "bench-predgen-words"
 METHODS = ("predictor", "generator", "predgen")
 
@@ -57,7 +58,7 @@ def main() -> None:
     for method in METHODS:
         run = RUNS / f"{method}-s{args.seed_run}"
         if not (run / "model" / "predgen.json").is_file():
-            sys.exit(f"{run} has no trained model; run benchmarks/predgen_sst2.py first")
+            sys.exit(f"{run} has no trained model; run forethought experiment run predgen_sst2 first")
         if args.collect_only or (run / "mine.json").is_file():
             continue
         cmd = [sys.executable, "-m", "forethought.cli", "predgen", "mine", "--model", str(run), "--max_examples",
@@ -66,7 +67,7 @@ def main() -> None:
     res: dict = {"command": " ".join(["python", *sys.argv]), "wall_s": time.time() - t0,
                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
                  "task": "sst2 dev (872 examples), halves: fit / held-out bound", "units": "nats",
-                 "checkpoints": f"benchmarks/predgen_sst2.py runs, seed {args.seed_run}"}
+                 "checkpoints": f"predgen_sst2 runs, seed {args.seed_run}"}
     bars = {}
     for method in METHODS:
         r = json.loads((RUNS / f"{method}-s{args.seed_run}" / "mine.json").read_text())
