@@ -1,6 +1,9 @@
-"""The myopia language-model comparison from per-seed losses: the gap, the paper's local-myopic bonus, and the
-gap relative to what context buys. Plain arithmetic on ``{variant: {seed: loss}}`` (variants as ``myopia lm``
-names them: vanilla, detach_hidden (myopic), local, zero_past (the transformer bigram)); imports no system."""
+"""The myopia benchmarks' aggregation: the language-model comparison from per-seed losses (the gap, the paper's
+local-myopic bonus, the gap relative to what context buys; plain arithmetic on ``{variant: {seed: loss}}`` with
+variants as ``myopia lm`` names them: vanilla, detach_hidden (myopic), local, zero_past (the transformer bigram)),
+and the derive functions of the shipped myopia specs (``experiment collect``). Imports no system, except
+:func:`copy_level` (samples the synthetic task with its own code) and :func:`pythia_model` (makes the
+myopia_pythia_lm spec's model folder), each when called."""
 
 from __future__ import annotations
 
@@ -52,3 +55,212 @@ def lm_summary(loss: Mapping[str, Mapping[int, float]]) -> dict[str, Any]:
     res["gap_over_context"] = (gap["mean"] / (mean["zero_past"] - mean["vanilla"])
                                if gap and "zero_past" in mean else None)
     return res
+
+
+# ---------------------------------------------------------------- derive functions of the myopia specs
+# Each takes (records by run name, the collected JSON) and returns the JSON mapping ``collect`` keeps under
+# ``derived``: what one measure path per run cannot say (a key that depends on the run's p or mode, a difference
+# between two measures of different runs, a level computed from the task).
+
+# Wu et al. 2024 (the reference code's runs): the myopic normalised loss per p; vanilla "about 0.00-0.1".
+PAPER_SYNTHETIC_MYOPIC = {"p=1": 1.257, "p=0.3": 1.034, "p=0.1": 0.966, "p=0.01": 1.103}
+# Wu et al. 2024, GPT-2 124M from scratch on 64-token sequences: validation losses (nats).
+PAPER_LM = {"vanilla": 3.28, "myopic": 3.40, "gap": 0.12, "transformer_bigram": 5.33, "local_myopic": 3.26,
+            "local_myopic_bonus": 0.02, "myopic_minus_local": 0.14, "gap_over_context": round(0.12 / (5.33 - 3.28), 4)}
+MODEL_NAMES = {"vanilla": "vanilla", "detach_hidden": "myopic"}
+
+
+def _interval_or_none(stats: Mapping[str, Any] | None) -> list[float] | None:
+    return stats["ci95_of_mean"] if stats else None
+
+
+def copy_level(task: Mapping[str, Any]) -> float:
+    """The synthetic task's COPY level: the normalised loss of a model that outputs x_n where z_n = 0 (exact) and
+    zero where z_n = 1, i.e. copies and knows nothing of the sum. Its loss on a z = 1 position is that of predicting
+    zero there, and normalising by p leaves the mean over those positions, so its expected value is the same at
+    every p: it is estimated at p = 1 (every position counts: 4096 × 64 of them, the generator and seed of
+    ``myopia synthetic``'s predict-zero level, which at p = 1 is this level exactly). A myopic model can learn the
+    copy path without pre-caching; whether it learned any of the sum (breadcrumbs) is its loss against this level,
+    not against predict-zero (which at p < 1 also charges the z = 0 positions)."""
+    from forethought.myopia.config import TaskConfig
+    from forethought.myopia.synthetic import predict_zero_loss
+
+    return predict_zero_loss(TaskConfig(**task), 1.0)
+
+
+def _synthetic_rows(records: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
+    """{'p=<p>': {model: {seed: the run's row}}} from ``myopia synthetic`` records (one p and mode each, or more)."""
+    rows: dict = {}
+    for record in records.values():
+        seed = int(record["config"]["run"]["seed"])
+        for key, row in record["results"].items():
+            if not key.startswith("p="):
+                continue
+            for mode, name in MODEL_NAMES.items():
+                if mode in row:
+                    rows.setdefault(key, {}).setdefault(name, {})[seed] = {**row[mode], "predict_zero": row["predict_zero"],
+                                                                           "task": record["results"]["task"]}
+    return rows
+
+
+def _best_lag(probe_r2: list[list[float]], lag: int) -> float:
+    return max(layer[lag] for layer in probe_r2)
+
+
+def synthetic(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """Per p (``p=<p>``, p descending): the predict-zero and COPY levels, each model's normalised loss (mean over
+    seeds, std, per seed), myopic − vanilla paired by seed (the same data stream and initialisation), myopic − copy,
+    the paper's myopic loss, and the best-layer probe R² of sin(10·x_n) (lag 0) and of the whole sum (last layer)."""
+    out: dict[str, Any] = {}
+    rows = _synthetic_rows(records)
+    for key in sorted(rows, key=lambda k: -float(k[2:])):
+        models = rows[key]
+        any_row = next(iter(next(iter(models.values())).values()))
+        entry: dict[str, Any] = {"predict_zero": any_row["predict_zero"],
+                                 "copy": copy_level(any_row["task"])}
+        loss = {name: {s: r["normalised_loss"] for s, r in by_seed.items()} for name, by_seed in models.items()}
+        for name in ("vanilla", "myopic"):
+            if name in loss:
+                s = over_seeds(loss[name])
+                entry[name], entry[f"{name}_std"], entry[f"{name}_per_seed"] = s["mean"], s["std"], {
+                    str(k): v for k, v in sorted(loss[name].items())}
+        diff = paired_or_none(loss.get("myopic", {}), loss.get("vanilla", {}))
+        entry["myopic_minus_vanilla"] = diff["mean"] if diff else None
+        entry["myopic_minus_vanilla_ci95"] = _interval_or_none(diff)
+        if "myopic" in loss:
+            entry["myopic_minus_copy"] = entry["myopic"] - entry["copy"]
+        entry["paper_myopic"] = PAPER_SYNTHETIC_MYOPIC.get(key)
+        for name, by_seed in models.items():
+            entry[f"{name}_probe_r2_lag0"] = over_seeds({s: _best_lag(r["probe_r2"], 0)
+                                                         for s, r in by_seed.items()})["mean"]
+            sums = {s: r["probe_sum_r2"][-1] for s, r in by_seed.items() if r.get("probe_sum_r2")}
+            if sums:
+                entry[f"{name}_probe_sum_r2_last_layer"] = over_seeds(sums)["mean"]
+        out[key] = entry
+    return out
+
+
+def escape_step(curve: list, predict_zero: float, fraction: float = 0.8) -> int | None:
+    """The first logged step whose training loss (normalised) is below ``fraction`` × the predict-zero level:
+    when the run left predict-zero (None if it never did)."""
+    return next((int(step) for step, loss in curve if loss < fraction * predict_zero), None)
+
+
+def _horizon_part(loss: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """Per k against vanilla (k = T): the seed-paired difference and the fraction of the myopic (k = 0) − vanilla
+    difference that horizon k recovers (mean over the seeds all three have)."""
+    import statistics
+
+    out: dict[str, Any] = {}
+    van, myo = loss.get("T", {}), loss.get("0", {})
+    for k in sorted((k for k in loss if k != "T"), key=int) + (["T"] if "T" in loss else []):
+        row: dict[str, Any] = {}
+        diff = paired_or_none(loss[k], van)
+        row["minus_vanilla"] = diff["mean"] if diff else None
+        row["minus_vanilla_ci95"] = _interval_or_none(diff)
+        both = sorted(set(loss[k]) & set(van) & set(myo))
+        if both and all(myo[s] != van[s] for s in both):
+            row["fraction_recovered"] = statistics.fmean((myo[s] - loss[k][s]) / (myo[s] - van[s]) for s in both)
+        out[k] = row
+    return out
+
+
+def horizon(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """The horizon sweep: run groups ``<part>-k=<k>`` (k = T: vanilla). Per part and k: the loss minus vanilla's
+    (paired by seed), the fraction of the myopic − vanilla difference recovered; on the synthetic task the
+    predict-zero level and the step at which each run left it (:func:`escape_step`, per seed); and each run's
+    training wall time (seconds, as [run, seconds] pairs)."""
+    loss: dict[str, dict[str, dict[int, float]]] = {"synthetic": {}, "lm": {}}
+    escape: dict[str, dict[str, int | None]] = {}
+    walls, predict_zero = [], {}
+    for name, record in sorted(records.items()):
+        run = collected["runs"][name]
+        part, k = run["group"].split("-k=", 1)
+        seed, r = run["seed"], record["results"]
+        mode = "vanilla" if k == "T" else "detach_hidden"
+        if part == "synthetic":
+            m = r["p=1"][mode]
+            loss[part].setdefault(k, {})[seed] = m["normalised_loss"]
+            predict_zero[seed] = r["p=1"]["predict_zero"]
+            escape.setdefault(k, {})[str(seed)] = escape_step(m["curve"], r["p=1"]["predict_zero"])
+        else:
+            m = r["variants"][mode]
+            loss[part].setdefault(k, {})[seed] = m["val_loss"]
+        walls.append([name, m["train_wall_s"]])
+    synth = _horizon_part(loss["synthetic"])
+    for k, row in synth.items():
+        row["escape_step"] = escape.get(k)
+    return {"synthetic": {"predict_zero": over_seeds(predict_zero)["mean"] if predict_zero else None,
+                          "per_k": synth},
+            "lm": {"per_k": _horizon_part(loss["lm"])}, "train_wall_s": walls}
+
+
+def lm(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``myopia lm`` comparison (runs that each train some of vanilla, detach_hidden, local, zero_past; every
+    model of a seed shares its initialisation and data order): the runs' setup, each variant's mean and std,
+    :func:`lm_summary` of the per-seed validation losses, and the per-position losses (mean over seeds) with the
+    gap per position (lists: kept in the JSON for plots, not shown in the section's table)."""
+    import statistics
+
+    loss: dict[str, dict[int, float]] = {}
+    per_pos: dict[str, dict[int, list[float]]] = {}
+    setup = None
+    for name, record in sorted(records.items()):
+        r, seed = record["results"], collected["runs"][name]["seed"]
+        setup = setup or {k: r.get(k) for k in ("corpus", "tokenizer", "seq_len", "steps", "batch_size",
+                                                "tokens_seen", "eval_sequences", "params")}
+        for variant, x in r["variants"].items():
+            loss.setdefault(variant, {})[seed] = x["val_loss"]
+            if x.get("per_position"):
+                per_pos.setdefault(variant, {})[seed] = x["per_position"]
+    out: dict[str, Any] = {"setup": setup, **variant_stats(loss), **lm_summary(loss)}
+    out["per_position_mean"] = {v: [statistics.fmean(c) for c in zip(*d.values())] for v, d in per_pos.items()}
+    gap = out["gap_paired"]
+    if gap and "detach_hidden" in per_pos and "vanilla" in per_pos:
+        diffs = [[m - v for m, v in zip(per_pos["detach_hidden"][s], per_pos["vanilla"][s])] for s in gap["seeds"]]
+        out["gap_per_position_mean"] = [statistics.fmean(c) for c in zip(*diffs)]
+    return out
+
+
+def lm_with_paper(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`lm` with the paper's GPT-2 124M numbers beside ours (``paper``)."""
+    return {**lm(records, collected), "paper": PAPER_LM}
+
+
+# The Pythia-14M shapes of the myopia_pythia_lm spec's random-init model (GPT-NeoX).
+PYTHIA_SHAPE = {"hidden_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4, "intermediate_size": 512,
+                "use_parallel_residual": True, "max_position_embeddings": 2048, "tie_word_embeddings": False,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}
+
+
+def pythia_model(folder: str, corpus: str = "wikitext-2", tokenizer: str = "bpe:4096", seed: int = 0) -> int:
+    """The seeded random-init GPT-NeoX folder the myopia_pythia_lm spec trains (``--base <folder>``): Pythia-14M's
+    shapes with the run's tokenizer (trained on the corpus for ``bpe:<N>``, saved beside the model) as vocabulary.
+    Returns its parameter count. ``python -m forethought.experiments.myopia pythia-model FOLDER``."""
+    from pathlib import Path
+
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from forethought.core.env import cache_dir
+    from forethought.data.corpora import load_corpus_text
+    from forethought.data.tokenizers import load_tokenizer
+
+    text = load_corpus_text(corpus, "train") if tokenizer.startswith("bpe:") else None
+    tok = load_tokenizer(tokenizer, corpus_text=text, cache_dir=cache_dir("") / "tokenizers")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(tok), bos_token_id=tok.eos_token_id,
+                                                 eos_token_id=tok.eos_token_id, **PYTHIA_SHAPE))
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(folder)
+    model.save_pretrained(folder)
+    return sum(p.numel() for p in model.parameters())
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "pythia-model":
+        sys.exit("usage: python -m forethought.experiments.myopia pythia-model FOLDER")
+    print(f"made {sys.argv[2]}: GPT-NeoX, {pythia_model(sys.argv[2]) / 1e6:.2f}M parameters")
