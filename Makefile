@@ -31,9 +31,9 @@ docs: $(STAMP)
 	$(BIN)/python -m forethought.report
 
 bench-myopia: $(STAMP)
-	$(BIN)/python benchmarks/myopia_synthetic.py
+	$(BIN)/forethought experiment run myopia_synthetic
 	$(BIN)/python benchmarks/myopia_step_cost.py
-	$(BIN)/python benchmarks/myopia_lm.py
+	$(BIN)/forethought experiment run myopia_lm
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

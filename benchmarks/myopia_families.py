@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "attention takes its softmax in float32, and the RMSNorms of Gemma / Qwen3 (and Llama) normalise "
                    "in float32, so sums over positions round differently in the one-pass and per-position forms",
            "families": families}
-    if args.out.is_file():  # keep what benchmarks/myopia_pythia_lm.py added
+    if args.out.is_file():  # keep what was added beside (the pythia_lm summary)
         old = json.loads(args.out.read_text())
         if "pythia_lm" in old:
             res["pythia_lm"] = old["pythia_lm"]

@@ -5,7 +5,7 @@ single-threaded processes side by side) and every ``eval_every`` steps measures,
 gradient g and the myopic gradient g_m of the same weights: per layer and overall ‖g − g_m‖/‖g‖ (the share of
 the gradient that shapes earlier positions for later losses) and cos(g, g_m). Writes
 ``benchmarks/results/myopia_gradients.json`` + ``.png``. Since the measurements fork the RNG, each vanilla model
-trains exactly as the seed-0 vanilla model of ``myopia_synthetic.py`` / ``myopia_lm.py``; where those runs are
+trains exactly as the seed-0 vanilla model of the myopia_synthetic / myopia_lm experiment specs; where those runs are
 on disk the JSON records the largest difference between the training-loss curves (0 = the same run).
 Resumable. Needs FORETHOUGHT_DATA (a data root with wikitext-2/).
 

@@ -1,10 +1,11 @@
-"""Results of the myopic-training benchmarks (``benchmarks/myopia_*.py``) as markdown."""
+"""Results of the myopic-training benchmarks produced before the experiment runner (old-schema JSON) and of the
+in-process ones (`benchmarks/myopia_*.py`) as markdown; the spec-run ones render through report.experiment."""
 
 from __future__ import annotations
 
 from forethought.report.common import SMOLLM2
 from forethought.report.fmt import interval, mean_std, num, table
-from forethought.report.papers import MYOPIA_LM, MYOPIA_PYTHIA, MYOPIA_SYNTHETIC, MYOPIA_SYNTHETIC_MYOPIC
+from forethought.report.papers import MYOPIA_LM, MYOPIA_SYNTHETIC, MYOPIA_SYNTHETIC_MYOPIC
 
 
 def _paired(d: dict | None, nd: int = 3) -> str:
@@ -153,17 +154,6 @@ def lm(r: dict, model: str = "GPT") -> list[str]:
     return out
 
 
-def pythia_lm(r: dict) -> list[str]:
-    """The Pythia-shaped GPT-NeoX trained from scratch on WikiText-2, in the GPT benchmark's table."""
-    m = r.get("model") or {}
-    shape = (f"GPT-NeoX ({m.get('num_hidden_layers')} layers, d {m.get('hidden_size')}, parallel residual, "
-             f"rotary on {m.get('rope_parameters', {}).get('partial_rotary_factor', '?')} of each head)")
-    return lm(r, shape) + ["", f"The paper's Pythia row: {MYOPIA_PYTHIA.setting}: the gap grows from "
-                               f"{MYOPIA_PYTHIA.values['gap_160m']:.2f} nats (160M) to "
-                               f"{MYOPIA_PYTHIA.values['gap_2.8b']:.2f} (2.8B); ours is a random-init model of "
-                               "Pythia-14M's shape trained from scratch, so only the sign and order compare."]
-
-
 def gradients(r: dict) -> list[str]:
     rows = []
     for e, x in r["experiments"].items():
@@ -191,29 +181,3 @@ def families(r: dict) -> list[str]:
         out.append(f"\nPythia-shaped GPT-NeoX on WikiText-2: gap (myopic − vanilla) {_paired(p['gap_paired'])} nats; "
                    f"local-myopic bonus (vanilla − local) {_paired(p.get('local_myopic_bonus_paired'))}.")
     return out
-
-
-def _escapes(steps: dict | None) -> str:
-    """Per seed, the step a run left predict-zero ('never' when it did not)."""
-    if not steps:
-        return "–"
-    return ", ".join(f"{'never' if x is None else f'{x:,}'}" + (f" (s{s})" if len(steps) > 1 else "")
-                     for s, x in steps.items())
-
-
-def horizon(r: dict) -> list[str]:
-    """Loss against the myopia horizon k (k = 0: myopic, k >= T - 1: vanilla)."""
-    out: list[str] = []
-    for part, label in (("synthetic", "normalised loss (p = 1)"), ("lm", "val loss (nats)")):
-        per = r.get(part, {}).get("per_k") or {}
-        if per:
-            out += table([f"horizon k ({part})", label, "seeds", "− vanilla (paired by seed)",
-                          "fraction of the myopic − vanilla difference recovered",
-                          *(["left predict-zero at step (training loss < 0.8 × predict-zero)"]
-                            if part == "synthetic" else [])],
-                         [[k, mean_std(v["mean"], v.get("std")), ", ".join(map(str, v.get("seeds", []))),
-                           _paired(v["minus_vanilla_paired"]) if v.get("minus_vanilla_paired")
-                           else num(v.get("minus_vanilla")), num(v.get("fraction_recovered"), ".2f"),
-                           *([_escapes(v.get("escape_step"))] if part == "synthetic" else [])]
-                          for k, v in per.items()]) + [""]
-    return out or ["No horizon runs yet."]

@@ -74,40 +74,36 @@ class Page:
     sections: tuple[Section, ...]
 
 
+# The notes' start of a section whose JSON a script since removed wrote before the experiment runner.
+PRE_RUNNER = ("Produced before the experiment runner by a script since removed (its run folders were not archived); "
+              "the command above reruns it as an experiment spec. ")
+
 MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
-    "Benchmarks of [myopic training](../myopia.md) on 2 CPU cores. Each section names the script that writes "
-    "its JSON; `make bench-myopia` runs the synthetic task, the step cost and the language-model benchmark."),
+    "Benchmarks of [myopic training](../myopia.md) on 2 CPU cores. Each section names the command that writes "
+    "its JSON: `forethought experiment run <spec>` for the ones that are experiment specs "
+    "(`forethought experiment list`), a script for the ones measured in-process. A section whose JSON was "
+    "produced before the experiment runner (no archived run records) renders that JSON as it was; its spec "
+    "reruns it. `make bench-myopia` runs the synthetic task, the step cost and the language-model benchmark."),
     "myopia_", (
-    Section("myopia_synthetic.json", "Synthetic pre-caching task", "python benchmarks/myopia_synthetic.py",
+    Section("myopia_synthetic.json", "Synthetic pre-caching task", "forethought experiment run myopia_synthetic",
             myopia.synthetic, ("myopia_synthetic_curves.png", "myopia_synthetic_probe_r2.png"),
-            "The `small` preset: the paper's architecture (2 layers, width 128, 2 heads, ReLU MLP) with PyTorch's "
+            PRE_RUNNER + "The `small` preset: the paper's architecture (2 layers, width 128, 2 heads, ReLU MLP) with PyTorch's "
             "default init for every linear layer and no final LayerNorm; the paper's model keeps GPT-2's init for "
             "the blocks and the final LayerNorm (`init: reference`, the `synthetic_paper` preset). The difference is paired by seed (the same "
             "data stream and initialisation for both models). The vanilla model learns the task and pre-caches the "
             "feature at its own position (high lag-0 probe R²); the myopic model with the same architecture, data, "
             "budget and seeds stays at the predict-zero level. At p = 0.1 the myopic model learns to copy x_n when "
             "z = 0 and nothing of the sum. The paper's vanilla level is not reached at this budget."),
-    Section("myopia_synthetic_pgrid.json", "The paper's p grid at the CPU budget",
-            "python benchmarks/myopia_synthetic.py --p 0.3 0.1 0.01 --seeds 0 1 --tag pgrid", myopia.synthetic,
-            ("myopia_synthetic_pgrid_curves.png",),
-            "The `small` preset at the p values the paper trains both models on, beside the paper's myopic numbers. "
-            "A row without a myopic value had no finished myopic run. The paper's myopic models fall below the "
-            "predict-zero level at p < 1 (the copy path's breadcrumbs); compare each row's myopic value with its "
-            "own predict-zero level. The p = 1 row is in the first table of this page (three seeds; its p = 0.1 "
-            "row is an earlier run of the same setting); `--grid paper` trains every p. The seed-0 vanilla runs at "
-            "p = 0.3 and 0.01 and the p = 0.3 myopic seed-0 run were trained before the data streams' seed mixing "
-            "changed and evaluated (loss and probes on the model's own p) with the current code; the other runs "
-            "were trained with the current code."),
+    spec_section("myopia_synthetic_pgrid"),
     Section("myopia_synthetic_reference.json", "The paper's synthetic model at the CPU budget",
-            "python benchmarks/myopia_synthetic.py --p 1 --tag reference --set --model.init reference "
-            "--model.final_norm true", myopia.synthetic, ("myopia_synthetic_reference_curves.png",),
-            "One change from the `small` preset: the reference code's model (`init: reference`, final LayerNorm "
+            "forethought experiment run myopia_synthetic_reference", myopia.synthetic,
+            ("myopia_synthetic_reference_curves.png",),
+            PRE_RUNNER + "One change from the `small` preset: the reference code's model (`init: reference`, final LayerNorm "
             "kept), the same data, seed, budget and optimiser."),
     Section("myopia_synthetic_reference-b512.json", "The paper's synthetic model at the paper's batch size",
-            "python benchmarks/myopia_synthetic.py --p 1 --seeds 0 --tag reference-b512 --steps-p1 500 "
-            "--eval-every 100 --set --model.init reference --model.final_norm true --train.batch_size 512",
+            "forethought experiment run myopia_synthetic_reference-b512",
             myopia.synthetic, ("myopia_synthetic_reference-b512_curves.png",),
-            "The reference code's model at batch 512, for as many steps as about half an hour of one CPU thread "
+            PRE_RUNNER + "The reference code's model at batch 512, for as many steps as about half an hour of one CPU thread "
             "allows: a small fraction of the paper's 58,593 steps, so a model still at predict-zero here says "
             "nothing about the paper's full budget, only that this model does not start learning early."),
     Section("myopia_synthetic_why.json", "Why GPT-2's init and the final LayerNorm kept the model at predict-zero",
@@ -120,14 +116,14 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "so after the first LayerNorm x_n is about half the signal; under PyTorch's (Kaiming-uniform, fan-in "
             "2) they are about 20× larger, so x_n dominates (computed from the init formulas, not measured)."),
     Section("myopia_synthetic_gpt2init.json", "Earlier runs: GPT-2's init and its final LayerNorm (ReLU)",
-            "python benchmarks/myopia_synthetic.py", myopia.synthetic_earlier,
+            "forethought experiment run myopia_synthetic", myopia.synthetic_earlier,
             ("myopia_synthetic_gpt2init_curves.png", "myopia_synthetic_gpt2init_probe_r2.png"),
-            "Written by the same script while the preset still used GPT-2's init and its final LayerNorm; kept "
+            "Written by the same benchmark (then a script) while the preset still used GPT-2's init and its final LayerNorm; kept "
             "for the record. Neither model left the predict-zero level; the section above says why."),
     Section("myopia_synthetic_gelu.json", "Earlier runs: GPT-2's init, GELU MLP",
-            "python benchmarks/myopia_synthetic.py", myopia.synthetic_earlier,
+            "forethought experiment run myopia_synthetic", myopia.synthetic_earlier,
             ("myopia_synthetic_gelu_curves.png", "myopia_synthetic_gelu_probe_r2.png"),
-            "Written by the same script with GPT-2's init, its final LayerNorm and a GELU MLP; kept for the record. "
+            "Written by the same benchmark (then a script) with GPT-2's init, its final LayerNorm and a GELU MLP; kept for the record. "
             "With a smooth MLP the model does not learn: for x ~ N(0, 1) the target sin(10·x) is almost orthogonal "
             "to every low-degree polynomial of the input (its Hermite coefficients are 10^k·e^−50), so a smooth MLP "
             "gets essentially no gradient, while a ReLU's kinks do correlate with it (next section)."),
@@ -136,10 +132,11 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
     Section("myopia_step_cost.json", "Training-step cost, myopic / vanilla", "python benchmarks/myopia_step_cost.py",
             myopia.step_cost, (), "AdamW included; measured with 1 thread per process, interleaved steps. One "
             "backward pass per position would cost about L× a vanilla step."),
-    Section("myopia_lm.json", "Language modelling, WikiText-2", "python benchmarks/myopia_lm.py", myopia.lm,
+    Section("myopia_lm.json", "Language modelling, WikiText-2", "forethought experiment run myopia_lm",
+            myopia.lm,
             ("myopia_lm_per_position.png",),
-            "Every model of a seed shares its initialisation and data order; local myopic and the transformer "
-            "bigram run on fewer seeds, for time (`--baseline-seeds` trains them on more). The gap has the paper's "
+            PRE_RUNNER + "Every model of a seed shares its initialisation and data order; local myopic and the "
+            "transformer bigram run on seed 0 only, for time. The gap has the paper's "
             "sign and order for a much smaller model and budget; its interval excludes zero but is too wide to "
             "compare its size with the paper's. Per position, the myopic model is slightly better at the first "
             "position and worse at the last ones: the paper's pattern (breadcrumbs, little pre-caching). The "
@@ -152,24 +149,8 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "forward, the gradient that reaches earlier positions' states, and the one-pass gradients against the "
             "slow per-position form. Step costs on such small models overstate the steady-state ratio measured on "
             "larger ones (the step-cost table above)."),
-    Section("myopia_pythia_lm.json", "A Pythia-shaped model (GPT-NeoX) on WikiText-2",
-            "FORETHOUGHT_DATA=<data root> python benchmarks/myopia_pythia_lm.py", myopia.pythia_lm, (),
-            "The paper's scaling family through the same `myopia lm` command as the GPT above: a random-init model "
-            "of Pythia-14M's architecture (parallel residual, partial rotary) with the GPT benchmark's 4k BPE, data "
-            "and budget. Every model of a seed shares its initialisation and data order; local myopic and the "
-            "transformer bigram run on seed 0 only."),
-    Section("myopia_horizon.json", "The myopia horizon", "python benchmarks/myopia_horizon.py", myopia.horizon,
-            ("myopia_horizon.png",),
-            "With horizon k, position t's loss may shape the attention inputs of positions t−k..t in every layer "
-            "and no earlier ones; k = 0 is the myopic model, k ≥ T − 1 the vanilla one. Through L layers a loss "
-            "reaches back at most L·k positions: 2k on the synthetic task (2 layers; its target sums the inputs 1 "
-            "to 10 positions back), 4k on WikiText-2 (4 layers). Each k is one seed (seed 0), the same data, "
-            "initialisation and budget as the vanilla and myopic runs it is paired with. On the synthetic task the "
-            "loss after 5,000 steps is set mostly by when a run left the predict-zero level (last column): a "
-            "horizon of 2 (a reach of 4 positions, short of the 10-term window) never leaves it; every horizon of "
-            "5 or more (a reach of at least 10) does, later than vanilla. One seed cannot order those runs: when a "
-            "run escapes varies by seed, as the vanilla model's own spread over seeds in the first table shows. "
-            "On WikiText-2 the gap shrinks steadily with k."),
+    spec_section("myopia_pythia_lm"),
+    spec_section("myopia_horizon"),
     Section("myopia_gradients.json", "The pre-caching gradient during training",
             "python benchmarks/myopia_gradients.py", myopia.gradients, ("myopia_gradients.png",),
             "g is the vanilla gradient and g_m the myopic gradient of the same weights on fixed batches; g − g_m is "
@@ -315,7 +296,7 @@ class Headline:
 
 
 def _myopia_headline(r: dict) -> str:
-    g = r["gap_paired"]
+    g = r.get("derived", r)["gap_paired"]  # the script's JSON, or the myopia_lm spec's collected JSON
     return (f"myopia gap (myopic − vanilla validation loss, WikiText-2, {len(g['seeds'])} seeds) "
             f"**{g['mean']:+.3f} nats**, 95 % interval {interval(g['ci95_of_mean'], '.3f')} "
             f"(paper, GPT-2 124M: {MYOPIA_LM.values['gap']:.2f})")
