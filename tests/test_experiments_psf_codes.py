@@ -1,10 +1,11 @@
-"""forethought.experiments.psf_codes: one seed's record from the run files, the seeds together, the targets."""
+"""forethought.experiments.psf_codes: one seed's record from the run files; the psf_codes spec's derive (main −
+state-only paired by seed within a group, the reported point's persistence, the zeroing cost's interval lows)."""
 
 from __future__ import annotations
 
 import pytest
 
-from forethought.experiments.psf_codes import arm_summary, seed_record, summarize
+from forethought.experiments.psf_codes import derive, seed_record
 
 
 def _files(seed: int, prior_pers: float, so_pers: float, zero_low: float = 0.5):
@@ -37,34 +38,19 @@ def test_seed_record_reads_every_measure():
     assert no_eval["psf_nll_matched"] is None and no_eval["prior_persistence"] == 0.39
 
 
-def test_summarize_pairs_by_seed_and_judges_targets():
-    recs = {s: seed_record(*_files(s, p, q)) for s, p, q in ((0, 0.39, 0.48), (1, 0.45, 0.50), (2, 0.41, 0.49))}
-    out = summarize(recs)
-    d = out["comparisons"]["main - state-only: persistence, temperature 1"]
+def test_derive_pairs_main_with_state_only_by_seed_within_each_group():
+    files = {(g, s): _files(s, p, q, zero_low=low) for g, s, p, q, low in
+             (("main", 0, 0.39, 0.48, 0.5), ("main", 1, 0.45, 0.50, 0.05), ("main", 2, 0.41, 0.49, 0.5),
+              ("prior_x", 0, 0.4, 0.4, 0.5))}
+    records = {f"{g}-s{s}": {"results": r, "diagnose": d, **({"eval/results": e} if g == "main" else {})}
+               for (g, s), (r, d, e) in files.items()}
+    collected = {"runs": {run: {"group": run.split("-s")[0], "seed": int(run.split("-s")[1])} for run in records}}
+    out = derive(records, collected)
+    d = out["main_minus_state_only"]["main"]["persistence, temperature 1"]
     assert d["per_seed"] == pytest.approx([-0.09, -0.05, -0.08]) and d["ci95_of_mean"][1] < 0
-    t = out["targets"]
-    assert t["prior_persistence"]["pass"] is False and t["clean_topic_agreement"]["pass"] is True
-    assert t["prior_nll"]["pass"] is True and t["zeroing_cost"]["pass"] is True
-    # the zeroing cost also needs every seed's own interval above the level
-    recs[1] = seed_record(*_files(1, 0.45, 0.5, zero_low=0.05))
-    assert summarize(recs)["targets"]["zeroing_cost"]["pass"] is False
-
-
-def test_prior_arms_pair_with_the_reference():
-    ref = {s: seed_record(*_files(s, 0.39, 0.48)) for s in (0, 1)}
-    arm = {s: seed_record(*_files(s, 0.45 + s / 100, 0.48)) for s in (0, 1)}
-    out = arm_summary(arm, ref)
-    assert out["minus_reference"]["prior_persistence"]["per_seed"] == pytest.approx([0.06, 0.07])
-    assert arm_summary(ref, ref)["minus_reference"] == {}
-
-
-def test_decoder_arms_pair_the_code_channel_with_the_main_runs():
-    """A decoder arm is summarised on the code channel's measures too, paired by seed with the main runs."""
-    from forethought.experiments.psf_codes import DECODER_MEASURES
-
-    main = {s: seed_record(*_files(s, 0.39, 0.48)) for s in (0, 1)}
-    arm = {s: seed_record(*_files(s, 0.45, 0.48)) for s in (0, 1)}
-    out = arm_summary(arm, main, DECODER_MEASURES)
-    assert set(out["measures"]) <= set(DECODER_MEASURES) and "clean_persistence" in out["measures"]
-    assert out["minus_reference"]["prior_persistence"]["per_seed"] == pytest.approx([0.06, 0.06])
-    assert "mean_trajectory_persistence" not in out["measures"]  # a prior arm's measure, not asked here
+    assert out["main_minus_state_only"]["main"]["persistence at the matched-entropy point"]["mean"] == \
+        pytest.approx(0.43 - 0.47)
+    assert out["matched_point_persistence"]["main"]["psf"]["mean"] == pytest.approx(0.43)
+    assert "prior_x" not in out["matched_point_persistence"]  # no psf eval there
+    assert out["zeroing_cost_interval_lows"]["main"] == {"0": 0.5, "1": 0.05, "2": 0.5}
+    assert out["lowest_zeroing_cost_interval_low"] == {"main": 0.05, "prior_x": 0.5}

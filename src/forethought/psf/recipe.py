@@ -19,10 +19,10 @@ autoregressive baseline trains in ``ar/`` on the same windows (same seed, tokeni
 ``--resume auto`` continues every unfinished stage from its newest checkpoint and skips every finished one (its
 final checkpoint and results.json present) — the AR baseline and the priors as well as the PSF model stages —
 without writing into its folder. The results.json files a rerun will reuse are read and checked before anything
-trains or is written. ``--stages_from RUN`` starts from another finished run's model stages: each one that run
-trained with this run's settings (:func:`stages_to_copy`) is copied into this run's folder (naming its source in
-``copied_from.txt``) and skipped like a finished stage, up to the first that differs, which trains here; results.json
-says which stages came from where. ``<stage>.train.eval_every N`` evaluates that stage every N steps on the first
+trains or is written. ``--stages_from RUN`` starts from another finished run's stages: each model stage, then each prior
+after them (``prior``, ``prior_state_only``), that run trained with this run's settings (:func:`stages_to_copy`) is
+copied into this run's folder (naming its source in ``copied_from.txt``) and skipped like a finished stage, up to the
+first that differs, which trains here; results.json says which stages came from where. ``<stage>.train.eval_every N`` evaluates that stage every N steps on the first
 ``EVAL_WINDOWS`` validation windows (PSF stages: teacher-forced CE and KL; priors: flow loss; AR: CE).
 
 With ``data.corpus planted`` (:mod:`forethought.data.planted`) every window is one whole document (training
@@ -81,8 +81,10 @@ from forethought.psf.model import (
 from forethought.psf.prior import FlowPrior, PriorConfig
 from forethought.psf.sampling import device_generator
 
-# A model stage copied from another run (stages_from) names that run in this file.
+# A stage copied from another run (stages_from) names that run in this file.
 COPIED_FROM = "copied_from.txt"
+# The priors stages_from may copy after the model stages (not a longer-blocks prior: its stage comes later).
+PRIOR_STAGES = ("prior", STATE_ONLY_PRIOR)
 # Validation windows evaluated during training (eval_every): a small fixed set, the first of the valid split.
 EVAL_WINDOWS = 64
 
@@ -173,8 +175,14 @@ def finished_stages(run_dir: Path, plan: list[Stage], resume: str | None,
 
 
 def _stage_settings(cfg: RecipeConfig, stage: str) -> dict:
-    """Everything that shapes model stage ``stage``'s weights: the seed and precision, data, model and rollout
-    settings, and the switch and training settings of this and every earlier model stage."""
+    """Everything that shapes stage ``stage``'s weights: the seed and precision, data, model and rollout
+    settings, and the switch and training settings of this and every earlier model stage; a prior (``prior``,
+    ``prior_state_only``: each seeds itself and reads only the finished model) also every model stage's and its
+    own settings, except whether the state-only variant trains too."""
+    if stage in PRIOR_STAGES:
+        prior = asdict(cfg.prior)
+        prior.pop("state_only_variant")
+        return {**_stage_settings(cfg, MODEL_STAGES[-1]), "prior": prior}
     upto = MODEL_STAGES[:MODEL_STAGES.index(stage) + 1]
     return {"run.seed": cfg.run.seed, "run.precision": cfg.run.precision, "data": asdict(cfg.data),
             "model": asdict(cfg.model), "rollout": asdict(cfg.rollout),
@@ -194,10 +202,11 @@ def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def stages_to_copy(cfg: RecipeConfig, plan: list[Stage]) -> dict[str, Path]:
-    """``stages_from``: the model stages this run takes from another finished run (name -> its stage folder), in
-    training order up to the first whose settings (:func:`_stage_settings`) differ from this run's or which that
-    run has not finished; stages this run's folder already holds are its own. Checked before anything is written;
-    a source that matches nothing is an error that names the first differing settings."""
+    """``stages_from``: the stages this run takes from another finished run (name -> its stage folder): the model
+    stages and then the priors that follow them, in training order up to the first whose settings
+    (:func:`_stage_settings`) differ from this run's or which that run has not finished; stages this run's folder
+    already holds are its own. Checked before anything is written; a source that matches nothing is an error that
+    names the first differing settings."""
     if not cfg.stages_from:
         return {}
     src, dst = Path(cfg.stages_from), Path(cfg.run.out_dir) / cfg.run.name
@@ -208,7 +217,7 @@ def stages_to_copy(cfg: RecipeConfig, plan: list[Stage]) -> dict[str, Path]:
     theirs = load_config(RecipeConfig, src / "config.yaml")
     copies: dict[str, Path] = {}
     for s in plan:
-        if s.kind != "model" or s.name not in MODEL_STAGES:
+        if s.name not in (*MODEL_STAGES, *PRIOR_STAGES):
             break
         differ = _differing(_stage_settings(theirs, s.name), _stage_settings(cfg, s.name))
         if differ or not _stage_finished(src / s.name, s):

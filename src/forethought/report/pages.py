@@ -243,19 +243,9 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             **_before_runner("psf_planted", "python benchmarks/psf_planted.py --jobs 1, then --collect-only with "
                             "--codes-runs 'runs/psf-codes/main-s{seed}'", psf.planted, psf.planted_reading)),
     Section("psf_states_ablation.json", "What made the states matter (planted corpus)",
-            "python benchmarks/psf_states_ablation.py", psf.states_ablation, (),
-            "Each arm is the planted recipe set back to the ablation's reference (with its codes stage and 1000 "
-            "prior steps) plus one change, seed 0. The state normalisation raised the shuffle cost; without it, "
-            "once codes are on, the codes took the states' job (a content channel). The self-realized stage is the "
-            "one stage that lowers it: half of its states come from re-encoded roll-outs, which agree with the real "
-            "block's topic less often, so the decoder learns to trust a state less. More base steps raised it and "
-            "improved the fit, but do not fit the preset's time budget. With the normalisation the codes carried "
-            "nothing at this budget (kept, zeroed or shuffled along, the shuffle cost is the same), so the shipped "
-            "preset has them off; starting the code input away from zero only moved the posterior. Input dropout "
-            "did not help. More prior steps moved the samples, not the states. Not tried: a decoder initialised "
-            "from the trained AR baseline (it trains after PSF and has a different position layout, so it needs "
-            "its own stage order and a weight map) and K = 16 (the planted corpus fixes K at its 8 blocks). One "
-            "seed; per-stage wall times, in the JSON, vary with the machine's load."),
+            "forethought experiment run psf_states_ablation", **_before_runner(
+                "psf_states_ablation", "python benchmarks/psf_states_ablation.py", psf.states_ablation,
+                lambda r: load_spec("psf_states_ablation")[0].notes.strip())),
     Section("psf_prompted.json", "Prompted continuations: a conditioned prior against replacement",
             "python benchmarks/psf_prompted.py", psf.prompted, (),
             "At this scale the conditioned prior does not continue the topic chain better than replacement, so "
@@ -263,14 +253,11 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             "is known); everything after depends on sampled states, where neither prior gives the decoder a topic "
             "chain."),
     Section("psf_codes_pilot.json", "Realization codes: which option makes the decoder use them (planted corpus)",
-            "python benchmarks/psf_codes_pilot.py --seed N --out benchmarks/results/psf_codes_pilot_sN.json "
-            "(seed 0: the default --out, psf_codes_pilot.json)", psf.codes_pilot, (),
-            psf.codes_pilot_reading, more="psf_codes_pilot_s[0-9]*.json"),
-    Section("psf_codes.json", "The paper's two configurations with codes: main (states + codes) and state-only",
-            "python benchmarks/psf_codes.py --seeds --decoder-arms codes_3000_prior_wide --arm-seeds 0 1 2, then "
-            "--seeds 0 1 2 --stages-from 'runs/psf-codes/decoder_codes_3000_prior_wide-s{seed}' --copy-prior for "
-            "the main runs, and --seeds --arms / --decoder-arms ARM ... for the ablations (each invocation is in "
-            "the file)", psf.codes, (), psf.codes_reading),
+            "forethought experiment run psf_codes_pilot", **_before_runner(
+                "psf_codes_pilot", "python benchmarks/psf_codes_pilot.py --seed N --out "
+                "benchmarks/results/psf_codes_pilot_sN.json, seed 0 to psf_codes_pilot.json", psf.codes_pilot,
+                psf.codes_pilot_reading), more="psf_codes_pilot_s[0-9]*.json"),
+    spec_section("psf_codes"),
 ))
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (

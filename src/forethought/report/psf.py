@@ -521,164 +521,56 @@ def codes_pilot_reading(files: dict[str, dict]) -> str:
     return " ".join(out)
 
 
-# ---- the paper's two configurations over seeds (benchmarks/psf_codes.py) ----------------------------------------
-
-CODES_MEASURES = (  # key, label, spec
-    ("zeroing_cost", "zeroing the codes costs (nats/token, clean states, teacher forced)", "+.3f"),
-    ("kl_per_token", "KL of the codes (nats/token)", ".3f"),
-    ("information_code_given_state", "I(code; topic | state), posterior draws (nats)", ".3f"),
-    ("clean_topic_agreement", "clean states + posterior-mean codes: topic agreement", ".3f"),
-    ("clean_zero_codes_topic_agreement", "clean states + zero codes: topic agreement", ".3f"),
-    ("clean_persistence", "clean states + posterior-mean codes: persistence", ".3f"),
-    ("clean_zero_codes_persistence", "clean states + zero codes: persistence", ".3f"),
-    ("prior_persistence", "main prior (states + codes): persistence, T 1", ".3f"),
-    ("prior_nll", "main prior: exact NLL/token, T 1", ".3f"),
-    ("state_only_persistence", "state-only prior, zero codes: persistence, T 1", ".3f"),
-    ("state_only_nll", "state-only prior: exact NLL/token, T 1", ".3f"),
-    ("psf_nll_matched", "main: NLL/token at the references' entropy", ".3f"),
-    ("state_only_nll_matched", "state-only: NLL/token at the references' entropy", ".3f"),
-    ("mean_trajectory_persistence", "main prior's mean trajectory: persistence", ".3f"),
-    ("data_persistence", "real documents: persistence", ".3f"),
-    ("prior_val_flow_loss", "validation flow loss, main prior", ".3f"),
-    ("state_only_prior_val_flow_loss", "validation flow loss, state-only prior", ".3f"),
-)
-
-
-def _seeds_cell(m: dict | None, spec: str) -> list[str]:
-    if not m:
-        return ["–", "–"]
-    return [f"{m['mean']:{spec}} {_iv(m.get('ci95_of_mean'), spec)}" if m.get("ci95_of_mean") else
-            format(m["mean"], spec), ", ".join(format(x, spec) for x in m["per_seed"])]
-
-
-def codes(r: dict) -> list[str]:
-    """The main and state-only configurations over seeds, their paired comparison, the targets, the prior arms."""
-    main = r.get("main")
-    out = ["No main run finished yet."] if not main else _codes_main(main)
-    arms = r.get("prior_arms") or {}
-    if arms:
-        rows = _arm_rows(arms, (("prior_persistence", True), ("prior_nll", True), ("prior_val_flow_loss", False)))
-        out += ["", "The joint prior, one change at a time on the same decoders (each arm trains one prior over "
-                "states + codes and samples with seed 0; differences paired by seed against the reference arm, their mean "
-                "and, in brackets, each seed's; "
-                "the flow losses of priors on posterior means and on draws measure different data):", "",
-                *table(["arm", "change", "seeds", "prior persistence", "− reference", "prior NLL/token",
-                        "− reference", "flow loss"], rows)]
-    decoders = r.get("decoder_arms") or {}
-    if decoders:
-        rows = _arm_rows(decoders, (("clean_persistence", True), ("prior_persistence", True), ("zeroing_cost", True)))
-        out += ["", "The decoder, one change at a time to the reference (the earlier preset's codes stage and "
-                "prior; each arm retrains the codes stage from the reference run's earlier stages, then the main "
-                "prior, and samples with the main runs' seed; an arm that also changes the prior copies the stages "
-                "of the arm it extends and trains only its prior; differences paired by seed against the reference "
-                "arm):", "",
-                *table(["arm", "change", "seeds", "clean persistence", "− reference", "prior persistence",
-                        "− reference", "zeroing cost", "− reference"], rows)]
-    return out
-
-
-def _arm_rows(arms: dict, columns: tuple[tuple[str, bool], ...]) -> list[list[str]]:
-    """One row per arm: its name, change and seeds, then per column (measure, with its difference) the measure
-    over seeds and, when asked, the seed-paired difference against the arm's reference."""
-    rows = []
-    for name, a in arms.items():
-        m, d = a["measures"], a["minus_reference"]
-        cells = [x for key, diff in columns
-                 for x in (_seeds_cell(m.get(key), ".3f")[0], *((_per_seed(d.get(key)),) if diff else ()))]
-        rows.append([name, a["change"], ", ".join(map(str, a["seeds"])), *cells])
-    return rows
-
-
-def _per_seed(d: dict | None) -> str:
-    """A seed-paired difference as 'mean (seed values)': with two seeds the t-interval says little."""
-    return "–" if not d else f"{d['mean']:+.3f} ({', '.join(format(x, '+.3f') for x in d['per_seed'])})"
-
-
-def _codes_main(main: dict) -> list[str]:
-    targets = main["targets"]
-    rows = []
-    for key, label, spec in CODES_MEASURES:
-        t = targets.get(key)
-        rows.append([label, *_seeds_cell(main["measures"].get(key), spec),
-                     "–" if t is None else f"{t['target']}: {'met' if t['pass'] else 'missed'}"])
-    out = [f"Planted corpus, training seeds {', '.join(map(str, main['seeds']))}: `psf recipe --config planted_main` "
-           "(one code-trained decoder, two priors on it), `psf diagnose` (documents decoded at temperature 1, scored "
-           "by the true generator) and `psf eval` (a sweep; NLL/token interpolated at the references' entropy). "
-           "Mean over seeds with the 95 % t-interval of the mean; the targets are judged on the mean (the zeroing "
-           "cost also on every seed's own bootstrap interval).", "",
-           *table(["measure", "mean [95 %]", "per seed", "target"], rows), "",
-           "Main − state-only, paired by seed (the same decoder; a code is its block's own posterior, so the "
-           "main configuration's documents get a content channel the state-only ones do not):", ""]
-    out += table(["difference", "mean [95 %]", "per seed"],
-                 [[k.replace("main - state-only: ", ""), *_seeds_cell(v, "+.3f")]
-                  for k, v in main["comparisons"].items()])
-    return out
-
-
-def codes_reading(r: dict) -> str:
-    """What the targets say, quoting the file."""
-    main = r.get("main")
-    if not main:
-        return ""
-    t, m = main["targets"], main["measures"]
-    ceiling = PLANTED_NO_CODE_CEILING.values["persistence"]
-    missed = [k.replace("_", " ") for k, v in t.items() if not v["pass"]]
-    p = m["prior_persistence"]
-    return (f"Over {len(main['seeds'])} seeds the decoder uses its codes (zeroing them costs "
-            f"{m['zeroing_cost']['mean']:+.3f} nats/token) and clean-state decodes with them keep the source's "
-            f"topic ({m['clean_topic_agreement']['mean']:.3f}); documents from the main prior reach persistence "
-            f"{p['mean']:.3f}, against {ceiling} for a decoder without codes given exact predictive states (source: "
-            f"{PLANTED_NO_CODE_CEILING.source.replace('(', '').replace(')', '')}). "
-            + (f"Missed: {', '.join(missed)}." if missed else "Every target is met."))
-
+# ---- the paper's two configurations over seeds (the psf_codes spec) ---------------------------------------------
 
 def codes_lead(r: dict) -> list[str]:
-    """docs/psf.md's summary of psf_codes.json: the two configurations over seeds against the targets, and the
-    joint-prior arms against their reference."""
+    """docs/psf.md's summary of psf_codes.json (collected by ``forethought experiment collect psf_codes``): the two
+    configurations over seeds against the spec's checks, and each ablation arm against its reference."""
+    groups, checks, derived = r["groups"], r["checks"], r.get("derived") or {}
     out: list[str] = []
-    main = r.get("main")
+    main = groups.get("main")
     if main:
-        m, t, c = main["measures"], main["targets"], main["comparisons"]
+        m = main["measures"]
+        by_value = {c["value"]: c for c in checks.values()}
 
         def mean(k: str) -> str:
             return f"{m[k]['mean']:.3f}"
 
         def target(k: str) -> str:
-            return f"target {t[k]['target'].replace('>= ', '').replace('<= ', '≤ ')}, {'met' if t[k]['pass'] else 'missed'}"
+            c = by_value[f"groups.main.{k}.mean"]
+            state = "met" if c["passed"] else "missed" if c["passed"] is False else "not measured"
+            return f"target {'≤ ' if c['op'] == '<=' else ''}{c['threshold']:g}, {state}"
 
-        nll = c["main - state-only: NLL/token at matched entropy"]
+        nll = derived["main_minus_state_only"]["main"]["NLL/token at matched entropy"]
         ceiling = PLANTED_NO_CODE_CEILING.values["persistence"]
-        out += [f"- **The two configurations over {len(main['seeds'])} training seeds** "
-                f"({', '.join(map(str, main['seeds']))}): zeroing the codes costs {m['zeroing_cost']['mean']:+.3f} "
-                f"nats/token ({target('zeroing_cost')}); clean-state decodes with posterior-mean codes keep the "
-                f"source block's topic (agreement {mean('clean_topic_agreement')}; {target('clean_topic_agreement')}) "
-                f"and persist {mean('clean_persistence')} ({target('clean_persistence')}). Documents from the main "
-                f"prior persist {mean('prior_persistence')} ({target('prior_persistence')}); the state-only prior's "
+        seeds = m["zeroing_cost"]["seeds"]
+        out += [f"- **The two configurations over {len(seeds)} training seeds** ({', '.join(map(str, seeds))}): "
+                f"zeroing the codes costs {m['zeroing_cost']['mean']:+.3f} nats/token ({target('zeroing_cost')}); "
+                f"clean-state decodes with posterior-mean codes keep the source block's topic (agreement "
+                f"{mean('clean_topic_agreement')}; {target('clean_topic_agreement')}) and persist "
+                f"{mean('clean_persistence')} ({target('clean_persistence')}). Documents from the main prior persist "
+                f"{mean('prior_persistence')} ({target('prior_persistence')}); the state-only prior's "
                 f"{mean('state_only_persistence')}; a decoder without codes given exact predictive states reaches "
                 f"{ceiling} (computed outside this repository), ours with zero codes on clean states "
                 f"{mean('clean_zero_codes_persistence')}. Their exact NLL/token is {mean('prior_nll')} "
                 f"({target('prior_nll')}). At the references' entropy the main prior's documents have NLL/token "
                 f"{mean('psf_nll_matched')} against the state-only prior's {mean('state_only_nll_matched')} "
                 f"(paired difference {nll['mean']:+.3f}, 95 % interval {_iv(nll['ci95_of_mean'])})."]
-    arms = r.get("prior_arms") or {}
-    ref = arms.get("reference")
-    if ref:
-        p = ref["measures"]["prior_persistence"]
-        moves = [f"{a['change']} {a['minus_reference']['prior_persistence']['mean']:+.3f} "
-                 f"(seeds {', '.join(map(str, a['seeds']))})"
-                 for name, a in arms.items() if name != "reference" and a["minus_reference"].get("prior_persistence")]
-        out += [f"- **The joint prior, one change at a time** against {ref['change']}: prior-sample persistence "
-                f"{p['mean']:.3f} (seeds {', '.join(map(str, ref['seeds']))}); " + "; ".join(moves) + "."]
-    for name, a in (r.get("decoder_arms") or {}).items():
-        d, m = a["minus_reference"], a["measures"]
-        if name == "reference":  # the arms' common start: its own measures
-            out += [f"- **Decoder arm `reference`** ({a['change']}; seeds {', '.join(map(str, a['seeds']))}): "
-                    f"clean persistence {m['clean_persistence']['mean']:.3f}, prior-sample persistence "
-                    f"{m['prior_persistence']['mean']:.3f}, zeroing cost {m['zeroing_cost']['mean']:.3f}."]
+    for prefix, what, keys in (("prior_", "The joint prior", ("prior_persistence",)),
+                               ("decoder_", "The decoder", ("clean_persistence", "prior_persistence",
+                                                            "zeroing_cost"))):
+        ref = groups.get(f"{prefix}reference")
+        if not ref:
             continue
-        moves = [f"{label} {m[k]['mean']:.3f} ({d[k]['mean']:+.3f})" for k, label in (("clean_persistence", "clean persistence"),
-                                                                  ("prior_persistence", "prior-sample persistence"),
-                                                                  ("zeroing_cost", "zeroing cost")) if k in d]
-        out += [f"- **Decoder arm `{name}`** ({a['change']}; seeds {', '.join(map(str, a['seeds']))}; in brackets "
-                f"minus the reference arm, paired by seed): " + ", ".join(moves) + "."]
+        arms: dict[str, list[dict]] = {}
+        for c in r["comparisons"].values():
+            if c["b"] == f"{prefix}reference" and c["measure"] in keys and "missing" not in c:
+                arms.setdefault(c["a"], []).append(c)
+        moves = [f"`{a}` " + ", ".join(f"{c['measure'].replace('_', ' ')} {c['mean']:+.3f}" for c in cs)
+                 + f" (seeds {', '.join(map(str, cs[0]['seeds']))})" for a, cs in arms.items()]
+        base = ", ".join(f"{k.replace('_', ' ')} {ref['measures'][k]['mean']:.3f}" for k in keys
+                         if k in ref["measures"])
+        out += [f"- **{what}, one change at a time** against `{prefix}reference` ({base}; seeds "
+                f"{', '.join(map(str, ref['measures'][keys[0]]['seeds']))}), each arm minus it, paired by seed: "
+                + "; ".join(moves) + "."]
     return out
