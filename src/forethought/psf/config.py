@@ -324,10 +324,11 @@ class RecipeConfig:
     longer_blocks: LongerBlocksConfig = field(LongerBlocksConfig(), "optional: longer blocks")
     baselines: list[Literal["ar"]] = field([], "baselines to train beside PSF: ar")
     ar: ARStageConfig = field(ARStageConfig(), "autoregressive baseline")
-    stages_from: str = field("", "a finished 'psf recipe' run folder whose model stages this run starts from: "
-                             "each one trained with this run's settings (seed, precision, data, model, rollout, "
-                             "its own and every earlier model stage's) is copied instead of trained, in order, up "
-                             "to the first that differs (e.g. the same run with a longer codes stage)")
+    stages_from: str = field("", "a finished 'psf recipe' run folder whose stages this run starts from: each "
+                             "model stage trained with this run's settings (seed, precision, data, model, rollout, "
+                             "its own and every earlier model stage's), then each prior (prior, then "
+                             "prior_state_only) trained with the same settings, is copied instead of trained, in "
+                             "order, up to the first that differs (e.g. the same run with a longer codes stage)")
 
     def validate(self) -> None:
         """Every stage's settings (models, optimisation, sampling), so that a bad one fails before anything
