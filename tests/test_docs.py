@@ -42,7 +42,7 @@ def test_renderer_tolerates_new_renamed_and_missing_files(tmp_path: Path) -> Non
     out = render_all(root)
     myopia = out[Path("docs/results/myopia.md")]
     assert "| vanilla minus local | 0 |" in myopia and "| myopia gap (myopic − vanilla) | 0, 1, 2 |" in myopia
-    assert "Not produced yet: `python benchmarks/myopia_synthetic.py`" in myopia
+    assert "Not produced yet: `forethought experiment run myopia_synthetic`" in myopia
     psf = out[Path("docs/results/psf.md")]
     assert "## Not rendered yet" in psf and "psf_future.json" in psf
     readme = out[Path("README.md")]

@@ -150,3 +150,20 @@ def test_launcher_replaces_the_interpreter(tmp_path) -> None:
     spec, _ = load_spec(str(_spec(tmp_path, TINY.replace("parallel: 2", "parallel: 2\nlauncher: accelerate launch "
                                                                        "--num_processes 2 -m forethought.cli"))))
     assert launcher(spec) == ("accelerate", "launch", "--num_processes", "2", "-m", "forethought.cli")
+
+
+def test_stages_order_runs_and_measures_fill_placeholders(tmp_path) -> None:
+    text = TINY.replace("  - name: synth\n", "  - name: first\n    stage: 0\n    steps: [myopia synthetic --config tiny]\n"
+                        "  - name: 'p{p}'\n    stage: 1\n    grid: {p: ['0.3', '1']}\n").replace(
+        "  vanilla: results.p=1.vanilla.normalised_loss", "  vanilla: results.p={p}.vanilla.normalised_loss").replace(
+        "groups.synth.vanilla.mean", "groups.p1.vanilla.mean")
+    spec, _ = load_spec(str(_spec(tmp_path, text)))
+    runs = plan(spec)
+    assert [p.run for p in runs] == ["first-s0", "first-s1", "p0.3-s0", "p1-s0", "p0.3-s1", "p1-s1"]
+    assert runs[2].measure_path(spec.measures["vanilla"]) == "results.p=0.3.vanilla.normalised_loss"
+    assert runs[0].measure_path(spec.measures["vanilla"]) is None  # the first group has no p
+    # a key holding dots is found whole
+    assert lookup({"results": {"p=0.3": {"vanilla": {"normalised_loss": 1.5}}}},
+                  "results.p=0.3.vanilla.normalised_loss") == 1.5
+    with pytest.raises(ForethoughtError, match=r"measures.vanilla: unknown placeholder\(s\) \{q\}"):
+        load_spec(str(_spec(tmp_path, text.replace("p={p}.vanilla", "p={q}.vanilla"))))

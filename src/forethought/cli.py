@@ -55,6 +55,9 @@ COMMANDS = [
             "forethought.myopia.gradients:run", "forethought.myopia.config:GradientsConfig"),
     Command("myopia", "probe", "Future-Lens probes: from layer l at position t predict token t+k (k=1..N), "
             "vanilla vs myopic checkpoints", "forethought.myopia.probe:run", "forethought.myopia.config:ProbeConfig"),
+    Command("myopia", "init-model", "a seeded random-init HF model of a published architecture (pythia-14m) with the "
+            "run's tokenizer as vocabulary, as a run folder for 'myopia lm --base <folder>'",
+            "forethought.myopia.init_model:run", "forethought.myopia.config:InitModelConfig"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
             "forethought.psf.config:RecipeConfig"),

@@ -93,12 +93,14 @@ def run(cfg: ExperimentConfig, resume: str | None = None,
         from forethought.core.env import data_root
 
         data_root()  # FORETHOUGHT_DATA missing: one line now, not a failed run later
-    out = run_spec(spec, layout, _command_line(), progress=lambda m: print(m, flush=True))
+    whole, _ = load_spec(cfg.spec)  # --seeds runs some seeds; the results always collect the whole spec
+    out = run_spec(spec, layout, _command_line(), progress=lambda m: print(m, flush=True), spec_file=path,
+                   collect_as=whole)
     _summary(out)
 
 
 def collect(cfg: ExperimentConfig, resume: str | None = None) -> None:
-    spec, path = load_for(cfg)
+    spec, path = load_spec(cfg.spec) if cfg.spec else load_for(cfg)  # the whole spec: --seeds only picks what runs
     from forethought.experiments.runner import collect as collect_spec
 
     _summary(collect_spec(spec, _layout(cfg, spec), _command_line(), spec_file=path))

@@ -1,9 +1,8 @@
 """The myopia benchmarks' aggregation: the language-model comparison from per-seed losses (the gap, the paper's
 local-myopic bonus, the gap relative to what context buys; plain arithmetic on ``{variant: {seed: loss}}`` with
 variants as ``myopia lm`` names them: vanilla, detach_hidden (myopic), local, zero_past (the transformer bigram)),
-and the derive functions of the shipped myopia specs (``experiment collect``). Imports no system, except
-:func:`copy_level` (samples the synthetic task with its own code) and :func:`pythia_model` (makes the
-myopia_pythia_lm spec's model folder), each when called."""
+and the derive functions of the shipped myopia specs (``experiment collect``). Imports no system: pure
+functions of the runs' records."""
 
 from __future__ import annotations
 
@@ -74,32 +73,33 @@ def _interval_or_none(stats: Mapping[str, Any] | None) -> list[float] | None:
     return stats["ci95_of_mean"] if stats else None
 
 
-def copy_level(task: Mapping[str, Any]) -> float:
-    """The synthetic task's COPY level: the normalised loss of a model that outputs x_n where z_n = 0 (exact) and
-    zero where z_n = 1, i.e. copies and knows nothing of the sum. Its loss on a z = 1 position is that of predicting
-    zero there, and normalising by p leaves the mean over those positions, so its expected value is the same at
-    every p: it is estimated at p = 1 (every position counts: 4096 × 64 of them, the generator and seed of
-    ``myopia synthetic``'s predict-zero level, which at p = 1 is this level exactly). A myopic model can learn the
-    copy path without pre-caching; whether it learned any of the sum (breadcrumbs) is its loss against this level,
-    not against predict-zero (which at p < 1 also charges the z = 0 positions)."""
-    from forethought.myopia.config import TaskConfig
-    from forethought.myopia.synthetic import predict_zero_loss
+COPY_RUN = "copy-s0"  # the p-grid spec's run that measures the COPY level for records written before it was kept
 
-    return predict_zero_loss(TaskConfig(**task), 1.0)
+
+def copy_level(records: Mapping[str, Mapping[str, Any]], row: Mapping[str, Any]) -> float | None:
+    """The synthetic task's COPY level (output x_n where z = 0, zero where z = 1): what ``myopia synthetic`` records
+    as ``copy_level`` beside each p's predict-zero level, or else the predict-zero level at p = 1 of the spec's
+    ``copy`` run (the same quantity: the mean over z = 1 positions of predicting zero), or None."""
+    if row.get("copy_level") is not None:
+        return row["copy_level"]
+    copy = records.get(COPY_RUN)
+    return copy["results"]["p=1"]["predict_zero"] if copy else None
 
 
 def _synthetic_rows(records: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
     """{'p=<p>': {model: {seed: the run's row}}} from ``myopia synthetic`` records (one p and mode each, or more)."""
     rows: dict = {}
-    for record in records.values():
+    for name, record in records.items():
+        if name == COPY_RUN:
+            continue
         seed = int(record["config"]["run"]["seed"])
         for key, row in record["results"].items():
             if not key.startswith("p="):
                 continue
             for mode, name in MODEL_NAMES.items():
                 if mode in row:
-                    rows.setdefault(key, {}).setdefault(name, {})[seed] = {**row[mode], "predict_zero": row["predict_zero"],
-                                                                           "task": record["results"]["task"]}
+                    rows.setdefault(key, {}).setdefault(name, {})[seed] = {
+                        **row[mode], "predict_zero": row["predict_zero"], "copy_level": row.get("copy_level")}
     return rows
 
 
@@ -116,8 +116,7 @@ def synthetic(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, 
     for key in sorted(rows, key=lambda k: -float(k[2:])):
         models = rows[key]
         any_row = next(iter(next(iter(models.values())).values()))
-        entry: dict[str, Any] = {"predict_zero": any_row["predict_zero"],
-                                 "copy": copy_level(any_row["task"])}
+        entry: dict[str, Any] = {"predict_zero": any_row["predict_zero"], "copy": copy_level(records, any_row)}
         loss = {name: {s: r["normalised_loss"] for s, r in by_seed.items()} for name, by_seed in models.items()}
         for name in ("vanilla", "myopic"):
             if name in loss:
@@ -127,7 +126,7 @@ def synthetic(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, 
         diff = paired_or_none(loss.get("myopic", {}), loss.get("vanilla", {}))
         entry["myopic_minus_vanilla"] = diff["mean"] if diff else None
         entry["myopic_minus_vanilla_ci95"] = _interval_or_none(diff)
-        if "myopic" in loss:
+        if "myopic" in loss and entry["copy"] is not None:
             entry["myopic_minus_copy"] = entry["myopic"] - entry["copy"]
         entry["paper_myopic"] = PAPER_SYNTHETIC_MYOPIC.get(key)
         for name, by_seed in models.items():
@@ -207,6 +206,8 @@ def lm(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -
     setup = None
     for name, record in sorted(records.items()):
         r, seed = record["results"], collected["runs"][name]["seed"]
+        if "variants" not in r:
+            continue  # not an LM run (e.g. the model folder myopia init-model made)
         setup = setup or {k: r.get(k) for k in ("corpus", "tokenizer", "seq_len", "steps", "batch_size",
                                                 "tokens_seen", "eval_sequences", "params")}
         for variant, x in r["variants"].items():
@@ -228,39 +229,3 @@ def lm_with_paper(records: Mapping[str, Mapping[str, Any]], collected: Mapping[s
 
 
 # The Pythia-14M shapes of the myopia_pythia_lm spec's random-init model (GPT-NeoX).
-PYTHIA_SHAPE = {"hidden_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4, "intermediate_size": 512,
-                "use_parallel_residual": True, "max_position_embeddings": 2048, "tie_word_embeddings": False,
-                "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}
-
-
-def pythia_model(folder: str, corpus: str = "wikitext-2", tokenizer: str = "bpe:4096", seed: int = 0) -> int:
-    """The seeded random-init GPT-NeoX folder the myopia_pythia_lm spec trains (``--base <folder>``): Pythia-14M's
-    shapes with the run's tokenizer (trained on the corpus for ``bpe:<N>``, saved beside the model) as vocabulary.
-    Returns its parameter count. ``python -m forethought.experiments.myopia pythia-model FOLDER``."""
-    from pathlib import Path
-
-    import torch
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    from forethought.core.env import cache_dir
-    from forethought.data.corpora import load_corpus_text
-    from forethought.data.tokenizers import load_tokenizer
-
-    text = load_corpus_text(corpus, "train") if tokenizer.startswith("bpe:") else None
-    tok = load_tokenizer(tokenizer, corpus_text=text, cache_dir=cache_dir("") / "tokenizers")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(tok), bos_token_id=tok.eos_token_id,
-                                                 eos_token_id=tok.eos_token_id, **PYTHIA_SHAPE))
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    tok.save_pretrained(folder)
-    model.save_pretrained(folder)
-    return sum(p.numel() for p in model.parameters())
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) != 3 or sys.argv[1] != "pythia-model":
-        sys.exit("usage: python -m forethought.experiments.myopia pythia-model FOLDER")
-    print(f"made {sys.argv[2]}: GPT-NeoX, {pythia_model(sys.argv[2]) / 1e6:.2f}M parameters")

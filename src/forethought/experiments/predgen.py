@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from forethought.eval.paired import paired, task_type_of
 from forethought.eval.stats import seed_mean_difference
 from forethought.experiments.stats import gradient_summary
-from forethought.predgen.compare import paired, task_type_of
 
 
 def _compact(p: dict[str, Any]) -> dict[str, Any]:

@@ -56,19 +56,20 @@ def _job_name(run: str, step: int) -> str:
 
 
 def run(spec: ExperimentSpec, layout: Layout, command: str, parse: Callable[[tuple[str, ...]], None] | None = None,
-        progress: Callable[[str], None] = print) -> dict[str, Any]:
+        progress: Callable[[str], None] = print, spec_file: Path | None = None,
+        collect_as: ExperimentSpec | None = None) -> dict[str, Any]:
     """Run every unfinished run of ``spec`` (step by step: all runs' first commands, then their second, ...),
     ``spec.parallel`` at a time with ``spec.threads`` threads each; archive each run when its last step
-    finishes; then :func:`collect`. ``parse`` checks every command before anything starts (the CLI's parser:
+    finishes; then :func:`collect` (of ``collect_as`` when given: the whole spec after a run of some seeds). ``parse`` checks every command before anything starts (the CLI's parser:
     a typo in a spec fails here, not hours later)."""
     planned = plan(spec, layout.runs)
     if parse is not None:
         check_commands(planned, parse)
     todo = [p for p in planned if finished_run(layout.runs / p.run, layout.archive, spec.files) is None]
     progress(f"{spec.name}: {len(planned) - len(todo)} of {len(planned)} runs finished; running {len(todo)}")
-    if todo:
-        _run_steps(spec, layout, todo, progress)
-    return collect(spec, layout, command)
+    for stage in sorted({p.stage for p in todo}):  # a stage's runs all finish before the next stage starts
+        _run_steps(spec, layout, [p for p in todo if p.stage == stage], progress)
+    return collect(collect_as or spec, layout, command, spec_file)
 
 
 def check_commands(planned: list[PlannedRun], parse: Callable[[tuple[str, ...]], None]) -> None:
@@ -106,21 +107,28 @@ def launcher(spec: ExperimentSpec) -> tuple[str, ...]:
 
 
 def lookup(record: Any, path: str) -> Any:
-    """The value at a dotted path of a record (mapping keys; list indices as numbers), or KeyError."""
-    node = record
-    for part in path.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
-            node = node[int(part)]
+    """The value at a dotted path of a record (mapping keys, the longest that matches first, so a key may hold dots
+    like ``p=0.3``; list indices as numbers), or KeyError."""
+    node, parts, i = record, path.split("."), 0
+    while i < len(parts):
+        if isinstance(node, dict):
+            j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in node), None)
+            if j is None:
+                raise KeyError(parts[i])
+            node, i = node[".".join(parts[i:j])], j
+        elif isinstance(node, list) and parts[i].lstrip("-").isdigit() and -len(node) <= int(parts[i]) < len(node):
+            node, i = node[int(parts[i])], i + 1
         else:
-            raise KeyError(part)
+            raise KeyError(parts[i])
     return node
 
 
-def _measures(spec: ExperimentSpec, run: str, record: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for name, path in spec.measures.items():
+def _measures(spec: ExperimentSpec, planned: PlannedRun, record: dict[str, Any]) -> dict[str, float]:
+    out, run = {}, planned.run
+    for name, template in spec.measures.items():
+        path = planned.measure_path(template)
+        if path is None:
+            continue  # the measure names a grid key this run's group does not have
         try:
             value = lookup(record, path)
         except KeyError:
@@ -171,7 +179,7 @@ def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path 
     for p in planned:
         if p.run not in records:
             continue
-        m = _measures(spec, p.run, records[p.run])
+        m = _measures(spec, p, records[p.run])
         runs[p.run] = {"group": p.group, "seed": p.seed, "settings": p.settings, "measures": m}
         by_group.setdefault(p.group, {"settings": p.settings, "values": {}})
         for name, value in m.items():

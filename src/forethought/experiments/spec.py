@@ -39,6 +39,8 @@ class RunGroup:
     steps: list[str] = field([], "the forethought commands of one run, in order (without 'forethought'); "
                                  "placeholders: the grid's keys, {seed}, {run}, {run_dir}, {out_dir}, {threads}")
     seeds: list[int] | None = field(None, "this group's seeds (default: the spec's)")
+    stage: int = field(0, "groups run in order of stage: every run of a stage finishes before the next stage starts "
+                          "(e.g. a model folder other runs train from, or runs whose stages others copy)")
 
 
 @dataclass
@@ -94,8 +96,9 @@ class ExperimentSpec:
     files: list[str] = field(["results.json"], "what each finished run keeps in the archive (JSON files relative "
                                                "to its folder; the first must exist when the run has finished)")
     measures: dict[str, str] = field({}, "name -> dotted path in a run's record (results.accuracy, "
-                                         "diagnose.codes.zeroing_cost); the record holds each file under its name "
-                                         "without .json")
+                                         "diagnose.codes.zeroing_cost; a key may hold dots: results.p=0.3.loss); "
+                                         "the record holds each file under its name without .json; grid keys and "
+                                         "{seed} are placeholders (results.p={p}.{mode}.normalised_loss)")
     derive: str = field("", "'forethought.experiments.<module>:<function>' (records by run name, the collected "
                             "JSON) -> a JSON mapping kept under 'derived': what a table of measures cannot say")
     comparisons: list[Comparison] = field([], "seed-paired differences")
@@ -122,6 +125,12 @@ class ExperimentSpec:
         if dup:
             raise ForethoughtError(f"runs: two run groups give the same run name(s): {', '.join(dup[:3])}")
         known_groups = list(dict.fromkeys(groups))
+        grid_keys = {k for g in self.runs for k in g.grid} | {"seed"}
+        for name, path in self.measures.items():
+            bad = _fields(path) - grid_keys
+            if bad:
+                raise ForethoughtError(f"measures.{name}: unknown placeholder(s) "
+                                       f"{', '.join('{' + b + '}' for b in sorted(bad))} (known: the grid keys, seed)")
         for c in self.comparisons:
             _known(c.measure, self.measures, f"comparison '{c.name}': measure")
             _known(c.a, known_groups, f"comparison '{c.name}': a")
@@ -166,6 +175,8 @@ def _check_group(g: RunGroup, i: int, seeds: list[int]) -> None:
         if not isinstance(values, list) or not values:
             raise ForethoughtError(f"{where}.grid.{k}: give a non-empty list of values")
     allowed = set(g.grid) | set(BUILTIN)
+    if g.stage < 0:
+        raise ForethoughtError(f"{where}.stage must not be negative, got {g.stage}")
     for text in [g.name, *g.steps]:
         bad = _fields(text) - allowed
         if bad:
@@ -210,6 +221,15 @@ class PlannedRun:
     seed: int
     settings: dict[str, Any]
     steps: tuple[tuple[str, ...], ...]  # each a forethought argv without the program name
+    stage: int = 0
+
+    def measure_path(self, template: str) -> str | None:
+        """A measure's path for this run (``results.p={p}.{mode}.loss``: the run's grid values and seed), or None
+        when it names a key this run's group has no value for."""
+        try:
+            return template.format(**{k: _word(v) for k, v in self.settings.items()}, seed=self.seed)
+        except (KeyError, IndexError):
+            return None
 
 
 def _word(v: Any) -> str:
@@ -237,9 +257,8 @@ def plan(spec: ExperimentSpec, out_dir: Path | str = "{out_dir}") -> list[Planne
                         steps.append(tuple(w.format(**values) for w in shlex.split(text)))
                     except ValueError as e:
                         raise ForethoughtError(f"cannot split the command {text!r}: {e}") from None
-                out.append(PlannedRun(run, group, seed, point, tuple(steps)))
-    order = {s: i for i, s in enumerate(sorted({p.seed for p in out}))}
-    return sorted(out, key=lambda p: order[p.seed])  # stable: spec order within a seed
+                out.append(PlannedRun(run, group, seed, point, tuple(steps), g.stage))
+    return sorted(out, key=lambda p: (p.stage, p.seed))  # stable: spec order within a stage and seed
 
 
 def spec_path(name_or_path: str) -> Path:

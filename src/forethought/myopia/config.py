@@ -162,6 +162,19 @@ class LMConfig:
             base_dtype_name(self.base_dtype, self.run.precision, trains_base=self.lora_r == 0)
 
 
+@dataclass
+class InitModelConfig:
+    """``myopia init-model``: a seeded random-init HF model of a published architecture, with the run's tokenizer as
+    its vocabulary, written as a run folder that ``myopia lm --base <folder>`` trains from scratch."""
+
+    run: RunConfig = field(RunConfig(name="pythia-14m-init"), "the run folder that holds the model; run.seed seeds it")
+    shape: Literal["pythia-14m"] = field("pythia-14m", "the architecture: Pythia-14M's GPT-NeoX shapes (6 layers, "
+                                         "width 128, 4 heads, MLP 512, rotary on a quarter of each head, parallel "
+                                         "residual)")
+    data: LMDataConfig = field(LMDataConfig(tokenizer="bpe:4096"), "the corpus and tokenizer whose vocabulary the "
+                               "model gets (use the same ones as the myopia lm runs)")
+
+
 # ---------------------------------------------------------------- myopia gradients
 
 @dataclass

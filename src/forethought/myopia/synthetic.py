@@ -155,7 +155,10 @@ def run(cfg: SyntheticConfig, resume: str | None = None) -> dict:
                      "myopia_horizon": cfg.myopia.horizon,
                      "lr": cfg.train.lr, "eval_sequences": cfg.eval_sequences}
     for p in cfg.p_values:
-        row = {"predict_zero": predict_zero_loss(cfg.task, p)}
+        # COPY (x_n where z = 0, zero where z = 1): its normalised loss is the mean over z = 1 positions of
+        # predicting zero, the same at every p and equal in expectation to predict-zero at p = 1. A myopic model can
+        # reach it without pre-caching, so breadcrumbs are read against it, not against predict-zero.
+        row = {"predict_zero": predict_zero_loss(cfg.task, p), "copy_level": predict_zero_loss(cfg.task, 1.0)}
         for mode in cfg.modes:
             r = train_one(cfg, p, mode, parent, rt, resume)
             row[mode] = r

@@ -16,7 +16,8 @@ from typing import Any
 
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
-from forethought.eval.stats import mcnemar_exact, paired_bootstrap
+from forethought.eval.paired import paired as paired_rows
+from forethought.eval.paired import task_type_of  # noqa: F401 (re-exported)
 from forethought.predgen.config import AnswerKey, CompareConfig  # noqa: F401 (its home imports no numpy)
 from forethought.predgen.tasks.readers import jsonl_rows
 
@@ -27,49 +28,15 @@ WHO_WRITES = {"decoded": "a Predictor's run writes no 'decoded' (its answer is n
               "rank_norm": "only a classification run evaluated with --eval.decoder rank writes it"}
 
 
+def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classification", key_a: str = "prediction",
+           key_b: str = "prediction", n_boot: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """:func:`forethought.eval.paired.paired` with PredGen's hints on who writes which answer."""
+    return paired_rows(rows_a, rows_b, task_type, key_a, key_b, n_boot, seed, who_writes=WHO_WRITES)
+
+
 def curve_predictions_path(run_dir: Path, step: int) -> Path:
     """Where ``predgen train --train.eval_every`` keeps the predictions of its curve point at ``step``."""
     return run_dir / CURVE_DIR / f"step-{step:06d}.jsonl"
-
-
-def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classification", key_a: str = "prediction",
-           key_b: str = "prediction", n_boot: int = 10_000, seed: int = 0) -> dict[str, Any]:
-    """A vs B on the same examples (matched by id; A's order). Classification: {"difference" (accuracy A − B),
-    "ci95", "mcnemar" ({n, b, c, p_value}), "n"}; regression: {"n", "mse": {difference, ci95, a, b},
-    "pearson": {...}}. ``key_*`` picks each side's answer ("prediction", or PredGen's "decoded")."""
-    by_id = {r["id"]: r for r in rows_b}
-    if len(by_id) != len(rows_b) or sorted(by_id) != sorted(r["id"] for r in rows_a):
-        raise ForethoughtError("the two sides were evaluated on different examples (their ids differ); "
-                               "compare runs of one task, split and --task.max_eval_examples")
-    other = [by_id[r["id"]] for r in rows_a]
-    for key, rows in ((key_a, rows_a), (key_b, other)):
-        if any(key not in r or "target" not in r for r in rows):
-            why = f"; {WHO_WRITES[key]}" if key in WHO_WRITES else ""
-            raise ForethoughtError(f"a side's predictions have no '{key}' (or no target) in every row{why}")
-    if task_type == "classification":
-        a = [r[key_a] == r["target"] for r in rows_a]
-        b = [r[key_b] == r["target"] for r in other]
-        boot = paired_bootstrap("accuracy", a, b, n_boot=n_boot, seed=seed)
-        return {"difference": boot["observed"], "ci95": list(boot["interval"]), "mcnemar": mcnemar_exact(a, b),
-                "n": len(a)}
-    try:
-        a = [float(r[key_a]) for r in rows_a]
-        b = [float(r[key_b]) for r in other]
-        t = [float(r["target"]) for r in rows_a]
-    except (TypeError, ValueError):
-        raise ForethoughtError("regression predictions and targets must be numbers") from None
-    out: dict[str, Any] = {"n": len(a)}
-    for metric in ("mse", "pearson"):
-        boot = paired_bootstrap(metric, a, b, t, n_boot=n_boot, seed=seed)
-        out[metric] = {"difference": boot["observed"], "ci95": list(boot["interval"]), "a": boot["metric_a"],
-                       "b": boot["metric_b"]}
-    return out
-
-
-def task_type_of(rows: list[dict]) -> str:
-    """"regression" when every target is a number, else "classification" (targets are label names)."""
-    numeric = [isinstance(r.get("target"), (int, float)) and not isinstance(r.get("target"), bool) for r in rows]
-    return "regression" if rows and all(numeric) else "classification"
 
 
 def read_side(source: str, step: int) -> tuple[Path, list[dict]]:
