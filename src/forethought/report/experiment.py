@@ -25,14 +25,45 @@ def _settings(settings: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in settings.items()) or "–"
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """Dotted keys of the scalars and short lists of a nested mapping."""
+def _value(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return "–" if v is None else str(v).lower()
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return num(v, ".4g") if abs(v) >= 1e4 or (v != 0 and abs(v) < 1e-3) else num(v, ".4f")
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _leaves(d: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """(path, value) of every scalar and short list of scalars in a nested mapping; long lists (curves) are left
+    to the JSON."""
+    if isinstance(d, dict):
+        return [leaf for k, v in d.items() for leaf in _leaves(v, (*path, str(k)))]
+    if isinstance(d, list) and (len(d) > 4 or any(isinstance(x, (dict, list)) for x in d)):
+        return []
+    return [(path, d)]
+
+
+def derived_tables(derived: dict[str, Any]) -> list[str]:
+    """The derived mapping as one table per top-level key: a row per path to a leaf's parent, a column per leaf
+    name (so a comparison's difference, interval and test sit on one line)."""
     out = []
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out += _flat(v, f"{prefix}{k}.")
-        elif not isinstance(v, list) or len(v) <= 4:
-            out.append((prefix + str(k), v))
+    for key, value in derived.items():
+        leaves = _leaves(value)
+        if not leaves:
+            continue
+        if all(len(path) == 0 for path, _ in leaves):  # a scalar
+            out += [f"- {key}: {_value(value)}"]
+            continue
+        rows: dict[str, dict[str, Any]] = {}
+        for path, v in leaves:
+            rows.setdefault(" / ".join(path[:-1]) or "–", {})[path[-1]] = v
+        columns = list(dict.fromkeys(c for r in rows.values() for c in r))
+        out += ["", f"*{key}*", "", *table(["", *columns], [[r, *(_value(cells.get(c)) for c in columns)]
+                                                            for r, cells in rows.items()])]
     return out
 
 
@@ -63,9 +94,8 @@ def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
                     "shows what varies with the seed, not the spread over evaluation examples):", "",
                 *table(["comparison", "A − B", "measure", "mean", "95 % interval", "seeds"], rows)]
     if data.get("derived"):
-        rows = [[k, num(v, ".4f") if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)]
-                for k, v in _flat(data["derived"]) if v is not None]
-        out += ["", "Derived:", "", *table(["quantity", "value"], rows)]
+        out += ["", "Derived (the spec's derive function; lists longer than four are in the JSON):",
+                *derived_tables(data["derived"])]
     if data["checks"]:
         rows = []
         for name, c in data["checks"].items():
