@@ -32,7 +32,7 @@ docs: $(STAMP)
 
 bench-myopia: $(STAMP)
 	$(BIN)/forethought experiment run myopia_synthetic
-	$(BIN)/python benchmarks/myopia_step_cost.py
+	$(BIN)/forethought experiment run myopia_step_cost
 	$(BIN)/forethought experiment run myopia_lm
 
 clean:

@@ -58,6 +58,12 @@ COMMANDS = [
     Command("myopia", "init-model", "a seeded random-init HF model of a published architecture (pythia-14m) with the "
             "run's tokenizer as vocabulary, as a run folder for 'myopia lm --base <folder>'",
             "forethought.myopia.init_model:run", "forethought.myopia.config:InitModelConfig"),
+    Command("myopia", "step-cost", "wall time of a training step, myopic / vanilla (our GPT, an HF Llama, a "
+            "Pythia-shaped GPT-NeoX; interleaved steps, medians), beside the naive per-position estimate",
+            "forethought.myopia.step_cost:run", "forethought.myopia.config:StepCostConfig"),
+    Command("myopia", "families", "make_myopic on every model family: forward unchanged, no gradient into earlier "
+            "states, one-pass gradients = the per-position form (float64), and the step cost of a small model",
+            "forethought.myopia.families:run", "forethought.myopia.config:FamiliesConfig"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
             "forethought.psf.config:RecipeConfig"),

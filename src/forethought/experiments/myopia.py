@@ -228,4 +228,20 @@ def lm_with_paper(records: Mapping[str, Mapping[str, Any]], collected: Mapping[s
     return {**lm(records, collected), "paper": PAPER_LM}
 
 
-# The Pythia-14M shapes of the myopia_pythia_lm spec's random-init model (GPT-NeoX).
+# the families' result keys -> their column in the derived table
+FAMILY_COLUMNS = {"forward_max_abs_diff": "forward: max abs diff", "earlier_state_grad_max_abs":
+                  "gradient into earlier states: max abs", "param_grad_max_rel_diff":
+                  "one-pass vs per-position grads: max rel diff"}
+
+
+def families(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """``myopia families``: a row per model family (prefixed by the run when there are several): the three
+    exactness numbers (max abs forward difference, max gradient into earlier states, max relative difference of the
+    one-pass gradients from the per-position form) and the myopic / vanilla step-time ratio."""
+    rows: dict[str, Any] = {}
+    for name, record in sorted(records.items()):
+        for family, f in record["results"]["families"].items():
+            key = family if len(records) == 1 else f"{name} / {family}"
+            rows[key] = {**{label: f[k] for k, label in FAMILY_COLUMNS.items()},
+                         "step time myopic / vanilla": f["step_cost"]["ratio"]}
+    return {"per_family": rows}

@@ -1,6 +1,7 @@
-"""The settings of the ``forethought myopia`` commands (synthetic, lm, gradients, probe) and the myopia modes, in a
-module that imports no torch: the CLI loads and checks a config (and prints ``--help``) before the heavy libraries
-load. Each command's module re-exports its classes (``forethought.myopia.lm.LMConfig`` is this LMConfig)."""
+"""The settings of the ``forethought myopia`` commands (synthetic, lm, gradients, probe, init-model, step-cost,
+families) and the myopia modes, in a module that imports no torch: the CLI loads and checks a config (and prints
+``--help``) before the heavy libraries load. Each command's module re-exports its classes
+(``forethought.myopia.lm.LMConfig`` is this LMConfig)."""
 
 from __future__ import annotations
 
@@ -246,3 +247,109 @@ class ProbeConfig:
         for v in self.variants:
             if v not in VARIANTS:
                 raise ForethoughtError(f"variants: unknown variant '{v}' (choose from {', '.join(VARIANTS)})")
+
+
+# ---------------------------------------------------------------- myopia step-cost / families
+
+StepCostModel = Literal["gpt", "smollm2", "pythia"]
+STEP_COST_MODELS: tuple[str, ...] = typing.get_args(StepCostModel)
+# hf_model values that build a random-init Llama instead of loading weights
+HF_SHAPES = ("smollm2-shape", "tiny-llama")
+
+
+def _timing_checks(cfg: StepCostConfig | FamiliesConfig) -> None:
+    """What both timing commands need: at least one timed step, and a precision they time (fp16 would need a
+    gradient scaler, which neither runs)."""
+    if cfg.steps < 1:
+        raise ForethoughtError(f"steps must be at least 1, got {cfg.steps}")
+    at_least(cfg, 0, "warmup", "threads")
+    positive(cfg, "lr")
+    if cfg.run.precision == "fp16":
+        raise ForethoughtError("run.precision fp16 is not timed here (it needs a gradient scaler): use fp32, or "
+                               "bf16 (autocast of fp32 weights)")
+
+
+@dataclass
+class StepCostConfig:
+    """``myopia step-cost``: the wall time of one training step (forward, backward, AdamW), myopic against vanilla,
+    interleaved on the same batch."""
+
+    run: RunConfig = field(RunConfig(name="myopia-step-cost"), "run folder, seed (weights and batch), device, "
+                           "precision (fp32, or bf16 autocast of fp32 weights and AdamW)")
+    models: list[StepCostModel] = field(["gpt", "smollm2", "pythia"], "what to time: our GPT (the gpt section), "
+                                        "an HF Llama (hf_model), a Pythia-shaped GPT-NeoX (pythia_shape)")
+    steps: int = field(20, "timed training steps per variant")
+    warmup: int = field(3, "untimed steps per variant before them")
+    lr: float = field(1e-5, "AdamW learning rate")
+    threads: int = field(0, "torch threads (0 = torch's own choice; the experiment runner sets its threads)")
+    gpt: GPTConfig = field(GPTConfig(n_positions=1024, n_embd=384, n_layer=6, n_head=6), "our GPT (random init)")
+    gpt_batch: int = field(8, "our GPT: sequences per batch")
+    gpt_seq_len: int = field(256, "our GPT: tokens per sequence")
+    reference: bool = field(True, "our GPT: also time the explicit O(T^2) myopic form (implementation reference)")
+    hf_model: str = field("smollm2-135m", "the HF Llama: an alias, hub id or folder (full fine-tuning, fp32 "
+                          "weights); 'smollm2-shape' = random init with SmolLM2-135M's shapes (no model files); "
+                          "'tiny-llama' = a random 2-layer width-64 Llama (smoke tests)")
+    hf_batch: int = field(4, "the HF Llama: sequences per batch")
+    hf_seq_len: int = field(256, "the HF Llama: tokens per sequence")
+    pythia_shape: Literal["pythia-14m", "tiny"] = field(
+        "pythia-14m", "the GPT-NeoX (random init): Pythia-14M's shapes, or 2 layers of width 64 (smoke tests)")
+    pythia_batch: int = field(8, "the GPT-NeoX: sequences per batch")
+    pythia_seq_len: int = field(256, "the GPT-NeoX: tokens per sequence")
+
+    def validate(self) -> None:
+        _timing_checks(self)
+        if not self.models or len(set(self.models)) != len(self.models):
+            raise ForethoughtError(f"models: name each of {', '.join(STEP_COST_MODELS)} at most once, got "
+                                   f"{self.models}")
+        at_least(self, 1, "gpt_batch", "hf_batch", "pythia_batch")
+        at_least(self, 2, "gpt_seq_len", "hf_seq_len", "pythia_seq_len")  # a next-token loss needs two tokens
+        if self.gpt.input_dim or self.gpt.output_dim:
+            raise ForethoughtError("gpt: the step cost times a token model (gpt.input_dim and gpt.output_dim 0)")
+        if self.gpt_seq_len > self.gpt.n_positions:
+            raise ForethoughtError(f"gpt_seq_len ({self.gpt_seq_len}) must be <= gpt.n_positions "
+                                   f"({self.gpt.n_positions})")
+        if not self.hf_model.strip():
+            raise ForethoughtError("hf_model must name a model (or smollm2-shape / tiny-llama)")
+
+
+Family = Literal["gpt", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2", "gpt_neox", "phi", "opt"]
+FAMILY_NAMES: tuple[str, ...] = typing.get_args(Family)
+
+
+@dataclass
+class FamiliesConfig:
+    """``myopia families``: make_myopic on every supported model family: exactness against the per-position form
+    on a tiny float64 model, and the myopic / vanilla training-step time on a small float32 one."""
+
+    run: RunConfig = field(RunConfig(name="myopia-families"), "run folder, seed (weights and batches), device, "
+                           "precision of the timed steps (fp32, or bf16 autocast)")
+    families: list[Family] = field(list(FAMILY_NAMES), "the families (4 heads, 2 KV heads where a family has "
+                                   "them; qwen2 with a sliding window of 3, gemma2 with soft-capping and a window "
+                                   "of 4)")
+    exact_hidden: int = field(32, "exactness: model width (float64)")
+    exact_layers: int = field(2, "exactness: layers")
+    exact_tokens: int = field(9, "exactness: tokens per sequence (batch 2)")
+    exact_vocab: int = field(37, "exactness: vocabulary")
+    hidden: int = field(128, "step cost: model width (float32)")
+    layers: int = field(4, "step cost: layers")
+    seq_len: int = field(128, "step cost: tokens per sequence")
+    batch: int = field(8, "step cost: sequences per batch")
+    vocab: int = field(4096, "step cost: vocabulary")
+    steps: int = field(10, "step cost: timed training steps per variant")
+    warmup: int = field(2, "step cost: untimed steps per variant before them")
+    lr: float = field(1e-5, "step cost: AdamW learning rate")
+    threads: int = field(0, "torch threads (0 = torch's own choice; the experiment runner sets its threads)")
+
+    def validate(self) -> None:
+        _timing_checks(self)
+        if not self.families or len(set(self.families)) != len(self.families):
+            raise ForethoughtError(f"families: name each family at most once, got {self.families}")
+        for name in ("exact_hidden", "hidden"):  # 4 heads, each of an even width (rotary halves)
+            if getattr(self, name) < 8 or getattr(self, name) % 8:
+                raise ForethoughtError(f"{name} must be a positive multiple of 8 (4 heads of even width), got "
+                                       f"{getattr(self, name)}")
+        at_least(self, 1, "exact_layers", "layers", "batch")
+        at_least(self, 3, "exact_tokens")  # a position with an earlier one and a later target
+        at_least(self, 2, "seq_len", "exact_vocab", "vocab")
+        if max(self.exact_tokens, self.seq_len) > 512:
+            raise ForethoughtError("exact_tokens and seq_len must be <= 512 (the models' positions)")

@@ -76,6 +76,8 @@ def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
         measures = (t.measures if t and t.measures else list(spec.measures))
         rows = [g for g in (t.groups if t and t.groups else groups) if g in groups]
         if t and t.title:
+            if out and out[-1]:  # a paragraph of its own, not the end of the previous table's note
+                out.append("")
             out += [f"**{t.title}**", ""]
         out += table(["run group", "settings", *measures],
                      [[g, _settings(groups[g]["settings"]), *(_cell(groups[g]["measures"].get(m)) for m in measures)]
@@ -100,7 +102,7 @@ def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
         rows = []
         for name, c in data["checks"].items():
             state = "met" if c["passed"] else "MISSED" if c["passed"] is False else "not measured yet"
-            rows.append([name, f"`{c['value']}` {c['op']} {c['threshold']:g}", num(c["observed"], ".4f"),
+            rows.append([name, f"`{c['value']}` {c['op']} {c['threshold']:g}", _value(c["observed"]),
                          f"**{state}**"])
         out += ["", *table(["check", "condition", "observed", ""], rows)]
     prov = data["provenance"]

@@ -3,7 +3,6 @@ in-process ones (`benchmarks/myopia_*.py`) as markdown; the spec-run ones render
 
 from __future__ import annotations
 
-from forethought.report.common import SMOLLM2
 from forethought.report.fmt import interval, mean_std, num, table
 from forethought.report.papers import MYOPIA_LM, MYOPIA_SYNTHETIC, MYOPIA_SYNTHETIC_MYOPIC
 
@@ -89,24 +88,6 @@ def sin_block(r: dict) -> list[str]:
             *table(["activation", f"MSE after {r.get('steps')} steps"], rows)]
 
 
-def step_cost(r: dict) -> list[str]:
-    rows = []
-    for key in ("gpt", "smollm2", "pythia"):
-        m = r.get(key)
-        if m:
-            rows.append([f"{key} ({m.get('params', 0) / 1e6:.0f}M)", f"{m['batch_size']} × {m['seq_len']}",
-                         num(m["vanilla_median_s"]), num(m["myopic_median_s"]), num(m["ratio"], ".2f")])
-    out = table(["model", "batch × seq", "vanilla step (s)", "myopic step (s)", "myopic / vanilla"], rows)
-    if "smollm2" in r:
-        out.append(f"\nsmollm2 = {SMOLLM2}.")
-    if "pythia" in r:
-        out.append(f"\npythia = {r['pythia']['config']['model']}.")
-    if "reference_ratio" in r.get("gpt", {}):
-        out.append(f"\nThe explicit O(T²) reference form costs {r['gpt']['reference_ratio']:.2f}× vanilla on the "
-                   "GPT.")
-    return out
-
-
 # variant key in the JSON -> (row label, key of the published number)
 LM_VARIANTS = (("vanilla", "vanilla", "vanilla"), ("myopic (detach_hidden)", "detach_hidden", "myopic"),
                ("local myopic", "local", "local_myopic"), ("transformer bigram (zero_past)", "zero_past", "transformer_bigram"))
@@ -163,21 +144,3 @@ def gradients(r: dict) -> list[str]:
                          f"{v['rel_diff_last']:.3f}", f"{v['cos_last']:.3f}"])
     return table(["experiment", "steps × batch", "group", "‖g − g_m‖/‖g‖: first → max (step) → last",
                   "cos(g, g_m) last"], rows)
-
-
-def families(r: dict) -> list[str]:
-    """make_myopic per model family: exactness against the per-position form and the step cost."""
-    s = r["step_cost_setup"]
-    rows = [[name, f"{f['forward_max_abs_diff']:.1e}", f"{f['earlier_state_grad_max_abs']:.0e}",
-             f"{f['param_grad_max_rel_diff']:.1e}", f"{f['step_cost']['ratio']:.2f}"]
-            for name, f in r["families"].items()]
-    out = table(["family", "forward max abs diff", "gradient into earlier states",
-                 "one-pass vs per-position grads (max rel)",
-                 f"step time myopic / vanilla (d {s['hidden']}, {s['layers']} layers, {s['batch']} × {s['seq_len']})"],
-                rows)
-    out.append(f"\n{r['exactness_setup']}. {r['note']}.")
-    p = r.get("pythia_lm")
-    if p and p.get("gap_paired"):
-        out.append(f"\nPythia-shaped GPT-NeoX on WikiText-2: gap (myopic − vanilla) {_paired(p['gap_paired'])} nats; "
-                   f"local-myopic bonus (vanilla − local) {_paired(p.get('local_myopic_bonus_paired'))}.")
-    return out

@@ -129,9 +129,7 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "gets essentially no gradient, while a ReLU's kinks do correlate with it (next section)."),
     Section("myopia_sin_block.json", "One block fitting sin(10x): ReLU against GELU",
             "python benchmarks/myopia_sin_block.py", myopia.sin_block),
-    Section("myopia_step_cost.json", "Training-step cost, myopic / vanilla", "python benchmarks/myopia_step_cost.py",
-            myopia.step_cost, (), "AdamW included; measured with 1 thread per process, interleaved steps. One "
-            "backward pass per position would cost about L× a vanilla step."),
+    spec_section("myopia_step_cost"),
     Section("myopia_lm.json", "Language modelling, WikiText-2", "forethought experiment run myopia_lm",
             myopia.lm,
             ("myopia_lm_per_position.png",),
@@ -143,12 +141,7 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "local-myopic model reads the states of the already trained vanilla model, a head start that at this "
             "budget is worth more than what myopia costs, so its row measures that head start rather than the "
             "content of pre-cached states."),
-    Section("myopia_families.json", "make_myopic across model families", "python benchmarks/myopia_families.py",
-            myopia.families, (),
-            "Random-init tiny models of each family in float64: the one-pass myopic forward against the vanilla "
-            "forward, the gradient that reaches earlier positions' states, and the one-pass gradients against the "
-            "slow per-position form. Step costs on such small models overstate the steady-state ratio measured on "
-            "larger ones (the step-cost table above)."),
+    spec_section("myopia_families"),
     spec_section("myopia_pythia_lm"),
     spec_section("myopia_horizon"),
     Section("myopia_gradients.json", "The pre-caching gradient during training",
