@@ -58,6 +58,13 @@ COMMANDS = [
     Command("myopia", "init-model", "a seeded random-init HF model of a published architecture (pythia-14m) with the "
             "run's tokenizer as vocabulary, as a run folder for 'myopia lm --base <folder>'",
             "forethought.myopia.init_model:run", "forethought.myopia.config:InitModelConfig"),
+    Command("myopia", "sin-block", "can one GPT block learn sin(10x) from a linear embedding of x (length-1 "
+            "sequences, MSE)? the held-out MSE over training, e.g. per --model.activation",
+            "forethought.myopia.sin_block:run", "forethought.myopia.config:SinBlockConfig"),
+    Command("myopia", "synthetic-why", "why the synthetic task's model does or does not learn under a setting "
+            "(--model.init, --model.final_norm): loss, gradient signal-to-noise at the first MLP, the blocks' share "
+            "of the head's input and a layer-1 probe of sin(10x), every eval_every steps",
+            "forethought.myopia.synthetic_why:run", "forethought.myopia.config:SyntheticWhyConfig"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
             "forethought.psf.config:RecipeConfig"),
