@@ -110,6 +110,10 @@ COMMANDS = [
     Command("experiment", "render", "an experiment's results section (markdown) from its collected JSON",
             "forethought.report.experiment:render", "forethought.experiments.commands:ExperimentConfig",
             spec_arg=True),
+    Command("experiment", "gpu-check", "every system on one GPU against deadlines (at most 10 minutes): the synthetic "
+            "task, PredGen on SST-2, the myopic step cost, the PSF base stage -> benchmarks/results/gpu_check.json; "
+            "--dry_run true: a few steps of each on the CPU", "forethought.gpu_check:run",
+            "forethought.gpu_check:GpuCheckConfig"),
     Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
             "forethought.demo:run", "forethought.demo:DemoConfig"),
 ]
