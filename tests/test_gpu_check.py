@@ -1,5 +1,7 @@
-"""The GPU check's ``--dry-run`` (as CI runs it: through ``benchmarks/gpu_check.sh``): every part runs a few steps
-on the CPU with tiny settings, and its JSON holds the four parts with finite numbers, outside benchmarks/results."""
+"""The GPU check (``forethought experiment gpu-check``). Its dry run as the suite runs it, through
+``benchmarks/gpu_check.sh``: every part runs a few steps on the CPU with tiny settings, and its JSON holds the parts
+with finite numbers, outside benchmarks/results. Bad options are refused in one line before anything runs; the
+deadlines keep time for the later parts."""
 
 from __future__ import annotations
 
@@ -8,10 +10,20 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+from cli_harness import expect_clean_failure
+
+from forethought.cli import COMMANDS
+from forethought.gpu_check import PARTS, SHARES, Context, dry_settings
+
 ROOT = Path(__file__).resolve().parents[1]
+# the step-cost part runs `myopia step-cost`; where this checkout has no such verb yet, that part must fail (and
+# say so) while the others still run
+HAS_STEP_COST = any(c.system == "myopia" and c.verb == "step-cost" for c in COMMANDS)
 
 
 def _finite(x: Any) -> bool:
@@ -22,21 +34,29 @@ def test_gpu_check_dry_run(tmp_path: Path) -> None:
     env = {**os.environ, "FORETHOUGHT_PYTHON": sys.executable, "FORETHOUGHT_CACHE": str(tmp_path / "cache"),
            "HF_HUB_OFFLINE": "1"}
     env.pop("FORETHOUGHT_DATA", None)  # the dry run needs no data root
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--work",
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry_run", "true", "--work",
                            str(tmp_path / "work")], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    last = proc.stdout.strip().splitlines()[-1]
-    out = Path(last.rsplit("wrote ", 1)[1])  # the dry run's default: a temporary folder
+    lines = proc.stdout.strip().splitlines()
+    assert lines and "wrote " in lines[-1], (proc.stdout + proc.stderr)[-4000:]
+    out = Path(lines[-1].rsplit("wrote ", 1)[1])  # the dry run's default: a temporary folder
     assert ROOT / "benchmarks" / "results" not in out.parents
     res = json.loads(out.read_text())
-    assert res["dry_run"] is True and res["ok"] is True and res["command"].startswith("benchmarks/gpu_check.sh")
+    assert res["dry_run"] is True and res["command"].startswith("benchmarks/gpu_check.sh --dry_run true")
     assert res["device"]["name"].startswith("cpu")
     parts = res["parts"]
-    assert list(parts) == ["synthetic", "predgen", "step_cost", "psf_base"]
-    for name, part in parts.items():
-        assert part["ok"] is True, (name, part.get("error"))
+    assert list(parts) == list(PARTS)
+    working = [p for p in PARTS if HAS_STEP_COST or p != "step_cost"]
+    for name in working:
+        assert parts[name]["ok"] is True, (name, parts[name].get("error"))
+    for part in parts.values():
         assert _finite(part["wall_s"]) and part["wall_s"] > 0
+    if HAS_STEP_COST:
+        assert proc.returncode == 0 and res["ok"] is True, (proc.stdout + proc.stderr)[-4000:]
+    else:  # recorded as failed, with the CLI's own line; the check says so in one line and exits 2
+        assert parts["step_cost"]["ok"] is False and "myopia step-cost" in parts["step_cost"]["error"]
+        assert proc.returncode == 2 and res["ok"] is False
+        assert proc.stderr.strip().splitlines()[-1].startswith("forethought: error: GPU check: part(s) step_cost")
 
     syn = parts["synthetic"]
     assert syn["steps"] >= 2 and _finite(syn["myopic_minus_vanilla"])
@@ -54,9 +74,35 @@ def test_gpu_check_dry_run(tmp_path: Path) -> None:
         assert r["complete"] and 0 <= r["accuracy"] <= 1 and r["examples_seen"] == pg["epoch_examples"]
         assert r["curve"] and all(_finite(a) for _, a in r["curve"])
 
-    sc = parts["step_cost"]
-    assert all(_finite(sc[k]) and sc[k] > 0 for k in ("ratio", "vanilla_median_s", "myopic_median_s"))
+    if HAS_STEP_COST:
+        sc = parts["step_cost"]
+        assert all(_finite(sc[k]) and sc[k] > 0 for k in ("ratio", "vanilla_median_s", "myopic_median_s"))
 
     psf = parts["psf_base"]
     assert _finite(psf["tokens_per_s"]) and psf["tokens_per_s"] > 0 and _finite(psf["val_ce"])
     assert psf["train_tokens"] == psf["steps"] * psf["batch_size"] * psf["seq_len"]
+
+
+@pytest.mark.parametrize("args,names", [
+    (["--budget_s", "0"], ["budget_s must be a positive number", "0"]),
+    (["--parts", "[synthetic, synthetic]"], ["parts: name each part once"]),
+    (["--parts", "[synthetic, gpu]"], ["config key 'parts'", "got 'gpu'"]),
+    (["--smollm2_gguf", "missing.gguf"], ["smollm2_gguf: no file at missing.gguf"]),
+])
+def test_bad_options_fail_in_one_line(tmp_path: Path, args: list[str], names: list[str]) -> None:
+    expect_clean_failure(["experiment", "gpu-check", "--dry_run", "true", "--work", str(tmp_path / "work"), *args],
+                         tmp_path, tmp_path, names, in_process=True)
+
+
+def test_a_part_keeps_time_for_the_later_parts(tmp_path: Path) -> None:
+    """A part gets its share of the budget, less when that would eat into the later parts' reserve (their share,
+    at most 30 s each), and never under 5 s."""
+    budget = 560.0
+    now = time.perf_counter()
+    ctx = Context(dry_settings(budget), tmp_path, now + budget)
+    assert ctx.limit("synthetic", ["predgen", "step_cost", "psf_base"]) - now == pytest.approx(
+        SHARES["synthetic"] * budget, abs=0.5)
+    late = Context(dry_settings(budget), tmp_path, now + 100.0)  # 100 s left: 90 s are the later parts' reserve
+    assert late.limit("synthetic", ["predgen", "step_cost", "psf_base"]) - now == pytest.approx(10.0, abs=0.5)
+    over = Context(dry_settings(budget), tmp_path, now + 20.0)  # already behind: the floor
+    assert over.limit("predgen", ["step_cost", "psf_base"]) - now == pytest.approx(5.0, abs=0.5)

@@ -64,6 +64,13 @@ COMMANDS = [
     Command("myopia", "families", "make_myopic on every model family: forward unchanged, no gradient into earlier "
             "states, one-pass gradients = the per-position form (float64), and the step cost of a small model",
             "forethought.myopia.families:run", "forethought.myopia.config:FamiliesConfig"),
+    Command("myopia", "sin-block", "can one GPT block learn sin(10x) from a linear embedding of x (length-1 "
+            "sequences, MSE)? the held-out MSE over training, e.g. per --model.activation",
+            "forethought.myopia.sin_block:run", "forethought.myopia.config:SinBlockConfig"),
+    Command("myopia", "synthetic-why", "why the synthetic task's model does or does not learn under a setting "
+            "(--model.init, --model.final_norm): loss, gradient signal-to-noise at the first MLP, the blocks' share "
+            "of the head's input and a layer-1 probe of sin(10x), every eval_every steps",
+            "forethought.myopia.synthetic_why:run", "forethought.myopia.config:SyntheticWhyConfig"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
             "forethought.psf.config:RecipeConfig"),
@@ -109,6 +116,10 @@ COMMANDS = [
     Command("experiment", "render", "an experiment's results section (markdown) from its collected JSON",
             "forethought.report.experiment:render", "forethought.experiments.commands:ExperimentConfig",
             spec_arg=True),
+    Command("experiment", "gpu-check", "every system on one GPU against deadlines (at most 10 minutes): the synthetic "
+            "task, PredGen on SST-2, the myopic step cost, the PSF base stage -> benchmarks/results/gpu_check.json; "
+            "--dry_run true: a few steps of each on the CPU", "forethought.gpu_check:run",
+            "forethought.gpu_check:GpuCheckConfig"),
     Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
             "forethought.demo:run", "forethought.demo:DemoConfig"),
 ]

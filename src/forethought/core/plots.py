@@ -77,6 +77,10 @@ def bar_plot(bars: dict[str, tuple[float, float]], path: str | Path, *, title: s
     fig, ax = subplots(figsize=(1.4 * len(bars) + 2.5, 4.0))
     names = list(bars)
     ax.bar(names, [bars[n][0] for n in names], yerr=[bars[n][1] for n in names], capsize=4, color="#4C72B0")
+    if max(map(len, names), default=0) > 12:  # long names (e.g. a spec's run groups) would overlap: slant them
+        ax.tick_params(axis="x", labelrotation=20)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
     if reference:
         xs = [i for i, n in enumerate(names) if n in reference]
         ax.scatter(xs, [reference[names[i]] for i in xs], marker="_", s=600, color="black", zorder=3,

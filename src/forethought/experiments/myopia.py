@@ -245,3 +245,39 @@ def families(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, A
             rows[key] = {**{label: f[k] for k, label in FAMILY_COLUMNS.items()},
                          "step time myopic / vanilla": f["step_cost"]["ratio"]}
     return {"per_family": rows}
+
+
+def gradient_trajectory(measurements: list[Mapping[str, Any]], key: str) -> dict[str, Any]:
+    """One parameter group's pre-caching gradient over a ``myopia gradients`` run (rows logged every eval_every
+    steps, ``<key>/rel_diff`` = ‖g − g_m‖/‖g‖ and ``<key>/cos`` = cos(g, g_m)): its first, largest (and the step of
+    it), last and mean relative difference, the last and the smallest cosine."""
+    import statistics
+
+    rel = [r[f"{key}/rel_diff"] for r in measurements]
+    cos = [r[f"{key}/cos"] for r in measurements]
+    top = max(rel)
+    return {"rel_diff_first": rel[0], "rel_diff_max": top, "rel_diff_step_of_max": measurements[rel.index(top)]["step"],
+            "rel_diff_last": rel[-1], "rel_diff_mean": statistics.fmean(rel), "cos_last": cos[-1], "cos_min": min(cos)}
+
+
+def gradients(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """The myopia_gradients spec: per run (one per experiment, synthetic or lm) its setup, and the trajectory
+    (:func:`gradient_trajectory`) of every parameter group and of ``all``, as ``trajectory.<run>.<group>`` (the
+    measurements themselves stay in the run's record)."""
+    setup, trajectory = {}, {}
+    for name, record in sorted(records.items()):
+        r = record["results"]
+        setup[name] = {"experiment": r["experiment"], "steps": r["steps"], "batch_size": r["batch_size"],
+                       "measure_batches": r["measure_batches"], "train_wall_s": r["train_wall_s"]}
+        trajectory[name] = {key: gradient_trajectory(r["measurements"], key) for key in [*r["groups"], "all"]}
+    return {"setup": setup, "trajectory": trajectory}
+
+
+def sin_block(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """The myopia_sin_block spec: per run group (activation) and seed, the first evaluation step whose held-out MSE
+    is below 0.8 × the predict-zero level (:func:`escape_step`; None: it never left that level)."""
+    out: dict[str, dict[str, int | None]] = {}
+    for name, record in sorted(records.items()):
+        run, r = collected["runs"][name], record["results"]
+        out.setdefault(run["group"], {})[f"seed {run['seed']}"] = escape_step(r["curve"], r["predict_zero_mse"])
+    return {"left_predict_zero_at_step": out}

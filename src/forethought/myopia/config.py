@@ -1,5 +1,5 @@
 """The settings of the ``forethought myopia`` commands (synthetic, lm, gradients, probe, init-model, step-cost,
-families) and the myopia modes, in a module that imports no torch: the CLI loads and checks a config (and prints
+families, sin-block, synthetic-why) and the myopia modes, in a module that imports no torch: the CLI loads and checks a config (and prints
 ``--help``) before the heavy libraries load. Each command's module re-exports its classes
 (``forethought.myopia.lm.LMConfig`` is this LMConfig)."""
 
@@ -102,6 +102,79 @@ class SyntheticConfig:
         for name in ("eval_sequences", "curve_sequences"):  # zero sequences would report a NaN loss
             if getattr(self, name) < 1:
                 raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+# ---------------------------------------------------------------- myopia sin-block
+
+@dataclass
+class SinBlockConfig:
+    """``myopia sin-block``: can one GPT block learn sin(frequency·x) from a linear embedding of x? The first step of
+    the synthetic task in isolation: length-1 sequences (attention sees only the position itself), inputs (x, 1),
+    target sin(frequency·x) at the same position, MSE; predicting zero scores about 0.5."""
+
+    run: RunConfig = field(RunConfig(name="myopia-sin-block"), "run folder, seed, device")
+    frequency: float = field(10.0, "the 10 in sin(10·x)")
+    model: GPTConfig = field(GPTConfig(n_positions=1, n_embd=128, n_layer=1, n_head=2, input_dim=2, output_dim=1),
+                             "the block: GPT-2's init and final LayerNorm unless changed (--model.activation relu "
+                             "| gelu_new is the comparison)")
+    train: TrainConfig = field(TrainConfig(steps=1000, batch_size=4096, lr=1e-3, warmup_steps=100,
+                                           schedule="constant", beta2=0.95, grad_clip=0.0, log_every=100,
+                                           eval_every=100), "optimisation: fresh samples every step; eval_every = how "
+                               "often the held-out MSE is measured")
+    eval_samples: int = field(16384, "held-out samples (the same ones at every evaluation) for the MSE")
+
+    def validate(self) -> None:
+        finite(self, "frequency")
+        if self.model.input_dim != 2 or self.model.output_dim != 1:
+            raise ForethoughtError("sin-block needs model.input_dim = 2 (x, 1) and model.output_dim = 1")
+        if self.train.steps < 1 or self.train.eval_every < 1:
+            raise ForethoughtError("train.steps and train.eval_every must be at least 1 (the MSE is measured every "
+                                   "eval_every steps and at the end)")
+        if self.eval_samples < 1:
+            raise ForethoughtError(f"eval_samples must be at least 1, got {self.eval_samples}")
+
+
+# ---------------------------------------------------------------- myopia synthetic-why
+
+@dataclass
+class SyntheticWhyConfig:
+    """``myopia synthetic-why``: the synthetic task's vanilla model at p = 1 (the ``small`` preset's model, data and
+    optimiser), diagnosed every ``train.eval_every`` steps on fixed held-out data: why a setting (``model.init``,
+    ``model.final_norm``) does or does not leave the predict-zero level."""
+
+    run: RunConfig = field(RunConfig(name="myopia-synthetic-why"), "run folder, seed, device")
+    task: TaskConfig = field(TaskConfig(), "the synthetic task (trained and measured at p = 1)")
+    model: GPTConfig = field(
+        GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1, activation="relu",
+                  init="torch", final_norm=False),
+        "the vanilla model (the small preset's); --model.init and --model.final_norm are the settings compared")
+    train: TrainConfig = field(TrainConfig(steps=1000, batch_size=64, lr=1e-3, warmup_steps=300, min_lr_ratio=0.1,
+                                           log_every=100, eval_every=125, checkpoint_every=1000),
+                               "optimisation; eval_every = how often the diagnostics run")
+    grad_batches: int = field(8, "fixed batches (train.batch_size each) whose gradients of the first MLP's input "
+                              "weights give the signal (norm of their mean) and the noise (their spread)")
+    eval_sequences: int = field(1024, "fresh sequences (the same ones every time) for the normalised loss")
+    probe_sequences: int = field(256, "sequences for the lag-0 ridge probe at layer 1 (half to fit, half to score) "
+                                 "and for the blocks' share of the head's input")
+    ridge: float = field(1e-2, "the probe's ridge penalty (relative to the mean feature variance)")
+
+    def validate(self) -> None:
+        if self.model.input_dim != 2 or self.model.output_dim != 1:
+            raise ForethoughtError("the synthetic task needs model.input_dim = 2 and model.output_dim = 1")
+        if self.task.seq_len > self.model.n_positions:
+            raise ForethoughtError("task.seq_len must be <= model.n_positions")
+        if self.task.shift + self.task.window - 1 >= self.task.seq_len:
+            raise ForethoughtError(f"task.seq_len ({self.task.seq_len}) must exceed task.shift + task.window - 1: the "
+                                   "probe reads positions from there on")
+        if self.train.steps < 1 or self.train.eval_every < 1:
+            raise ForethoughtError("train.steps and train.eval_every must be at least 1 (the diagnostics run every "
+                                   "eval_every steps)")
+        at_least(self, 2, "grad_batches")  # the noise is the spread between batches
+        at_least(self, 1, "eval_sequences")
+        at_least(self, 0, "ridge")
+        if self.probe_sequences < 2:
+            raise ForethoughtError(f"probe_sequences must be at least 2 (half to fit, half to score), got "
+                                   f"{self.probe_sequences}")
 
 
 # ---------------------------------------------------------------- myopia lm

