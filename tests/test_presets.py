@@ -1,22 +1,22 @@
 """Every shipped preset loads with its command's config class (every section validated), and the paper presets name
-the precision, accumulation and checkpointing that fit them on one 80 GB GPU (benchmarks/preset_memory.py)."""
+the precision, accumulation and checkpointing that fit them on one 80 GB GPU (`forethought presets memory`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cli_harness import expect_clean_failure
 
-from forethought.cli import COMMANDS, CONFIG_DIR, _load
+from forethought.cli import COMMANDS, CONFIG_DIR, _load, main
 from forethought.core.config import load_config
 from forethought.core.trainer import TrainConfig
+from forethought.experiments.scaling import memory
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESETS = [(cmd, path) for cmd in COMMANDS if cmd.verb
            for path in sorted((CONFIG_DIR / cmd.system).glob(f"{cmd.verb}_*.yaml"))]
 PAPER = ["predgen/train_paper.yaml", "psf/recipe_paper.yaml", "myopia/lm_paper.yaml", "myopia/synthetic_paper.yaml"]
@@ -60,17 +60,31 @@ def test_paper_presets_name_precision_accumulation_and_checkpointing(name: str) 
         assert {"grad_accum", "activation_checkpointing"} <= node.keys(), (name, key)
 
 
-def test_paper_presets_fit_one_80gb_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """benchmarks/preset_memory.py (the README's table): each paper preset, as configured, within 72 GiB."""
-    spec = importlib.util.spec_from_file_location("preset_memory", ROOT / "benchmarks" / "preset_memory.py")
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "preset_memory", mod)  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    res = mod.main(["--out", str(tmp_path / "m.json")])
+def test_paper_presets_fit_one_80gb_gpu(tmp_path: Path) -> None:
+    """`forethought presets memory` (the scaling guide's table): each paper preset, as configured, within 72 GiB."""
+    assert main(["presets", "memory", "--run.out_dir", str(tmp_path), "--run.name", "m"]) == 0
+    res = json.loads((tmp_path / "m" / "results.json").read_text())
     assert {r["preset"] for r in res["rows"]} == {n.removesuffix(".yaml") for n in PAPER}
+    assert res["fits_if_total_at_most_gib"] == pytest.approx(72)
     for r in res["rows"]:
-        assert r["as_configured"]["fits_80gb"], (r["preset"], r["part"], r["as_configured"]["total_bytes"] / 2**30)
+        assert r["as_configured"]["fits"], (r["preset"], r["part"], r["as_configured"]["total_bytes"] / 2**30)
         assert r["estimate"]["trainable_parameters"] > 0
+    assert res["all_fit"] and res["largest_total_gib"] <= 72
     # the 7B preset would not fit without checkpointing: the setting is needed, not decoration
     predgen = next(r for r in res["rows"] if r["preset"] == "predgen/train_paper")
-    assert not predgen["plain"]["fits_80gb"]
+    assert not predgen["plain"]["fits"]
+    assert res["per_preset"]["predgen/train_paper"]["largest_plain_gib"] > 72
+    # the spec's derived table: a row per preset and model or stage, sizes as the guide prints them
+    table = memory({"paper-presets-s0": {"results": res}}, {})["memory of each model or stage"]
+    assert sum(len(parts) for parts in table.values()) == len(res["rows"])
+    cells = table["predgen/train_paper"][predgen["part"]]
+    assert cells["total (GiB)"] == f"{predgen['as_configured']['total_bytes'] / 2**30:.1f}"
+    assert cells["fits"] == "yes" and cells["without accumulation or checkpointing (GiB)"].endswith("(does not fit)")
+
+
+@pytest.mark.parametrize("args,names", [(["--usable", "1.5"], ["usable"]), (["--card_gib", "0"], ["card_gib"])])
+def test_memory_bad_setting_one_line(tmp_path: Path, args: list[str], names: list[str]) -> None:
+    runs = tmp_path / "runs"
+    expect_clean_failure(["presets", "memory", "--run.out_dir", str(runs), *args], tmp_path, runs, names,
+                         in_process=True)
+    assert not runs.exists()

@@ -103,6 +103,15 @@ COMMANDS = [
             "fitted on one half and evaluated on the other, over seeds, with H(Y) and a plot; --words K: the input "
             "words most associated with each answer",
             "forethought.predgen.mine:run_mine", "forethought.predgen.config:MineConfig"),
+    Command("predgen", "answer-tokens", "how many tokens a task's answers take (with EOS) under a base's "
+            "tokenizer, and its prompts' length: which tasks can separate the methods",
+            "forethought.predgen.answer_tokens:run", "forethought.predgen.config:AnswerTokensConfig"),
+    Command("predgen", "speed", "what PredGen costs: its training step against the Generator's (interleaved), the "
+            "step's parts, and the prompt-logit, KV-cache and expected-value speed-ups against the code they "
+            "replaced", "forethought.predgen.speed:run", "forethought.predgen.config:SpeedConfig"),
+    Command("presets", "memory", "the expected training memory of each paper preset on one GPU (the project's "
+            "estimate + a stated activation formula, models built on the meta device) and whether it fits the card",
+            "forethought.presets:run", "forethought.presets:PresetMemoryConfig"),
     Command("experiment", "list", "the shipped experiment specs: name, system, runs, what each costs",
             "forethought.experiments.commands:list_specs", "forethought.experiments.commands:ListConfig"),
     Command("experiment", "run", "run an experiment spec's runs (resumable: finished runs are skipped), archive "

@@ -10,6 +10,7 @@ compared as a classification, numbers as a regression.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from forethought.eval.paired import paired, task_type_of
@@ -81,3 +82,55 @@ def curves(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dic
                            for c in rec["results"].get("learning_curve", [])]
                      for run, rec in records.items()}
     return out
+
+
+def step_parts(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
+    """``predgen speed``'s breakdown of one PredGen step, a row per task and run: ``{"step parts (s, median)":
+    {"<task> (<run>)": {part: seconds, ...}}}`` (the profiled parts of the forward, then backward, optimizer and
+    the whole step; its examples/s, the batch's longest answer and mean prompt in tokens)."""
+    return {"step parts (s, median)": {f"{task} ({run})": parts for run, rec in records.items()
+                                       for task, parts in rec["results"].get("predgen_step_parts_s", {}).items()}}
+
+
+def _binary_entropy(p: float) -> float:
+    return 0.0 if p <= 0 or p >= 1 else -p * math.log(p) - (1 - p) * math.log(1 - p)
+
+
+def mine(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
+    """``predgen_mine``'s derive: per run and representation, the held-out MINE bound's mean and std over the
+    MINE seeds, each seed's value and the fit half's mean (nats); and per run the floor its accuracy a puts on
+    what its answers carry about the label (Fano: I(Y; Ŷ) >= H(Y) - H_b(1 - a) - (1 - a) log(K - 1), K classes
+    as the run's eval targets show), for scale beside the estimates."""
+    estimates: dict[str, Any] = {}
+    floors: dict[str, Any] = {}
+    for run, rec in records.items():
+        m = rec["mine"]
+        for rep, e in m["estimates"].items():
+            estimates.setdefault(run, {})[rep] = {"held_out": e["heldout"]["mean"], "std": e["heldout"]["std"],
+                                                  "per_seed": e["heldout"]["per_seed"], "fit_half": e["fit_half"]["mean"]}
+        k = len({p["target"] for p in rec.get("predictions", [])})
+        if m.get("H_Y") is not None and k > 1:
+            err = 1 - rec["results"]["accuracy"]
+            floors[run] = {"accuracy": rec["results"]["accuracy"], "H_Y": m["H_Y"],
+                           "floor": m["H_Y"] - _binary_entropy(err) - err * math.log(k - 1)}
+    return {"MINE held-out bound (nats) over MINE seeds": estimates, "what the accuracy implies (nats)": floors}
+
+
+def words(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
+    """``predgen_words_sst2``'s derive: per run and written answer, the top words by NPMI (``word npmi
+    (examples with this answer / with the word)``) and the words asked for by name (``predgen mine --word_list``)."""
+    top: dict[str, Any] = {}
+    asked: dict[str, Any] = {}
+
+    def cell(w: dict[str, Any]) -> str:
+        score = "undefined" if w["npmi"] is None else f"{w['npmi']:.2f}"
+        return f"{score} ({w['with_answer']}/{w['examples']})"
+
+    for run, rec in records.items():
+        for answer, v in rec["words"]["word_association"]["per_answer"].items():
+            top.setdefault(run, {})[answer] = {"answered": v["answered"],
+                                               "words": ", ".join(f"{w['word']} {cell(w)}" for w in v["top"])}
+            if v.get("asked"):
+                asked.setdefault(run, {})[answer] = {w["word"]: cell(w) for w in v["asked"]}
+    return {"top words: NPMI (examples with this answer / with the word)": top,
+            "the words asked for": asked}

@@ -24,7 +24,7 @@ from forethought.core.config import at_least, field, from_mapping, yaml_problem
 from forethought.core.errors import ForethoughtError
 
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
-SYSTEMS = ("predgen", "psf", "myopia")
+SYSTEMS = ("predgen", "psf", "myopia", "scaling")
 # Placeholders every step may use besides its grid's keys.
 BUILTIN = ("seed", "run", "run_dir", "out_dir", "threads")
 OPS = {">": lambda x, t: x > t, ">=": lambda x, t: x >= t, "<": lambda x, t: x < t, "<=": lambda x, t: x <= t}
@@ -83,7 +83,8 @@ class Plot:
 class ExperimentSpec:
     name: str = field("", "the experiment's name: its run folder, archive and results file")
     title: str = field("", "its results section's heading")
-    system: Literal["predgen", "psf", "myopia"] = field("predgen", "the system whose results page shows it")
+    system: Literal["predgen", "psf", "myopia", "scaling"] = field(
+        "predgen", "the results page that shows it: a system's, or scaling (what running at scale costs)")
     description: str = field("", "what it measures and why, one screen at most")
     cost: str = field("", "what a run costs: CPU hours here, GPU hours for a paper-scale spec")
     data: bool = field(False, "the runs need FORETHOUGHT_DATA (a data root)")

@@ -301,6 +301,50 @@ class MineConfig:
     out: str = field("", "results JSON ('' = <run>/mine.json; the plot goes beside it)")
 
 
+@dataclass
+class AnswerTokensConfig:
+    """``predgen answer-tokens``: how many tokens a task's answers take under a base model's tokenizer."""
+
+    run: RunConfig = field(RunConfig(name="answer-tokens"), "run folder (results.json); run.seed draws the split "
+                           "as a training run with that seed would")
+    base: str = field("smollm2-135m", "whose tokenizer: an HF causal LM's hub id or folder, or smollm2-135m")
+    task: TaskConfig = field(TaskConfig(), "the task and how its answers are written (task.answer)")
+    prompt: PromptConfig = field(PromptConfig(), "the prompt's token budget and the numbers' decimals, as in "
+                                 "predgen train")
+    prompt_examples: int = field(500, "prompt lengths are averaged over this many eval examples (the first ones)")
+
+    def validate(self) -> None:
+        at_least(self, 1, "prompt_examples")
+        if not self.base.strip():
+            raise ForethoughtError("base must name an HF causal LM (hub id, folder or smollm2-135m)")
+
+
+@dataclass
+class SpeedConfig:
+    """``predgen speed``: PredGen's training step against the Generator's, its parts, and three speed-ups against
+    the code they replaced (prompt logits, KV-cached decoding, the expected-value level walk)."""
+
+    run: RunConfig = field(RunConfig(name="predgen-speed"), "run folder (results.json); run.seed: the LoRA's init, "
+                           "the examples drawn, the decoders' random answers")
+    base: str = field("smollm2-135m", "HF causal LM: hub id, local folder, or smollm2-135m (offline)")
+    steps: int = field(12, "timed training steps per method (after 2 warm-up steps)")
+    batch_size: int = field(16, "examples per training step and per decoding batch")
+    parts_steps: int = field(4, "PredGen steps timed part by part (profiled; after one warm-up), and prompt passes "
+                             "timed each way")
+    text_task: str = field("arc-easy", "also time a step's parts on this multiple-choice task answered with the "
+                           "choice's text ('' = skip)")
+    decode_examples: int = field(64, "SST-2 dev prompts each decoder decodes")
+    ev_examples: int = field(32, "STS-B dev prompts each expected-value decoder scores")
+
+    def validate(self) -> None:
+        at_least(self, 1, "steps", "batch_size", "parts_steps", "decode_examples", "ev_examples")
+        if self.text_task and builtin_name(self.text_task) not in MULTIPLE_CHOICE:
+            raise ForethoughtError(f"text_task must be a built-in multiple-choice task ({_MC_TASKS}) or '', got "
+                                   f"'{self.text_task}'")
+        if not self.base.strip():
+            raise ForethoughtError("base must name an HF causal LM (hub id, folder or smollm2-135m)")
+
+
 AnswerKey = Literal["prediction", "decoded", "expected_value", "rank", "rank_norm"]
 
 

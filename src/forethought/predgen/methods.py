@@ -300,7 +300,7 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
     lm, u = m.lm, batch["uniform"]
     gold, amask, pmask = batch["answer_ids"], batch["answer_mask"], batch["prompt_mask"]
     B, M = gold.shape
-    with record_function("predgen.prompt_pass"):  # the labels time a step's parts (benchmarks/predgen_speed.py)
+    with record_function("predgen.prompt_pass"):  # the labels time a step's parts (predgen speed)
         pp = prompt_pass(lm, batch["prompt_ids"], pmask, layer, all_logits=not mask_prompt)
     kv0 = detach_kv(pp.kv)
     with torch.no_grad(), record_function("predgen.teacher_forced"):

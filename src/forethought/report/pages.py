@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from forethought.experiments.runner import SCHEMA
 from forethought.experiments.spec import load_spec
-from forethought.report import experiment, myopia, predgen, psf, scaling
+from forethought.report import experiment, myopia, predgen, psf
 from forethought.report.fmt import interval
 from forethought.report.papers import MYOPIA_LM
 
@@ -168,18 +168,17 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "JSON is kept as it was. `forethought experiment run predgen_sst2` reruns the same commands (and then "
             "replaces it). At this budget the three methods are within noise of each other. The reference code's "
             "numbers came from another model and unequal budgets."),
-    Section("predgen_speed.json", "Cost of PredGen", "python benchmarks/predgen_speed.py", predgen.speed, (),
-            "Measured alone; every before/after pair runs in one process on the same batches. Most of a PredGen "
-            "step is the prompt pass and the backward."),
-    Section("predgen_mine.json", "Mutual information on SST-2 dev (MINE)", "python benchmarks/predgen_mine.py",
-            predgen.mine, ("predgen_mine.png",),
-            "Held-out Donsker–Varadhan bounds (statistics network fitted on one half of the examples, evaluated on the"
-            " other), over MINE seeds, for each method's seed-0 checkpoint of the SST-2 benchmark. For scale, a binary"
-            " classifier of accuracy a carries at least H(Y) − H_b(1 − a) nats about the label, so the last-token and "
-            "answer-token estimates sit where the SST-2 accuracies say. All three checkpoints look alike: at this "
-            "budget PredGen's training did not make the generated answer's states more informative about the label "
-            "than the Generator's, nor than the pooled prompt state; mean pooling loses about a third of the "
-            "information in every model."),
+    spec_section("predgen_speed"),
+    Section("predgen_mine.json", "Mutual information on SST-2 dev (MINE)", "forethought experiment run predgen_mine",
+            **_before_runner("predgen_mine", "python benchmarks/predgen_mine.py", predgen.mine, lambda r: (
+                "Held-out Donsker–Varadhan bounds (statistics network fitted on one half of the examples, evaluated "
+                "on the other), over MINE seeds, for each method's seed-0 checkpoint of the SST-2 benchmark. For "
+                "scale, a binary classifier of accuracy a carries at least H(Y) − H_b(1 − a) nats about the label, "
+                "so the last-token and answer-token estimates sit where the SST-2 accuracies say. All three "
+                "checkpoints look alike: at this budget PredGen's training did not make the generated answer's "
+                "states more informative about the label than the Generator's, nor than the pooled prompt state; "
+                "mean pooling loses about a third of the information in every model.")),
+            plots=("predgen_mine.png",)),
     Section("predgen_regression.json", "Regression: STS-B and WASSA-2017",
             "forethought experiment run predgen_regression", predgen.regression, (),
             "Produced before the experiment runner, by a script since removed; its runs were not archived, so this "
@@ -195,14 +194,12 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "behind: learning to write the number by teacher forcing alone is slow. One seed per cell, so "
             "differences of a few hundredths are within noise."),
     Section("predgen_words_sst2.json", "Which input words go with each written answer (SST-2)",
-            "python benchmarks/predgen_mine.py --words", predgen.words, (),
-            "NPMI is 0 for a word independent of the answer and 1 for a word that occurs exactly with it; a word "
-            "seen in few examples cannot score high. The paper does not say how its word scores were normalised, "
-            "so these are not on its scale. One seed, one short training run."),
-    Section("predgen_answer_tokens.json", "How many tokens each task's answers take",
-            "python benchmarks/predgen_answer_tokens.py", predgen.answer_tokens, (),
-            "With single-token answers every method decides from the last prompt state, so only the multi-token "
-            "tasks can separate them."),
+            "forethought experiment run predgen_words_sst2", **_before_runner(
+                "predgen_words_sst2", "python benchmarks/predgen_mine.py --words", predgen.words, lambda r: (
+                    "NPMI is 0 for a word independent of the answer and 1 for a word that occurs exactly with it; "
+                    "a word seen in few examples cannot score high. The paper does not say how its word scores "
+                    "were normalised, so these are not on its scale. One seed, one short training run."))),
+    spec_section("predgen_answer_tokens"),
 ))
 
 PSF = Page("psf", "Results: Predictive State Flow", (
@@ -241,8 +238,7 @@ PSF = Page("psf", "Results: Predictive State Flow", (
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (
     "What the [scaling guide](../scaling.md) refers to."), "preset_", (
-    Section("preset_memory.json", "Expected memory of the paper presets on one GPU",
-            "python benchmarks/preset_memory.py", scaling.preset_memory),
+    spec_section("preset_memory"),
     Section("gpu_check.json", "The GPU check", "benchmarks/gpu_check.sh", lambda r: [f"`{r.get('command', '')}`"],
             (), "Not produced yet: nothing has run on a GPU; only its `--dry-run` runs, in the test suite."),
 ))

@@ -1,4 +1,5 @@
-"""Results of the PredGen benchmarks (``benchmarks/predgen_*.py``) as markdown."""
+"""Results of the PredGen benchmarks whose JSON is not an experiment spec's collected file (written before the
+runner, or by a script), as markdown; collected JSON renders through :mod:`forethought.report.experiment`."""
 
 from __future__ import annotations
 
@@ -39,44 +40,6 @@ def _seed_cells(d: dict) -> str:
         p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
         cells.append(f"s{s} {x['difference']:+.3f} {interval(x['ci95'])}{p}")
     return "; ".join(cells)
-
-
-def speed(r: dict) -> list[str]:
-    d = r["decode"]
-    return [f"{_smollm2(r['model'])}, batch {r['batch_size']}, prompts of {r['prompt_tokens_mean']:.0f} tokens "
-            "on average, "
-            f"{r['machine']['torch_threads']} thread(s).", "",
-            "| measure | value |", "|---|---|",
-            f"| training step, generator (s, median) | {r['train_step_s']['generator']:.2f} |",
-            f"| training step, predgen (s, median) | {r['train_step_s']['predgen']:.2f} |",
-            f"| **train_step_ratio** predgen / generator | **{r['train_step_ratio']:.2f}** |",
-            f"| decoding {d['generated_tokens']} tokens, KV-cached (examples/s) | {d['examples_per_s_cached']:.2f} |",
-            f"| decoding, full re-run per token (examples/s) | {d['examples_per_s_rerun']:.2f} |",
-            f"| **decode_speedup** | **{r['decode_speedup']:.2f}** (same tokens: {d['same_tokens']}) |",
-            *_speed_extras(r)]
-
-
-def _speed_extras(r: dict) -> list[str]:
-    """The waste removed (before / after) and a PredGen step part by part, where the JSON has them."""
-    out = []
-    if "prompt_logits" in r:
-        w = r["prompt_logits"]
-        out.append(f"| prompt pass fwd+bwd, logits at every position → last only (examples/s) | "
-                   f"{w['examples_per_s_before']:.1f} → {w['examples_per_s_after']:.1f} (×{w['speedup']:.2f}) |")
-    if "expected_value_decoder" in r:
-        e = r["expected_value_decoder"]
-        out.append(f"| expected-value decoder, all paths → level walk (examples/s; tokens fed per example "
-                   f"{e['tokens_fed_per_example_before']} → {e['tokens_fed_per_example_after']}) | "
-                   f"{e['examples_per_s_before']:.2f} → {e['examples_per_s_after']:.2f} (×{e['speedup']:.2f}; "
-                   f"max difference {e['max_abs_difference']:.1e}) |")
-    for task, parts in r.get("predgen_step_parts_s", {}).items():
-        if parts:
-            names = [k for k in parts if k not in ("examples_per_s", "answer_tokens_max", "prompt_tokens_mean")]
-            out += ["", f"One PredGen step on {task} ({parts['prompt_tokens_mean']:.0f} prompt tokens, at most "
-                    f"{parts['answer_tokens_max']} answer tokens; {parts['examples_per_s']:.1f} examples/s), "
-                    "median seconds:", "", "| " + " | ".join(names) + " |", "|" + "---|" * len(names),
-                    "| " + " | ".join(f"{parts[k]:.2f}" for k in names) + " |"]
-    return out
 
 
 def mine(r: dict) -> list[str]:
@@ -125,16 +88,6 @@ def words(r: dict) -> list[str]:
         top = ", ".join(f"{w['word']} {w['npmi']:.2f} ({w['with_answer']}/{w['examples']})" for w in x["top"])
         out.append(f"| {answer} ({x['answered']}) | {top} |")
     return out
-
-
-def answer_tokens(r: dict) -> list[str]:
-    """How many tokens each task's answers take (with EOS): only multi-token answers can separate the methods."""
-    rows = [[task, v.get("answer", "–"), f"{v.get('examples', 0):,}",
-             f"{v['answer_tokens_min']} / {v['answer_tokens_mean']:.1f} / {v['answer_tokens_max']}",
-             _fmt(v.get("prompt_tokens_mean_first_500_eval"), ".0f")] for task, v in r.get("tasks", {}).items()]
-    return [f"Tokenizer: {_smollm2(r.get('tokenizer', ''))}. {r.get('note', '')}", "",
-            "| task (answer) | answer | examples | answer tokens min / mean / max | prompt tokens (mean, first 500 "
-            "eval) |", "|---|---|---|---|---|", *("| " + " | ".join(row) + " |" for row in rows)]
 
 
 MC_ANSWERS = ("prediction", "decoded", "rank", "rank_norm", "expected_value", "validation")

@@ -1,7 +1,6 @@
-"""Expected training memory of each paper preset on one GPU, and whether it fits an 80 GB card. README's table
-("Scaling up") and the memory comments in the paper presets come from this script.
-
-    python benchmarks/preset_memory.py      # prints the table, writes benchmarks/results/preset_memory.json
+"""``forethought presets memory``: the expected training memory of each paper preset on one GPU, and whether it
+fits the card (80 GB by default). The scaling guide's table and the memory comments in the paper presets come
+from it.
 
 Every preset is read with the project's config loader, and each model it trains (each stage of the PSF recipe,
 each variant of ``myopia lm``) is built as its command builds it, but on PyTorch's meta device: shapes and dtypes,
@@ -27,29 +26,29 @@ bytes per vocabulary entry of each scored position. Not counted: the CUDA contex
 buffers inside a kernel, and memory that passes without gradients (PredGen's roll-outs, PSF's self-realized
 decoding, the evaluation).
 
-"fits" = the total is at most 72 GiB: 90 % of an 80 GB card's 80 GiB, the rest left for what is not counted.
-Sizes are in GiB (2^30 bytes), as the trainer prints them.
+"fits" = the total is at most ``usable`` (0.9) of the card's ``card_gib`` (80 GiB for an 80 GB card): 72 GiB, the
+rest left for what is not counted. Sizes are in GiB (2^30 bytes), as the trainer prints them.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from forethought.cli import CONFIG_DIR
+from forethought.core.config import field, positive, within
+from forethought.core.errors import ForethoughtError
+from forethought.core.run import Run, RunConfig
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "preset_memory.json"
-GIB = 2**30
-CARD_BYTES = 80 * GIB
-FITS_BYTES = int(0.9 * CARD_BYTES)
+if TYPE_CHECKING:
+    import torch
+
+# This module imports no torch at import time (each preset's part imports what it builds): the CLI loads and
+# checks PresetMemoryConfig, and prints --help, before the heavy libraries load.
+
 GPT2_VOCAB = 50257
 LLAMA2_7B = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
              "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 4096,
@@ -57,6 +56,20 @@ LLAMA2_7B = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 1100
 KNOWN_BASES = {"meta-llama/Llama-2-7b-hf": LLAMA2_7B}
 LOGIT_BYTES = 2 + 4 + 4  # 16-bit logits, fp32 log-probabilities kept by cross-entropy, their gradient
 ANSWER_TOKENS = 4  # PredGen's answer: " yes" / " no" and EOS, rounded up
+
+
+@dataclass
+class PresetMemoryConfig:
+    """``presets memory``: the card the paper presets must fit, and how much of it the estimate may fill."""
+
+    run: RunConfig = field(RunConfig(name="preset-memory"), "run folder (results.json)")
+    card_gib: float = field(80.0, "the GPU's memory in GiB (an 80 GB card: 80)")
+    usable: float = field(0.9, "the share of the card a preset's estimate may fill: the rest is left for what it "
+                          "does not count (CUDA context, allocator slack, buffers inside kernels)")
+
+    def validate(self) -> None:
+        positive(self, "card_gib", "usable")
+        within(self, 0, 1, "usable")
 
 
 @dataclass(frozen=True)
@@ -104,10 +117,12 @@ class Costed:
     grad_accum: int
     checkpointing: bool
     tokens_per_row: str
-    cost: Any  # (micro, checkpointing) -> (activations, logits, other)
+    cost: Callable[[int, bool], tuple[int, int, int]]  # (micro, checkpointing) -> (activations, logits, other)
 
 
-def row(setting: Costed) -> dict[str, Any]:
+def row(setting: Costed, fits_bytes: int) -> dict[str, Any]:
+    """One model's estimate (weights, gradients, AdamW, autocast copies) plus its activations and logits, as the
+    preset configures it (micro-batch, checkpointing) and plain (no accumulation, no checkpointing)."""
     from forethought.core.memory import estimate_training_memory
 
     est = estimate_training_memory(setting.model, setting.precision, setting.trainable)
@@ -117,7 +132,7 @@ def row(setting: Costed) -> dict[str, Any]:
         a, lg, other = setting.cost(micro, ckpt)
         t = est["total_bytes"] + a + lg + other
         return {"grad_accum": accum, "micro_batch": micro, "activation_checkpointing": ckpt, "activations_bytes": a,
-                "logits_bytes": lg, "other_bytes": other, "total_bytes": t, "fits_80gb": t <= FITS_BYTES}
+                "logits_bytes": lg, "other_bytes": other, "total_bytes": t, "fits": t <= fits_bytes}
 
     return {"preset": setting.preset, "part": setting.part, "precision": setting.precision,
             "batch_size": setting.batch, "tokens_per_row": setting.tokens_per_row, "estimate": est,
@@ -125,16 +140,14 @@ def row(setting: Costed) -> dict[str, Any]:
 
 
 def config_path(system: str, name: str) -> Path:
-    from forethought.cli import CONFIG_DIR
-
     return CONFIG_DIR / system / name
 
 
 def predgen_settings() -> Iterator[Costed]:
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from forethought.core.config import load_config
-    from forethought.core.errors import ForethoughtError
     from forethought.core.precision import base_dtype
     from forethought.predgen.config import PredGenConfig
     from forethought.predgen.model import PredGenModel, apply_adapter, build_head
@@ -179,6 +192,8 @@ def predgen_settings() -> Iterator[Costed]:
 
 
 def psf_settings() -> Iterator[Costed]:
+    import torch
+
     from forethought.core.config import load_config
     from forethought.psf.ar import build_ar
     from forethought.psf.generate import configure
@@ -188,7 +203,8 @@ def psf_settings() -> Iterator[Costed]:
 
     cfg = load_config(RecipeConfig, config_path("psf", "recipe_paper.yaml"))
     if cfg.data.tokenizer != "gpt2":
-        raise SystemExit(f"recipe_paper.yaml: tokenizer {cfg.data.tokenizer}: only gpt2's vocabulary is known here")
+        raise ForethoughtError(f"recipe_paper.yaml: tokenizer {cfg.data.tokenizer}: only gpt2's vocabulary is known "
+                               "here")
     V, L, prec = GPT2_VOCAB, cfg.model.seq_len, cfg.run.precision
     act = act_bytes(prec)
     d = cfg.model.n_embd
@@ -237,13 +253,15 @@ def psf_settings() -> Iterator[Costed]:
 
 
 def myopia_lm_settings() -> Iterator[Costed]:
+    import torch
+
     from forethought.core.config import load_config
     from forethought.models.gpt import GPT
-    from forethought.myopia.lm import LMConfig
+    from forethought.myopia.config import LMConfig
 
     cfg = load_config(LMConfig, config_path("myopia", "lm_paper.yaml"))
     if cfg.base != "gpt" or cfg.data.tokenizer != "gpt2":
-        raise SystemExit("lm_paper.yaml: only our GPT with the gpt2 tokenizer is known here")
+        raise ForethoughtError("lm_paper.yaml: only our GPT with the gpt2 tokenizer is known here")
     g = replace(cfg.gpt, vocab_size=GPT2_VOCAB)
     with torch.device("meta"):
         model = GPT(g)
@@ -265,9 +283,11 @@ def myopia_lm_settings() -> Iterator[Costed]:
 
 
 def myopia_synthetic_settings() -> Iterator[Costed]:
+    import torch
+
     from forethought.core.config import load_config
     from forethought.models.gpt import GPT
-    from forethought.myopia.synthetic import SyntheticConfig
+    from forethought.myopia.config import SyntheticConfig
 
     cfg = load_config(SyntheticConfig, config_path("myopia", "synthetic_paper.yaml"))
     with torch.device("meta"):
@@ -283,52 +303,34 @@ def myopia_synthetic_settings() -> Iterator[Costed]:
                  cfg.train.batch_size, cfg.train.grad_accum, cfg.train.activation_checkpointing, f"{T}", cost)
 
 
-def millions(n: int) -> str:
-    return f"{n / 1e6:,.0f}M" if n >= 1e7 else f"{n / 1e6:.2f}M"
+SETTINGS = (predgen_settings, psf_settings, myopia_lm_settings, myopia_synthetic_settings)
 
 
-def gib(n: float) -> str:
-    x = n / GIB
-    return f"{x:.1f}" if x >= 0.1 or x == 0 else f"{x:.3f}"
+def run(cfg: PresetMemoryConfig, resume: str | None = None) -> dict[str, Any]:
+    from forethought.experiments.scaling import GIB, memory_rows  # the experiments package loads numpy
 
-
-def table(rows: list[dict[str, Any]]) -> list[str]:
-    out = [("| preset | model / stage | parameters (trainable) | precision | rows x accumulation | checkpointing | "
-            "weights + grads + AdamW + autocast copies (GiB) | activations + logits (GiB, rough) | total (GiB) | "
-            "fits 80 GB | without accumulation or checkpointing (GiB) |"),
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        e, c, p = r["estimate"], r["as_configured"], r["plain"]
-        out.append(
-            f"| {r['preset']} | {r['part']} | {millions(e['parameters'])} ({millions(e['trainable_parameters'])}) | "
-            f"{r['precision']} | {c['micro_batch']} x {c['grad_accum']} | "
-            f"{'yes' if c['activation_checkpointing'] else 'no'} | "
-            f"{gib(e['total_bytes'])} | {gib(c['activations_bytes'] + c['logits_bytes'] + c['other_bytes'])} | "
-            f"{gib(c['total_bytes'])} | {'yes' if c['fits_80gb'] else '**no**'} | {gib(p['total_bytes'])}"
-            f"{'' if p['fits_80gb'] else ' (does not fit)'} |")
-    return out
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output JSON")
-    args = ap.parse_args(argv)
     # peft calls a transformers property that transformers 5 deprecates (the CLI silences it the same way)
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-    t0 = time.perf_counter()
-    rows = [row(s) for gen in (predgen_settings, psf_settings, myopia_lm_settings, myopia_synthetic_settings)
-            for s in gen()]
-    lines = table(rows)
-    print("\n".join(lines))
-    result = {"command": " ".join(["python", "benchmarks/preset_memory.py", *(sys.argv[1:] if argv is None else argv)]),
-              "card_bytes": CARD_BYTES, "fits_if_total_at_most_bytes": FITS_BYTES,
-              "method": __doc__.split("\n\n", 2)[2].strip(), "rows": rows, "table": lines,
-              "wall_s": time.perf_counter() - t0}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out}")
-    return result
-
-
-if __name__ == "__main__":
-    main()
+    fits_bytes = int(cfg.usable * cfg.card_gib * GIB)
+    rows = [row(s, fits_bytes) for settings in SETTINGS for s in settings()]
+    per_preset: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        p = per_preset.setdefault(r["preset"], {"parts": 0, "largest_total_gib": 0.0, "largest_plain_gib": 0.0})
+        p["parts"] += 1
+        p["largest_total_gib"] = max(p["largest_total_gib"], r["as_configured"]["total_bytes"] / GIB)
+        p["largest_plain_gib"] = max(p["largest_plain_gib"], r["plain"]["total_bytes"] / GIB)
+    results = {"card_gib": cfg.card_gib, "fits_if_total_at_most_gib": fits_bytes / GIB, "rows": rows,
+               "per_preset": per_preset,
+               "largest_total_gib": max(p["largest_total_gib"] for p in per_preset.values()),
+               "all_fit": all(r["as_configured"]["fits"] for r in rows)}
+    Run.create(cfg.run.out_dir, cfg.run.name, cfg).write_results(results)
+    table = memory_rows(rows)
+    header = list(next(iter(next(iter(table.values())).values())))
+    print("| preset | model / stage | " + " | ".join(header) + " |")
+    print("|" + "---|" * (len(header) + 2))
+    for preset, parts in table.items():
+        for part, cells in parts.items():
+            print(f"| {preset} | {part} | " + " | ".join(str(cells[h]) for h in header) + " |")
+    print(f"fits: at most {fits_bytes / GIB:.0f} GiB ({cfg.usable:g} of {cfg.card_gib:g} GiB); largest as configured "
+          f"{results['largest_total_gib']:.1f} GiB")
+    return results
