@@ -32,14 +32,3 @@ def test_run_archive_is_not_ignored_by_git() -> None:
         assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 1, path
     assert subprocess.run(["git", "check-ignore", "-q", "runs/x"], cwd=ROOT).returncode == 0  # run folders stay out
 
-
-def test_run_queue_calls_on_done_after_each_success(tmp_path: Path) -> None:
-    from forethought.experiments.jobs import run_queue_or_exit as run_queue
-
-    done: list[str] = []
-    jobs = [(n, [sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"]) for n in ("a", "b")]
-    run_queue(jobs, 1, tmp_path, tmp_path, threads=3, on_done=done.append)
-    assert done == ["a", "b"] and (tmp_path / "a.log").read_text().strip() == "3"
-    with pytest.raises(SystemExit, match="c failed"):
-        run_queue([("c", [sys.executable, "-c", "raise SystemExit(1)"])], 1, tmp_path, tmp_path, on_done=done.append)
-    assert done == ["a", "b"]

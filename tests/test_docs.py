@@ -111,10 +111,11 @@ def test_generated_blocks_in_system_docs(tmp_path: Path) -> None:
     assert _report(root).returncode == 0 and _report(root, "--check").returncode == 0
     text = doc.read_text()
     assert text.startswith("# PredGen\n\nbefore\n\n" + block_begin(b)) and text.endswith(block_end(b) + "\n\nafter\n")
-    assert "stale text" not in text and "| model | prompt | seeds |" in text
+    assert "stale text" not in text and "| run group | settings |" in text
     data = json.loads((RESULTS / "predgen_mc.json").read_text())
-    accuracy = data["tasks"]["arc-easy"]["methods"]["generator-lmeval"]["rank"]
-    assert f"{accuracy:.3f}" in text  # the numbers are the file's
+    accuracy = data["groups"]["arc-easy-generator-lmeval"]["measures"]["rank_accuracy"]["mean"]
+    assert f"{accuracy:.3f}" in text  # the numbers are the file's: measures, derived comparisons, checks
+    assert "| arc-easy: predgen-choices-ll-lmeval − generator-lmeval (rank) |" in text and "**met**" in text
     (root / "benchmarks/results/predgen_mc.json").unlink()
     assert _report(root).returncode == 0 and "Not produced yet: `benchmarks/results/predgen_mc.json`" in doc.read_text()
     doc.write_text(f"# PredGen\n\n{block_begin(b)}\nno end line\n")
@@ -171,39 +172,6 @@ def test_links_between_docs_resolve() -> None:
             elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
                 bad.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
     assert not bad, bad
-
-
-def test_mc_benchmark_renders_from_its_collect_layout(tmp_path: Path) -> None:
-    """predgen_mc.json is 'Not produced yet' until it exists, then renders in the layout benchmarks/predgen_mc.py's
-    collect() writes (per task: methods with each answer's mean / std / per seed, paired rows, the pick)."""
-    root = _mini_repo(tmp_path, [])
-    assert "Not produced yet: `FORETHOUGHT_DATA=<data root> python benchmarks/predgen_mc.py`" in \
-        render_all(root)[Path("docs/results/predgen.md")]
-    row = {"difference": 0.125, "ci95": [0.05, 0.2], "mcnemar": {"n": 8, "b": 3, "c": 1, "p_value": 0.625}, "n": 8}
-    mse = {"n": 8, "mse": {"difference": -0.25, "ci95": [-0.5, -0.125], "a": 1.0, "b": 1.25},
-           "pearson": {"difference": 0.1, "ci95": [0.0, 0.2], "a": 0.5, "b": 0.4}}
-    method = {"per_seed": {"0": {"prediction": 0.5}}, "prediction": 0.5, "prediction_std": None, "decoded": 0.375,
-              "decoded_std": None, "validation": 0.625, "validation_std": None, "train_wall_s": 120.0}
-    res = {"command": "python benchmarks/predgen_mc.py", "base": "smollm2-135m",
-           "adapter": "LoRA r=16 (all linear layers)", "machine": {}, "seeds": [0], "quick": False, "tasks": {
-               "arc-easy": {"metric": "accuracy", "steps": 75, "args": [], "selected_on_validation": "predgen-choices",
-                            "methods": {"predgen-choices": method, "base": {"per_seed": {}, "rank": 0.25,
-                                                                            "rank_std": None, "train_wall_s": 0.0}},
-                            "paired": {"predgen-choices_minus_predgen-choices_decoded": {
-                                "per_seed": {"0": row}, "seeds": [0], "metric": "accuracy",
-                                "seed_mean_difference": 0.125, "ci95_of_seed_mean": None,
-                                "per_seed_difference": [0.125]}}},
-               "stsb": {"metric": "mse", "steps": 90, "args": [], "methods": {"predgen-expected": method},
-                        "paired": {"predgen-expected_minus_predgen-expected_expected_value": {
-                            "per_seed": {"0": mse}, "seeds": [0], "metric": "mse", "seed_mean_difference": -0.25,
-                            "ci95_of_seed_mean": None, "per_seed_difference": [-0.25]}}}}}
-    (root / "benchmarks/results/predgen_mc.json").write_text(json.dumps(res))
-    page = render_all(root)[Path("docs/results/predgen.md")]
-    assert "Picked on validation: `predgen-choices`." in page
-    assert "| predgen-choices | 0.500 | 0.375 | – | 0.625 | 2.0 |" in page  # prediction, decoded, rank, validation
-    assert "| base | – | – | 0.250 | – | 0.0 |" in page
-    assert "| predgen-choices − predgen-choices (decoded) | s0 +0.125 [+0.050, +0.200], p 0.62 | +0.125 – |" in page
-    assert "| predgen-expected − predgen-expected (expected value) | s0 -0.250 [-0.500, -0.125] | -0.250 – |" in page
 
 
 def test_codes_pilot_table_takes_every_seed_file(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ from forethought.experiments import (
     invocations,
     over_seeds,
     run_queue,
-    run_queue_or_exit,
     seed_jobs,
     seed_paired,
 )
@@ -279,9 +278,16 @@ def test_a_comparison_over_seeds_end_to_end(tmp_path: Path) -> None:
     assert {r.status for r in again} == {"skipped"} and not runs.exists()
 
 
-def test_scripts_get_one_line_instead_of_a_traceback(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=r"^bad failed \(exit 4\); see "):
-        run_queue_or_exit([("bad", [PY, "-c", "raise SystemExit(4)"])], 1, tmp_path, poll_s=0.02)
+def test_on_done_follows_each_success_and_never_a_failure(tmp_path: Path) -> None:
+    """on_done (e.g. archive the run) runs once per job that succeeded, in order; a failed job gets none."""
+    done: list[str] = []
+    run_queue([(n, [PY, "-c", "pass"]) for n in ("a", "b")], 1, tmp_path, tmp_path, on_done=done.append,
+              poll_s=0.02)
+    assert done == ["a", "b"]
+    with pytest.raises(JobFailed, match=r"^c failed \(exit 4\); see "):
+        run_queue([("c", [PY, "-c", "raise SystemExit(4)"])], 1, tmp_path, tmp_path, on_done=done.append,
+                  poll_s=0.02)
+    assert done == ["a", "b"]
 
 
 def test_lm_summary_pairs_by_seed_with_the_papers_bonus() -> None:

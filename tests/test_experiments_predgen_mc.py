@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from forethought.experiments.predgen_mc import compare, method_summary, metric_of, select_on_validation, task_entry
+from forethought.experiments.predgen_mc import compare, method_summary, metric_of, select_on_validation
 
 
 def _run(pred: float, decoded: float | None = None, val: float | None = None, wall: float = 10.0) -> dict:
@@ -71,13 +71,3 @@ def test_selection_uses_validation_on_seeds_every_candidate_has() -> None:
     low = select_on_validation(methods, ["x", "y"], higher_is_better=False)  # MSE: lower wins
     assert low["selected"] == "x"
 
-
-def test_task_entry_collects_methods_pairs_and_selection() -> None:
-    records = {v: {s: {"results": r, "predictions": [{"prediction": r["accuracy"]}]} for s, r in per.items()}
-               for v, per in {"a": {0: _run(0.6, val=0.7), 1: _run(0.7, val=0.7)},
-                              "b": {0: _run(0.5, val=0.8), 1: _run(0.5, val=0.8)}, "c": {}}.items()}
-    e = task_entry(records, "accuracy", [("a", "b"), ("a", "c")], ["a", "b"], _pair, steps=75)
-    assert e["steps"] == 75 and e["metric"] == "accuracy" and set(e["methods"]) == {"a", "b"}
-    assert list(e["paired"]) == ["a_minus_b"] and e["paired"]["a_minus_b"]["seed_mean_difference"] == \
-        pytest.approx(0.15)
-    assert e["selected_on_validation"] == "b" and e["selection"]["seeds"] == ["0", "1"]

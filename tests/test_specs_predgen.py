@@ -16,10 +16,11 @@ from forethought.experiments.spec import load_spec, plan, shipped_specs
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PREDGEN_SPECS = sorted(p.stem for p in shipped_specs() if p.stem.startswith("predgen_"))
+PARTIAL = {"predgen_mc"}  # 33 of its 87 planned runs ran (tests/test_specs_predgen_mc.py)
 
 
 def test_every_predgen_benchmark_has_a_spec() -> None:
-    assert {"predgen_tasks", "predgen_curves"} <= set(PREDGEN_SPECS)
+    assert {"predgen_tasks", "predgen_curves", "predgen_mc"} <= set(PREDGEN_SPECS)
 
 
 @pytest.mark.parametrize("name", PREDGEN_SPECS)
@@ -31,8 +32,10 @@ def test_spec_loads_and_its_commands_parse(name: str) -> None:
         for argv in p.steps:
             check_command(argv)
     archive = RESULTS / "runs" / name
-    if archive.is_dir():  # the archived records are the planned runs, no more, no fewer
-        assert {p.run for p in planned} == {f.stem for f in archive.glob("*.json")}
+    if archive.is_dir():  # the archived records are planned runs; all of them but where only part of a plan ran
+        archived = {f.stem for f in archive.glob("*.json")}
+        assert archived <= {p.run for p in planned}
+        assert archived == {p.run for p in planned} or name in PARTIAL
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The PSF ablation specs (psf_codes, psf_codes_pilot, psf_states_ablation): each loads and its commands parse;
+"""The PSF ablation specs (psf_codes, psf_codes_pilot, psf_states_ablation) and psf_prompted: each loads and its commands parse;
 collecting psf_codes from a copy of its committed archive reproduces the numbers of the JSON the old benchmark
 script wrote (``benchmarks/results/legacy/psf_codes.json``, read from that file); ``psf recipe --stages_from``
 copies a matching prior too (what the old script's ``--copy-prior`` did, now the one implementation)."""
@@ -21,7 +21,7 @@ from forethought.experiments.spec import load_spec, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-SPECS = ("psf_codes", "psf_codes_pilot", "psf_states_ablation")
+SPECS = ("psf_codes", "psf_codes_pilot", "psf_states_ablation", "psf_prompted")
 
 
 @pytest.mark.parametrize("name", SPECS)

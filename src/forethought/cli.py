@@ -84,6 +84,10 @@ COMMANDS = [
             "such as the content-state ablation or a token flow): sweeps of gen-PPL, unigram entropy, n-gram "
             "repetition, MAUVE (planted: exact NLL), bootstrap intervals, differences, matched entropy, cost",
             "forethought.psf.evaluate:evaluate", "forethought.psf.config:EvalConfig"),
+    Command("psf", "prompted", "prompted continuations on the planted corpus: a prompt-conditioned prior (one 'psf "
+            "recipe' run) against replacement on the unconditional prior (another), scored exactly by the true "
+            "generator, with bootstrap intervals over prompts; also each prior's unprompted samples",
+            "forethought.psf.prompted:run", "forethought.psf.config:PromptedConfig"),
     Command("psf", "token-flow", "train the token-level flow baseline (ELF-style, over all L token embeddings) "
             "beside a finished 'psf recipe' run with the AR baseline: its frozen token table, the recipe's batches, "
             "parameters matched to PSF encoder + decoder; 'psf eval --compare' evaluates the folder",

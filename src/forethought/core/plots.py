@@ -94,5 +94,9 @@ def bar_plot(bars: dict[str, tuple[float, float]], path: str | Path, *, title: s
     if low > 0.5:
         ax.set_ylim(low - 0.1, min(1.0, max(values) + 0.05) if max(values) <= 1 else None)
     ax.set(title=title, ylabel=ylabel)
+    if max(map(len, names), default=0) > 12:  # long run-group names would overlap under their bars
+        ax.tick_params(axis="x", labelrotation=30)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
     ax.grid(alpha=0.3, axis="y")
     return save_figure(fig, path)

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -203,11 +202,3 @@ def run_queue(jobs: Iterable[Job | tuple[str, Sequence[str]]], parallel: int, lo
         raise
     return results
 
-
-def run_queue_or_exit(*args: object, **kwargs: object) -> list[JobResult]:
-    """:func:`run_queue` for scripts: a failure (the other jobs already stopped, the logs closed) ends the process
-    with the one-line :class:`JobFailed` message on stderr (exit 1) instead of a traceback."""
-    try:
-        return run_queue(*args, **kwargs)  # type: ignore[arg-type]
-    except JobFailed as e:
-        sys.exit(str(e))

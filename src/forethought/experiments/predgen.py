@@ -18,7 +18,7 @@ from forethought.eval.stats import seed_mean_difference
 from forethought.experiments.stats import gradient_summary
 
 
-def _compact(p: dict[str, Any]) -> dict[str, Any]:
+def compact(p: dict[str, Any]) -> dict[str, Any]:
     """:func:`paired`'s answer without what the measures already hold (each side's metric, the example count)."""
     if "mcnemar" in p:
         m = p["mcnemar"]
@@ -50,7 +50,7 @@ def paired_on_examples(records: dict[str, dict[str, Any]], collected: dict[str, 
         key = "decoded" if c["measure"].startswith("written_") else "prediction"
         seeds = sorted(set(groups.get(c["a"], {})) & set(groups.get(c["b"], {})))
         out["paired"][name] = {
-            str(s): _compact(paired(records[groups[c["a"]][s]]["predictions"],
+            str(s): compact(paired(records[groups[c["a"]][s]]["predictions"],
                                     records[groups[c["b"]][s]]["predictions"],
                                     task_type_of(records[groups[c["a"]][s]]["predictions"]), key, key))
             for s in seeds}
@@ -65,7 +65,7 @@ def paired_on_examples(records: dict[str, dict[str, Any]], collected: dict[str, 
         out["prediction_vs_written"][group] = {
             "metric": metric, "seed_mean_difference": over["mean_diff"],
             "ci95_of_seed_mean": None if over["interval"] is None else list(over["interval"]),
-            "per_seed": {str(s): _compact(paired(r, r, task_type_of(r), "prediction", "decoded"))
+            "per_seed": {str(s): compact(paired(r, r, task_type_of(r), "prediction", "decoded"))
                          for s, r in rows.items()}}
     for run, rec in records.items():
         g = gradient_summary(rec.get("train_log", []))

@@ -1,12 +1,12 @@
-"""PredGen on multiple choice (and STS-B), over seeds: each variant's answers summarised (:func:`method_summary`),
-variants compared seed by seed (:func:`compare`), the MC default picked on the validation split
-(:func:`select_on_validation`), one task's entry from its finished runs (:func:`task_entry`).
+"""PredGen on multiple choice (and STS-B), over seeds: the ``predgen_mc`` spec's derive (:func:`mc`). Each
+variant's answers summarised (:func:`method_summary`), answers compared seed by seed (:func:`compare`), the MC
+default picked on the validation split (:func:`select_on_validation`).
 
 A run's ``results`` hold its prediction's metric at the top level (PredGen: the adapter's) and its other answers
 under keys (``decoded``, ``rank``, ``rank_norm``, ``expected_value``, ``validation``); a comparison names an answer
-as ``"variant"`` (its prediction) or ``"variant:key"``. Pure functions of the runs' JSON; the per-example paired
-test is passed in (``pair(rows_a, rows_b, task_type, key_a=, key_b=)``: PredGen's ``compare.paired``), so this
-package imports no system.
+as ``"variant"`` (its prediction) or ``"variant:key"``, so it can set one run's prediction against another run's
+rank decoder, which a spec's comparisons (one measure on both sides) cannot. Pure functions of the runs' JSON; the
+per-example paired test is a parameter of :func:`compare` (:func:`forethought.eval.paired.paired` in :func:`mc`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,33 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from forethought.eval.paired import paired
 from forethought.eval.stats import seed_mean_difference
+from forethought.experiments.predgen import compact
 
 ANSWERS = ("decoded", "rank", "rank_norm", "expected_value", "validation")
 Pair = Callable[..., dict[str, Any]]
+
+TASKS = {"arc-easy": "accuracy", "arc-challenge": "accuracy", "stsb": "mse"}  # a spec group is <task>-<variant>
+# PredGen's adapters with the task's prompt (which lists the choices), and with lm-eval-harness's prompt
+ADAPTERS = ("predgen", "predgen-choices", "predgen-choices-a1", "predgen-logits", "predgen-name", "predgen-choices-ll")
+LMEVAL_ADAPTERS = ("predgen-choices-lmeval", "predgen-choices-ll-lmeval")
+SELECT = (*ADAPTERS, *LMEVAL_ADAPTERS)  # the MC default (adapter and prompt) is picked among these on validation
+# (A, B): answer A − answer B on each seed both ran; "variant" = its prediction, "variant:key" another answer
+COMPARE = (
+    *((a, f"{a}:decoded") for a in ADAPTERS), *((a, "generator") for a in ADAPTERS),
+    *((a, "generator:rank") for a in ADAPTERS), *((a, "base-lmeval:rank") for a in ADAPTERS),
+    ("predgen-choices", "predgen"), ("predgen-choices-a1", "predgen-choices"), ("predgen-logits", "predgen"),
+    ("predgen-name", "predgen"), ("generator:rank", "generator"), ("generator", "base-lmeval:rank"),
+    ("generator:rank", "base-lmeval:rank"), ("predictor", "base-lmeval:rank"), ("generator-name", "generator"),
+    ("predgen-choices-lmeval", "predgen-choices"), ("generator-lmeval", "generator"),
+    ("predgen-choices-lmeval", "generator-lmeval"), ("predgen-choices-lmeval", "generator-lmeval:rank"),
+    ("predgen-choices-lmeval", "base-lmeval:rank"), ("predgen-choices-lmeval", "predgen-choices-lmeval:decoded"),
+    ("predgen-choices-ll-lmeval", "predgen-choices-lmeval"), ("predgen-choices-ll-lmeval", "generator-lmeval"),
+    ("predgen-choices-ll-lmeval", "generator-lmeval:rank"), ("predgen-choices-ll-lmeval", "base-lmeval:rank"),
+    ("predgen-choices-ll-lmeval", "predgen-choices-ll-lmeval:decoded"),
+    ("predgen-expected", "predgen-expected:expected_value"),
+)
 
 
 def metric_of(results: Mapping[str, Any], key: str, metric: str) -> float | None:
@@ -86,23 +109,38 @@ def select_on_validation(methods: Mapping[str, Mapping[str, Any]], candidates: S
     return {"selected": pick, "seeds": sorted(seeds, key=int), "validation": means}
 
 
-def task_entry(records: Mapping[str, Mapping[int, Mapping[str, Any]]], metric: str,
-               pairs: Sequence[tuple[str, str]], candidates: Sequence[str], pair: Pair,
-               **extra: Any) -> dict[str, Any]:
-    """One task's block: ``records[variant][seed]`` = a finished run's archive record (``results`` and
-    ``predictions``) -> each variant's summary, every comparison in ``pairs`` that has a common seed (key
-    ``a_minus_b`` with ':' as '_'), and the validation pick among ``candidates``."""
-    results = {v: {s: r["results"] for s, r in per.items()} for v, per in records.items() if per}
-    preds = {v: {s: r["predictions"] for s, r in per.items()} for v, per in records.items() if per}
-    entry: dict[str, Any] = {"metric": metric, **extra,
-                             "methods": {v: method_summary(per, metric) for v, per in results.items()},
-                             "paired": {}}
-    for a, b in pairs:
-        row = compare(a, b, results, preds, metric, pair)
-        if row is not None:
-            entry["paired"][f"{a.replace(':', '_')}_minus_{b.replace(':', '_')}"] = row
-    pick = select_on_validation(entry["methods"], candidates, higher_is_better=metric == "accuracy")
-    if pick is not None:
-        entry["selected_on_validation"] = pick["selected"]
-        entry["selection"] = {"seeds": pick["seeds"], "validation": pick["validation"]}
-    return entry
+def side(answer: str) -> str:
+    """'generator:rank' -> 'generator (rank)': how a comparison's side is named in the results."""
+    variant, _, key = answer.partition(":")
+    return f"{variant} ({key.replace('_', ' ')})" if key else variant
+
+
+def mc(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
+    """The predgen_mc spec's derive. ``comparisons``: every pair of :data:`COMPARE` that has a common seed, per task
+    (``"<task>: A − B"``: the seed-mean difference of the task's metric, its Student-t 95 % interval (None for one
+    seed), the seeds and the per-seed differences); ``per_example``: the same pairs per seed on the same evaluation
+    examples (paired bootstrap 95 % interval; accuracy: McNemar's p and the discordant counts b / c; STS-B: MSE and
+    Pearson); ``selection``: per MC task the :data:`SELECT` variant with the best mean validation score over the
+    seeds every candidate that ran has (the eval split is never used to choose)."""
+    by_task: dict[str, dict[str, dict[int, Mapping[str, Any]]]] = {}
+    for run, r in collected["runs"].items():
+        task = next(t for t in TASKS if r["group"].startswith(f"{t}-"))
+        by_task.setdefault(task, {}).setdefault(r["group"][len(task) + 1:], {})[r["seed"]] = records[run]
+    out: dict[str, Any] = {"comparisons": {}, "per_example": {}, "selection": {}}
+    for task, recs in by_task.items():
+        metric = TASKS[task]
+        results = {v: {s: r["results"] for s, r in per.items()} for v, per in recs.items()}
+        preds = {v: {s: r["predictions"] for s, r in per.items()} for v, per in recs.items()}
+        for a, b in COMPARE:
+            row = compare(a, b, results, preds, metric, paired)
+            if row is None:
+                continue
+            name = f"{task}: {side(a)} − {side(b)}"
+            out["comparisons"][name] = {"seeds": row["seeds"], "difference": row["seed_mean_difference"],
+                                        "ci95": row["ci95_of_seed_mean"], "per_seed": row["per_seed_difference"]}
+            out["per_example"][name] = {s: compact(p) for s, p in row["per_seed"].items()}
+        methods = {v: method_summary(per, metric) for v, per in results.items()}
+        pick = select_on_validation(methods, SELECT, higher_is_better=metric == "accuracy")
+        if pick is not None:
+            out["selection"][task] = pick
+    return out

@@ -1,7 +1,8 @@
 """The PSF benchmarks' arithmetic as pure functions of run records (no torch): what ``benchmarks/psf_wikitext.py``
 and ``benchmarks/psf_planted.py`` computed after ``psf eval`` and ``psf diagnose``, moved here unchanged so the
 specs ``psf_wikitext``, ``psf_wikitext_codes``, ``psf_planted`` (and ``*_tiny``) reach the same numbers through
-``derive`` (:func:`wikitext`, :func:`planted`) and decide their checks on ``derived.*``.
+``derive`` (:func:`wikitext`, :func:`planted`) and decide their checks on ``derived.*``; :func:`prompted` is the
+psf_prompted spec's over-seed differences (each method of ``psf prompted`` minus replacement).
 
 A run of these specs is one seed's whole pipeline in one run folder: the ``psf recipe`` run itself (its record's
 ``results`` and ``diagnose``), ``psf_content/`` (the content-state ablation, ``psf_content/results`` and
@@ -19,6 +20,7 @@ import numpy as np
 
 from forethought.eval.curves import ppl_at_entropy, value_at_entropy
 from forethought.eval.stats import seed_mean_difference, t_interval
+from forethought.experiments.stats import seed_paired
 
 # ---- WikiText-2 (and any single-seed psf_wikitext pipeline): the five checks of one evaluation ----------------
 
@@ -292,3 +294,31 @@ def planted(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, An
             "checks": checks,
             # each check's verdict under a name without dots, for the spec's checks (derived.verdicts.<name>)
             "verdicts": {k.replace(".", "_"): v["pass"] for k, v in (checks or {}).items()}}
+
+
+# ---- prompted continuations (psf_prompted): each method minus replacement, paired by seed ------------------------
+
+PROMPTED_SCORES = ("junction", "nll", "persistence")  # the spec's measure prefixes: <score>_<method>
+PROMPTED_METHODS = ("conditioned", "conditioned_no_replace", "true")  # each against replace
+
+
+def prompted(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """The psf_prompted spec's derive: per prompt length (run group ``prompted-m=<m>``), method and score, the
+    method minus ``replace`` paired by seed (the seeds both have: their per-seed differences, mean, std and the
+    Student-t 95 % interval of the mean), as the script's over-seed table had it. Reads the collected measures."""
+    del records  # every number is a measure already
+    out: dict[str, Any] = {}
+    for group, g in collected["groups"].items():
+        if "m" not in g["settings"]:
+            continue
+        by_seed = {r["seed"]: r["measures"] for r in collected["runs"].values() if r["group"] == group}
+        rows: dict[str, Any] = {}
+        for method in PROMPTED_METHODS:
+            for score in PROMPTED_SCORES:
+                a, b = f"{score}_{method}", f"{score}_replace"
+                both = {s: m for s, m in by_seed.items() if a in m and b in m}
+                if both:
+                    rows.setdefault(f"{method} − replace", {})[score] = seed_paired(
+                        {s: m[a] for s, m in both.items()}, {s: m[b] for s, m in both.items()})
+        out[f"m={g['settings']['m']}"] = rows
+    return {"differences": out}

@@ -551,6 +551,41 @@ class EvalConfig:
 
 
 @dataclass
+class PromptedConfig:
+    """``psf prompted``: prompted continuations on the planted corpus, a prompt-conditioned flow prior against
+    replacement on the unconditional one, scored exactly by the true generator (forethought.psf.prompted)."""
+
+    run: RunConfig = field(RunConfig(name="psf-prompted"), "the run folder of the results (results.json); run.seed "
+                           "seeds the continuations, the unprompted samples and the bootstrap; run.device samples")
+    recipe_run: str = field("", "a finished 'psf recipe' run on the planted corpus with the unconditional prior "
+                            "(prior.model.conditioning none): method replace, the prompt's states fixed by "
+                            "replacement (required)")
+    conditioned_run: str = field("", "the same recipe with the prompt-conditioned prior (prior.model.conditioning "
+                                 "known_mask; e.g. 'psf recipe --stages_from <recipe_run>', which copies the model "
+                                 "stages and trains only the prior): methods conditioned (the prompt's states as "
+                                 "the prior's input and replaced) and conditioned_no_replace (its input only) "
+                                 "(required)")
+    prompted_blocks: list[int] = field([1, 2, 4, 6], "prompt lengths m in blocks: the first m blocks of each test "
+                                     "document are the prompt (each m in 1 .. blocks − 1; [] with unprompted only)")
+    prompts: int = field(512, "the first N documents of the planted test split (never trained on) are the prompts")
+    unprompted: bool = field(True, "also each prior's unconditional samples (N documents; the conditioned prior "
+                             "with nothing known) and the test documents: exact NLL per token and persistence")
+    n_boot: int = field(2000, "bootstrap resamples of the prompts (95 % intervals; differences: paired)")
+    batch_size: int = field(128, "documents per sampling batch")
+
+    def validate(self) -> None:
+        if not self.recipe_run or not self.conditioned_run:
+            raise ForethoughtError("psf prompted needs --recipe_run <the recipe run with the unconditional prior> "
+                                   "and --conditioned_run <the same recipe with prior.model.conditioning known_mask>")
+        if not self.prompted_blocks and not self.unprompted:
+            raise ForethoughtError("nothing to measure: give prompted_blocks, or unprompted true")
+        if any(m < 1 for m in self.prompted_blocks) or len(set(self.prompted_blocks)) != len(self.prompted_blocks):
+            raise ForethoughtError(f"prompted_blocks must be distinct numbers of blocks >= 1, got {self.prompted_blocks}")
+        at_least(self, 2, "prompts")  # intervals over prompts
+        at_least(self, 1, "n_boot", "batch_size")
+
+
+@dataclass
 class TokenFlowRunConfig:
     recipe_run: str = field("", "the finished 'psf recipe' run with the AR baseline (baselines: [ar]) whose token "
                             "table, batches and AR optimiser settings the flow takes (required)")

@@ -85,7 +85,13 @@ from forethought.eval.text import decode_samples, reference_set
 from forethought.psf.config import EvalConfig
 from forethought.psf.eval_models import Candidate, build_candidates
 from forethought.psf.generate import RecipeArtifacts
-from forethought.psf.prompted import Sampler, check_prompt_blocks, prompted_continuations, prompted_table
+from forethought.psf.prompted import (
+    Sampler,
+    check_prompt_blocks,
+    prompt_documents,
+    prompted_continuations,
+    prompted_table,
+)
 from forethought.psf.sampling import device_generator
 from forethought.psf.scores import (
     LEVEL,
@@ -313,12 +319,7 @@ def check_prompted(cfg: EvalConfig, art: RecipeArtifacts, planted: bool) -> np.n
         raise ForethoughtError("prompted_blocks scores continuations with the planted corpus's true generator; "
                                f"{cfg.recipe_run} trained on '{art.cfg.data.corpus}'")
     check_prompt_blocks(cfg.prompted_blocks, art.model.blocks)
-    T = art.cfg.model.seq_len
-    docs = planted_split(art.cfg.data.planted, "test").reshape(-1, T).astype(np.int64)
-    if len(docs) < cfg.prompts:
-        raise ForethoughtError(f"prompts: the planted test split holds {len(docs)} documents, {cfg.prompts} asked "
-                               "(data.planted.test_documents)")
-    return docs[:cfg.prompts]
+    return prompt_documents(art.cfg.data.planted, cfg.prompts)
 
 
 def prompt_methods(cands: dict[str, Candidate]) -> dict[str, Sampler]:

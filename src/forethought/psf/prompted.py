@@ -1,5 +1,5 @@
 """Prompted continuations on the planted corpus, scored exactly by the true generator (``psf eval
---prompted_blocks``; benchmarks/psf_prompted.py).
+--prompted_blocks``, and ``psf prompted``: a prompt-conditioned prior against replacement).
 
 The first ``n`` documents of the planted **test** split (never trained on) are the prompts: for each prompt
 length m (in blocks) their first m blocks are given and every *method* (a sampler: a PSF model and prior, the
@@ -12,19 +12,47 @@ NLL per token of the continuation given the prompt, ``continuation_persistence``
 consecutive continued block pairs that keep their topic. Per m: the mean over prompts with a 95 % percentile
 bootstrap interval over prompts, and paired bootstrap intervals (the same prompts) of every other method (and
 ``true``) minus the first method. Prompt length m is sampled with seed ``1000·seed + m`` for every method.
+
+``forethought psf prompted`` (:func:`run`) takes two recipe runs of the same model: ``recipe_run`` with the
+unconditional prior (method ``replace``) and ``conditioned_run`` with the prompt-conditioned prior
+(``conditioned``: the prompt's states as its input and replaced; ``conditioned_no_replace``: its input only).
+With ``unprompted`` it also scores each prior's unconditional samples (seed ``1000·seed + 999``) beside the test
+documents: what conditioning costs where nothing is known.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from forethought.core.errors import ForethoughtError
-from forethought.data.planted import PlantedGenerator
+from forethought.core.io import read_json_object
+from forethought.core.run import Run
+from forethought.core.runtime import pick_device
+from forethought.data.planted import (
+    PLANTED,
+    PlantedConfig,
+    PlantedGenerator,
+    build_generator,
+    persistence,
+    planted_split,
+    token_nll,
+)
 from forethought.eval.stats import paired_bootstrap, percentile_interval, resample_indices
+from forethought.psf.config import PromptedConfig
+from forethought.psf.generate import (
+    RecipeArtifacts,
+    SavedRecipe,
+    load_recipe,
+    read_run_results,
+    read_saved_config,
+    sample_psf,
+)
 from forethought.psf.sampling import device_generator
 from forethought.psf.scores import prompted_scores
 
@@ -54,6 +82,15 @@ def check_prompt_blocks(prompt_blocks: list[int], blocks: int) -> None:
     if bad:
         raise ForethoughtError(f"prompted_blocks: every m must be in 1..{blocks - 1} (the documents have {blocks} "
                                f"blocks), got {bad}")
+
+
+def prompt_documents(planted: PlantedConfig, n: int) -> np.ndarray:
+    """The first ``n`` documents of the planted test split (never trained on), (n, T) int64: the prompts."""
+    docs = planted_split(planted, "test").reshape(-1, planted.blocks * planted.block_tokens).astype(np.int64)
+    if len(docs) < n:
+        raise ForethoughtError(f"prompts: the planted test split holds {len(docs)} documents, {n} asked "
+                               "(data.planted.test_documents)")
+    return docs[:n]
 
 
 def prompted_continuations(gen: PlantedGenerator, docs: np.ndarray, methods: dict[str, Sampler],
@@ -108,3 +145,77 @@ def prompted_table(prompted: dict[str, Any]) -> str:
                              + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else ""))
             lines.append(f"| {m} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _recipe(path: Path, key: str, conditioning: str) -> SavedRecipe:
+    """A finished recipe run's saved config, checked before any model loads: planted corpus, a prior trained with
+    ``conditioning``."""
+    results = path / "results.json"
+    if not (path / "config.yaml").is_file() or not results.is_file() or "stages" not in read_json_object(results):
+        raise ForethoughtError(f"{key}: {path} is not a finished 'psf recipe' run folder (config.yaml, results.json "
+                               "with its stages)")
+    saved = read_saved_config(path)
+    if saved.data.corpus != PLANTED:
+        raise ForethoughtError(f"{key}: {path} trained on '{saved.data.corpus}'; prompted continuations are scored by "
+                               "the planted corpus's true generator")
+    if "prior" not in read_run_results(path)["stages"]:
+        raise ForethoughtError(f"{key}: {path} has no trained prior (its recipe's prior stage)")
+    if saved.prior.conditioning != conditioning:
+        raise ForethoughtError(f"{key}: {path}'s prior was trained with conditioning '{saved.prior.conditioning}'; "
+                               f"{key} needs '{conditioning}' (--prior.model.conditioning)")
+    return saved
+
+
+def _sampler(art: RecipeArtifacts, replace: bool, batch_size: int) -> Sampler:
+    return lambda prompt, g: sample_psf(art.model, art.prior, len(prompt), generator=g, prompt=prompt,
+                                        replace=replace, batch_size=batch_size)
+
+
+def run(cfg: PromptedConfig, resume: str | None = None) -> dict[str, Any]:
+    """``forethought psf prompted``: the two runs checked (no model loaded yet), then the prompted continuations of
+    every method and, with ``unprompted``, each prior's unconditional samples, scored; ``<run>/results.json``."""
+    del resume  # nothing trains; a rerun evaluates again
+    runs = {"unconditional": Path(cfg.recipe_run), "conditioned": Path(cfg.conditioned_run)}
+    a = _recipe(runs["unconditional"], "recipe_run", "none")
+    b = _recipe(runs["conditioned"], "conditioned_run", "known_mask")
+    if (a.data.planted, a.model) != (b.data.planted, b.model):
+        raise ForethoughtError("recipe_run and conditioned_run must share the planted corpus and the PSF model's "
+                               "settings (train the conditioned one with --stages_from <recipe_run>)")
+    planted = a.data.planted
+    gen = build_generator(planted)
+    check_prompt_blocks(cfg.prompted_blocks, gen.blocks)
+    docs = prompt_documents(planted, cfg.prompts)  # (n, T)
+    device = pick_device(cfg.run.device, "--run.device")
+    arts = {name: load_recipe(path, device=device) for name, path in runs.items()}
+    seed, t0 = cfg.run.seed, time.perf_counter()
+    res: dict[str, Any] = {
+        "recipe_run": str(runs["unconditional"]), "conditioned_run": str(runs["conditioned"]),
+        "prompts": len(docs), "split": "test", "prompted_blocks": cfg.prompted_blocks, "n_boot": cfg.n_boot,
+        "stay_prob": planted.stay_prob, "chance_stay": 1.0 / planted.topics,
+        "sampling": {"temperature": 1.0, "top_p": 1.0,
+                     "prior_steps": {name: art.prior.config.steps for name, art in arts.items()}},
+        "interval": "95 % percentile bootstrap over prompts; differences: paired (the same prompts), each method "
+                    "minus replace"}
+    if cfg.prompted_blocks:
+        methods = {"replace": _sampler(arts["unconditional"], True, cfg.batch_size),
+                   "conditioned": _sampler(arts["conditioned"], True, cfg.batch_size),
+                   "conditioned_no_replace": _sampler(arts["conditioned"], False, cfg.batch_size)}
+        res["prompted"] = prompted_continuations(gen, docs, methods, cfg.prompted_blocks, seed, cfg.n_boot, device)
+    if cfg.unprompted:
+        idx = resample_indices(len(docs), cfg.n_boot, np.random.default_rng(seed))  # (n_boot, n)
+        sets = {name: sample_psf(art.model, art.prior, len(docs), batch_size=cfg.batch_size,
+                                 generator=device_generator(1000 * seed + 999, device)).cpu().numpy()
+                for name, art in arts.items()}  # (n, T) each
+        res["unprompted"] = {name: {"nll_per_token": summary(token_nll(gen, x), idx),
+                                    "persistence": summary(persistence(gen, x), idx)}
+                             for name, x in {**sets, "true": docs}.items()}
+    res["eval_wall_s"] = time.perf_counter() - t0
+    out = Run.create(cfg.run.out_dir, cfg.run.name, cfg).start()
+    out.write_results(res)
+    if "prompted" in res:
+        print(prompted_table(res["prompted"]))
+    for name, u in res.get("unprompted", {}).items():
+        print(f"unprompted {name}: NLL/token {u['nll_per_token']['mean']:.3f}, persistence "
+              f"{u['persistence']['mean']:.3f}")
+    print(f"wrote {out.dir / 'results.json'}")
+    return res

@@ -67,14 +67,15 @@ def derived_tables(derived: dict[str, Any]) -> list[str]:
     return out
 
 
-def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
-    """The section's markdown lines (without its heading), from the collected JSON ``data``."""
-    out = [spec.description.strip(), ""] if spec.description else []
+def measure_tables(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
+    """The spec's tables of measures (mean ± std over seeds per run group; groups that have not run are left out)."""
+    out: list[str] = []
     groups = data["groups"]
-    tables = spec.tables or [None]
-    for t in tables:
+    for t in spec.tables or [None]:
         measures = (t.measures if t and t.measures else list(spec.measures))
         rows = [g for g in (t.groups if t and t.groups else groups) if g in groups]
+        if out:
+            out.append("")
         if t and t.title:
             if out and out[-1]:  # a paragraph of its own, not the end of the previous table's note
                 out.append("")
@@ -83,6 +84,34 @@ def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
                      [[g, _settings(groups[g]["settings"]), *(_cell(groups[g]["measures"].get(m)) for m in measures)]
                       for g in rows])
         out += ["", "Each cell: mean ± std over seeds (number of seeds)."]
+    return out
+
+
+def checks_table(data: dict[str, Any]) -> list[str]:
+    """The spec's checks: condition, observed value, met / MISSED / not measured yet."""
+    rows = []
+    for name, c in data["checks"].items():
+        state = "met" if c["passed"] else "MISSED" if c["passed"] is False else "not measured yet"
+        rows.append([name, f"`{c['value']}` {c['op']} {c['threshold']:g}", num(c["observed"], ".4f"), f"**{state}**"])
+    return table(["check", "condition", "observed", ""], rows) if rows else []
+
+
+def summary(spec: ExperimentSpec, data: dict[str, Any], derived: tuple[str, ...] = ()) -> list[str]:
+    """A short form of :func:`body` for a block in a system doc: the tables of measures, the named keys of the
+    derived values, the checks."""
+    out = measure_tables(spec, data)
+    picked = {k: data["derived"][k] for k in derived if k in data.get("derived", {})}
+    if picked:
+        out += derived_tables(picked)
+    if data["checks"]:
+        out += ["", *checks_table(data)]
+    return out
+
+
+def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
+    """The section's markdown lines (without its heading), from the collected JSON ``data``."""
+    out = [spec.description.strip(), ""] if spec.description else []
+    out += measure_tables(spec, data)
     if data["comparisons"]:
         rows = []
         for name, c in data["comparisons"].items():
@@ -99,12 +128,7 @@ def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
         out += ["", "Derived (the spec's derive function; lists longer than four are in the JSON):",
                 *derived_tables(data["derived"])]
     if data["checks"]:
-        rows = []
-        for name, c in data["checks"].items():
-            state = "met" if c["passed"] else "MISSED" if c["passed"] is False else "not measured yet"
-            rows.append([name, f"`{c['value']}` {c['op']} {c['threshold']:g}", _value(c["observed"]),
-                         f"**{state}**"])
-        out += ["", *table(["check", "condition", "observed", ""], rows)]
+        out += ["", *checks_table(data)]
     prov = data["provenance"]
     runs = len(data["runs"])
     unfinished = f"; unfinished: {', '.join(data['unfinished'])}" if data["unfinished"] else ""

@@ -146,20 +146,7 @@ PREDGEN = Page("predgen", "Results: PredGen", (
     "(SmolLM2-135M-Instruct dequantised from its 4-bit Q4_1 GGUF) + LoRA. Every method of a seed sees the same "
     "examples in the same order. Each finished run's record (results, eval predictions, training log, command) "
     "is kept in `benchmarks/results/runs/<benchmark>/`."), "predgen_", (
-    Section("predgen_mc.json", "Multiple choice: which adapter, which answer (ARC-Easy, ARC-Challenge, STS-B)",
-            "FORETHOUGHT_DATA=<data root> python benchmarks/predgen_mc.py", predgen.mc, ("predgen_mc.png",),
-            "Every run of a task carves the same validation examples from its training data; the multiple-choice "
-            "default (`--head.reads auto`: the choice-scoring adapter with the choices' log-likelihoods; "
-            "lm-eval-harness's prompt for the methods that write) is the PredGen variant picked on that validation "
-            "split, and the eval split is only reported. Each variant spells out its prompt and adapter. The "
-            "variants change one thing at a time: the prompt (the task's, which lists the choices, or "
-            "lm-eval-harness's ARC prompt `Question: ...\\nAnswer:`, which does not: `-lmeval`), the adapter "
-            "(`--head.reads states|choices|logits`, `--head.choice_alpha`, `--head.choice_loglik`: `-ll`) and the "
-            "answer format (`--task.answer name`), against the Predictor, the Generator (greedy and rank-scored) "
-            "and the untrained model's rank score (`base`, `base-lmeval`); on STS-B, PredGen's adapter against the "
-            "expected value of the same model. A variant without a row has not run yet; with one seed a row has "
-            "no spread and a comparison no seed-mean interval, and each per-seed interval covers the evaluation "
-            "sample only, not the training seed."),
+    spec_section("predgen_mc"),
     spec_section("predgen_curves"),
     spec_section("predgen_tasks"),
     Section("predgen_sst2.json", "SST-2 dev accuracy, three seeds, small budget",
@@ -223,11 +210,13 @@ PSF = Page("psf", "Results: Predictive State Flow", (
                 "psf_states_ablation", "python benchmarks/psf_states_ablation.py", psf.states_ablation,
                 lambda r: load_spec("psf_states_ablation")[0].notes.strip())),
     Section("psf_prompted.json", "Prompted continuations: a conditioned prior against replacement",
-            "python benchmarks/psf_prompted.py", psf.prompted, (),
-            "At this scale the conditioned prior does not continue the topic chain better than replacement, so "
-            "replacement stays the default. The junction is set by the prompt (the first continued block's state "
-            "is known); everything after depends on sampled states, where neither prior gives the decoder a topic "
-            "chain."),
+            "forethought experiment run psf_prompted", **_before_runner(
+                "psf_prompted", "python benchmarks/psf_prompted.py",
+                psf.prompted, lambda r: (
+                    "At this scale the conditioned prior does not continue the topic chain better than replacement, "
+                    "so replacement stays the default. The junction is set by the prompt (the first continued "
+                    "block's state is known); everything after depends on sampled states, where neither prior gives "
+                    "the decoder a topic chain."))),
     Section("psf_codes_pilot.json", "Realization codes: which option makes the decoder use them (planted corpus)",
             "forethought experiment run psf_codes_pilot", **_before_runner(
                 "psf_codes_pilot", "python benchmarks/psf_codes_pilot.py --seed N --out "
@@ -294,7 +283,8 @@ class Block:
 
 
 BLOCKS: tuple[Block, ...] = (
-    Block("predgen-mc-lead", "predgen_mc.json", predgen.mc_lead),
+    Block("predgen-mc-lead", "predgen_mc.json", lambda r: experiment.summary(
+        load_spec("predgen_mc")[0], r, derived=("comparisons", "selection"))),
     Block("psf-codes-lead", "psf_codes.json", psf.codes_lead),
     Block("psf-wikitext-codes-lead", "psf_wikitext_codes.json", psf.wikitext_codes_lead),
 )

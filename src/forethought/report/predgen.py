@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from forethought.report.common import SMOLLM2
 from forethought.report.common import smollm2 as _smollm2
-from forethought.report.fmt import interval, mean_std, table
 from forethought.report.fmt import num as _fmt
 from forethought.report.papers import PREDGEN_SST2
 
@@ -32,14 +31,6 @@ def sst2(r: dict) -> list[str]:
     return out
 
 
-def _seed_cells(d: dict) -> str:
-    """A paired comparison's per-seed cells: ``s<seed> difference [95 % interval], p <McNemar>``, "; "-joined."""
-    cells = []
-    for s, row in d["per_seed"].items():
-        x = row if "difference" in row else row[d["metric"]]
-        p = f", p {row['mcnemar']['p_value']:.2g}" if "mcnemar" in row else ""
-        cells.append(f"s{s} {x['difference']:+.3f} {interval(x['ci95'])}{p}")
-    return "; ".join(cells)
 
 
 def mine(r: dict) -> list[str]:
@@ -90,121 +81,3 @@ def words(r: dict) -> list[str]:
     return out
 
 
-MC_ANSWERS = ("prediction", "decoded", "rank", "rank_norm", "expected_value", "validation")
-
-
-def mc(r: dict) -> list[str]:
-    """benchmarks/predgen_mc.py: each variant's answers per task (mean ± std over seeds), the variant picked on the
-    validation split, and the paired differences (per seed and over seeds)."""
-    out = [f"{_smollm2(r['base'])} + {r['adapter']}, seeds {', '.join(map(str, r['seeds']))}"
-           + (" (a `--quick` smoke run: its numbers mean nothing)" if r.get("quick") else "") + ".", ""]
-    for task, e in r["tasks"].items():
-        k = e["metric"]
-        keys = [a for a in MC_ANSWERS if any(a in m for m in e["methods"].values())]
-        rows = [[v, *(mean_std(m.get(a), m.get(f"{a}_std")) for a in keys), f"{m['train_wall_s'] / 60:.1f}"]
-                for v, m in e["methods"].items()]
-        picked = e.get("selected_on_validation")
-        out += [f"**{task}** ({k} on the eval split; `validation` = on the examples carved from the training data; "
-                f"{e['steps']} steps)" + (f". Picked on validation: `{picked}`." if picked else "."), "",
-                *table(["variant", *(a.replace("_", " ") for a in keys), "train wall per run (min)"], rows), ""]
-        prow = []
-        for name, d in e["paired"].items():
-            prow.append([" − ".join(_mc_side(x) for x in name.split("_minus_")), _seed_cells(d),
-                         f"{d['seed_mean_difference']:+.3f} {interval(d['ci95_of_seed_mean'])}"])
-        if prow:
-            out += [*table(["comparison (first − second)", "per seed [95 % interval]", "seed mean [95 % interval]"],
-                           prow), ""]
-    return out[:-1] if out and out[-1] == "" else out
-
-
-def _mc_side(side: str) -> str:
-    """'generator_rank' -> 'generator (rank)': variant names use hyphens, answer keys underscores."""
-    variant, _, key = side.partition("_")
-    return f"{variant} ({key.replace('_', ' ')})" if key else variant
-
-
-# the MC variants as the PredGen doc names them: variant -> (model, prompt)
-MC_LABELS = {
-    "base-lmeval": ("untrained (`--method base`)", "lm-eval"),
-    "generator-lmeval": ("Generator", "lm-eval"),
-    "predgen-choices-lmeval": ("PredGen, choice-scoring adapter without log-likelihoods", "lm-eval"),
-    "predgen-choices-ll-lmeval": ("PredGen, choice-scoring adapter (the default)", "lm-eval"),
-    "base": ("untrained (`--method base`)", "lists the choices"),
-    "predictor": ("Predictor", "lists the choices"),
-    "generator": ("Generator", "lists the choices"),
-    "predgen": ("PredGen, states adapter", "lists the choices"),
-    "predgen-choices": ("PredGen, choice-scoring adapter without log-likelihoods", "lists the choices"),
-    "predgen-choices-a1": ("PredGen, the same starting at α 1", "lists the choices"),
-    "predgen-choices-ll": ("PredGen, choice-scoring adapter (the default)", "lists the choices"),
-    "predgen-logits": ("PredGen, the reference's logit adapter", "lists the choices"),
-    "generator-name": ("Generator", "names the choices (answer1..)"),
-    "predgen-name": ("PredGen, states adapter", "names the choices (answer1..)"),
-}
-# the comparisons the doc leads with: (key in "paired", what it says)
-MC_LEAD_PAIRS = [
-    ("predgen-choices-ll-lmeval_minus_predgen-choices-ll-lmeval_decoded", "PredGen's prediction − its own written "
-     "answer"),
-    ("predgen-choices-ll-lmeval_minus_generator-lmeval", "PredGen's prediction − the Generator's written answer"),
-    ("predgen-choices-ll-lmeval_minus_generator-lmeval_rank", "PredGen's prediction − the Generator's rank decoder"),
-    ("predgen-choices-ll-lmeval_minus_base-lmeval_rank", "PredGen's prediction − the untrained model's rank "
-     "decoder"),
-    ("predgen-choices-ll-lmeval_minus_predgen-choices-lmeval", "reading the log-likelihoods (one change)"),
-    ("predgen-choices-lmeval_minus_predgen-choices", "lm-eval's prompt instead of the listed choices (one change)"),
-    ("predictor_minus_base-lmeval_rank", "the Predictor − the untrained model's rank decoder"),
-]
-
-
-def _seeds(m: dict, key: str) -> list[str]:
-    return [s for s, v in m["per_seed"].items() if key in v]
-
-
-def mc_lead(r: dict) -> list[str]:
-    """docs/predgen.md's lead: each MC task's table of every variant's answers (mean ± std over the seeds that
-    ran), the comparisons that carry the claim (per seed and the seed-mean interval), STS-B's adapter against the
-    expected value."""
-    out: list[str] = []
-    for task in ("arc-easy", "arc-challenge"):
-        e = r["tasks"].get(task)
-        if not e:
-            continue
-        n_eval = e["args"][e["args"].index("--task.max_eval_examples") + 1]
-        out += [f"**{task}**: answers written as the choice's text, {_smollm2(r['base'])} + LoRA, {e['steps']} "
-                f"training steps, up to {int(n_eval):,} test items per seed; accuracy, mean ± std over the seeds "
-                "that ran.", ""]
-        rows = []
-        for v, (model, prompt) in MC_LABELS.items():
-            m = e["methods"].get(v)
-            if m is None:
-                continue
-            pred = "–" if v.startswith(("base", "generator")) else mean_std(m.get("prediction"),
-                                                                           m.get("prediction_std"))
-            dec = mean_std(m.get("decoded"), m.get("decoded_std")) if "decoded" in m else "–"
-            rank = mean_std(m.get("rank"), m.get("rank_std")) if "rank" in m else "–"
-            rows.append([model, prompt, ", ".join(_seeds(m, "prediction")), pred, dec, rank])
-        out += [*table(["model", "prompt", "seeds", "its prediction", "decoded (greedy)", "rank decoder"], rows), ""]
-        lines = []
-        for key, what in MC_LEAD_PAIRS:
-            d = e["paired"].get(key)
-            if d is None:
-                continue
-            per = ", ".join(f"{x:+.3f}" for x in d["per_seed_difference"])
-            iv = d["ci95_of_seed_mean"]
-            lines.append(f"- {what}: {d['seed_mean_difference']:+.3f}"
-                         + (f", 95 % interval of the seed mean {interval(iv)}" if iv else " (one seed: no interval)")
-                         + f" (seeds {', '.join(map(str, d['seeds']))}: {per})")
-        picked = e.get("selected_on_validation")
-        if picked:
-            sel = e["selection"]
-            lines.append(f"- Best mean validation accuracy over the PredGen variants (seeds "
-                         f"{', '.join(sel['seeds'])}, the examples carved from the training data): `{picked}` "
-                         f"({sel['validation'][picked]:.3f}).")
-        out += [*lines, ""] if lines else []
-    sts = r["tasks"].get("stsb", {}).get("paired", {}).get("predgen-expected_minus_predgen-expected_expected_value")
-    if sts:
-        iv = sts["ci95_of_seed_mean"]
-        out += [f"**STS-B** (MSE, lower is better): PredGen's adapter − the expected-value decoder of the same model "
-                f"{sts['seed_mean_difference']:+.3f}"
-                + (f", 95 % interval of the seed mean {interval(iv)}" if iv else " (one seed)")
-                + f" (seeds {', '.join(map(str, sts['seeds']))}: "
-                + ", ".join(f"{x:+.3f}" for x in sts["per_seed_difference"]) + ").", ""]
-    return out[:-1] if out and out[-1] == "" else out
