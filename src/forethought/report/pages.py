@@ -81,7 +81,7 @@ PRE_RUNNER = ("Produced before the experiment runner by a script since removed (
 MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
     "Benchmarks of [myopic training](../myopia.md) on 2 CPU cores. Each section names the command that writes "
     "its JSON: `forethought experiment run <spec>` for the ones that are experiment specs "
-    "(`forethought experiment list`), a script for the ones measured in-process. A section whose JSON was "
+    "(`forethought experiment list`). A section whose JSON was "
     "produced before the experiment runner (no archived run records) renders that JSON as it was; its spec "
     "reruns it. `make bench-myopia` runs the synthetic task, the step cost and the language-model benchmark."),
     "myopia_", (
@@ -118,7 +118,9 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
             "Written by the same benchmark (then a script) with GPT-2's init, its final LayerNorm and a GELU MLP; kept for the record. "
             "With a smooth MLP the model does not learn: for x ~ N(0, 1) the target sin(10·x) is almost orthogonal "
             "to every low-degree polynomial of the input (its Hermite coefficients are 10^k·e^−50), so a smooth MLP "
-            "gets essentially no gradient, while a ReLU's kinks do correlate with it (next section)."),
+            "starts with little gradient, while a ReLU's kinks do correlate with it. In one block alone (next section) "
+            "ReLU leaves the predict-zero level at once in every seed; GELU does later in two seeds of three and "
+            "never in the third, so a smooth MLP slows the start rather than preventing it."),
     spec_section("myopia_sin_block"),
     spec_section("myopia_step_cost"),
     Section("myopia_lm.json", "Language modelling, WikiText-2", "forethought experiment run myopia_lm",
@@ -229,7 +231,7 @@ SCALING = Page("scaling", "Results: memory of the paper presets", (
     "What the [scaling guide](../scaling.md) refers to."), "preset_", (
     spec_section("preset_memory"),
     Section("gpu_check.json", "The GPU check", "benchmarks/gpu_check.sh", lambda r: [f"`{r.get('command', '')}`"],
-            (), "Not produced yet: nothing has run on a GPU; only its `--dry-run` runs, in the test suite."),
+            (), "Not produced yet: nothing has run on a GPU; only its dry run (`--dry_run true`) runs, in the test suite."),
 ))
 
 PAGES: tuple[Page, ...] = (MYOPIA, PREDGEN, PSF, SCALING)
