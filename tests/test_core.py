@@ -250,7 +250,7 @@ def test_default_configs_of_every_command_and_preset_load():
     for cmd in COMMANDS:
         module, name = cmd.config.split(":")
         cls = getattr(importlib.import_module(module), name)
-        required = [f"--{k}" for k in ("recipe_run", "lm_run", "predictions", "run_dir", "runs")
+        required = [f"--{k}" for k in ("recipe_run", "conditioned_run", "lm_run", "predictions", "run_dir", "runs")
                     if k in {f.name for f in dataclasses.fields(cls)}]
         base = [x for k in required for x in (k, "x")]
         presets = sorted((CONFIG_DIR / cmd.system).glob(f"{cmd.verb}_*.yaml"))
