@@ -17,13 +17,9 @@ from typing import Any
 import pytest
 from cli_harness import expect_clean_failure
 
-from forethought.cli import COMMANDS
 from forethought.gpu_check import PARTS, SHARES, Context, dry_settings
 
 ROOT = Path(__file__).resolve().parents[1]
-# the step-cost part runs `myopia step-cost`; where this checkout has no such verb yet, that part must fail (and
-# say so) while the others still run
-HAS_STEP_COST = any(c.system == "myopia" and c.verb == "step-cost" for c in COMMANDS)
 
 
 def _finite(x: Any) -> bool:
@@ -46,17 +42,11 @@ def test_gpu_check_dry_run(tmp_path: Path) -> None:
     assert res["device"]["name"].startswith("cpu")
     parts = res["parts"]
     assert list(parts) == list(PARTS)
-    working = [p for p in PARTS if HAS_STEP_COST or p != "step_cost"]
-    for name in working:
+    for name in PARTS:
         assert parts[name]["ok"] is True, (name, parts[name].get("error"))
     for part in parts.values():
         assert _finite(part["wall_s"]) and part["wall_s"] > 0
-    if HAS_STEP_COST:
-        assert proc.returncode == 0 and res["ok"] is True, (proc.stdout + proc.stderr)[-4000:]
-    else:  # recorded as failed, with the CLI's own line; the check says so in one line and exits 2
-        assert parts["step_cost"]["ok"] is False and "myopia step-cost" in parts["step_cost"]["error"]
-        assert proc.returncode == 2 and res["ok"] is False
-        assert proc.stderr.strip().splitlines()[-1].startswith("forethought: error: GPU check: part(s) step_cost")
+    assert proc.returncode == 0 and res["ok"] is True, (proc.stdout + proc.stderr)[-4000:]
 
     syn = parts["synthetic"]
     assert syn["steps"] >= 2 and _finite(syn["myopic_minus_vanilla"])
@@ -74,9 +64,8 @@ def test_gpu_check_dry_run(tmp_path: Path) -> None:
         assert r["complete"] and 0 <= r["accuracy"] <= 1 and r["examples_seen"] == pg["epoch_examples"]
         assert r["curve"] and all(_finite(a) for _, a in r["curve"])
 
-    if HAS_STEP_COST:
-        sc = parts["step_cost"]
-        assert all(_finite(sc[k]) and sc[k] > 0 for k in ("ratio", "vanilla_median_s", "myopic_median_s"))
+    sc = parts["step_cost"]
+    assert all(_finite(sc[k]) and sc[k] > 0 for k in ("ratio", "vanilla_median_s", "myopic_median_s"))
 
     psf = parts["psf_base"]
     assert _finite(psf["tokens_per_s"]) and psf["tokens_per_s"] > 0 and _finite(psf["val_ce"])

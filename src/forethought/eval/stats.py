@@ -113,8 +113,15 @@ def mse(values: np.ndarray, targets: np.ndarray | None = None) -> np.ndarray:
     """Mean squared error of predictions ``values`` against ``targets`` along the last axis."""
     if targets is None:
         raise ValueError("mse needs targets")
-    err = _as_finite_float(values, "predictions") - _as_finite_float(targets, "targets")
-    return np.mean(err * err, axis=-1)
+    return _mse_pair(_as_finite_float(values, "predictions"), None, _as_finite_float(targets, "targets"))[0]
+
+
+def _mse_pair(xa: np.ndarray, xb: np.ndarray | None, y: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`mse` of A (and B) against the same targets, on finite float arrays checked by the caller."""
+    def one(x: np.ndarray) -> np.ndarray:
+        err = x - y
+        return np.mean(err * err, axis=-1)
+    return one(xa), None if xb is None else one(xb)
 
 
 def pearson(values: np.ndarray, targets: np.ndarray | None = None) -> np.ndarray:
@@ -122,16 +129,25 @@ def pearson(values: np.ndarray, targets: np.ndarray | None = None) -> np.ndarray
     constant (checked exactly, max == min, so rounding in the mean cannot fake a correlation)."""
     if targets is None:
         raise ValueError("pearson needs targets")
-    x = _as_finite_float(values, "predictions")
-    y = _as_finite_float(targets, "targets")
-    x, y = np.broadcast_arrays(x, y)
-    constant = (x.max(axis=-1) == x.min(axis=-1)) | (y.max(axis=-1) == y.min(axis=-1))
-    xc = x - x.mean(axis=-1, keepdims=True)
+    x, y = np.broadcast_arrays(_as_finite_float(values, "predictions"), _as_finite_float(targets, "targets"))
+    return _pearson_pair(x, None, y)[0]
+
+
+def _pearson_pair(xa: np.ndarray, xb: np.ndarray | None, y: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`pearson` of A (and B) with the same targets, on finite float arrays of one shape checked by the
+    caller; the targets' side is computed once (a paired bootstrap's resamples share it)."""
+    y_constant = y.max(axis=-1) == y.min(axis=-1)
     yc = y - y.mean(axis=-1, keepdims=True)
-    den = np.sqrt(np.sum(xc * xc, axis=-1) * np.sum(yc * yc, axis=-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.sum(xc * yc, axis=-1) / den
-    return np.where(constant | ~(den > 0), np.nan, r)
+    yy = np.sum(yc * yc, axis=-1)
+
+    def one(x: np.ndarray) -> np.ndarray:
+        constant = (x.max(axis=-1) == x.min(axis=-1)) | y_constant
+        xc = x - x.mean(axis=-1, keepdims=True)
+        den = np.sqrt(np.sum(xc * xc, axis=-1) * yy)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.sum(xc * yc, axis=-1) / den
+        return np.where(constant | ~(den > 0), np.nan, r)
+    return one(xa), None if xb is None else one(xb)
 
 
 def spearman(values: np.ndarray, targets: np.ndarray | None = None) -> np.ndarray:
@@ -144,6 +160,8 @@ def spearman(values: np.ndarray, targets: np.ndarray | None = None) -> np.ndarra
 
 
 METRICS: dict[str, Metric] = {"accuracy": accuracy, "mse": mse, "pearson": pearson, "spearman": spearman}
+# The built-in metrics whose resamples skip the checks their inputs already passed and share the targets' side.
+_PAIRED = {"mse": _mse_pair, "pearson": _pearson_pair}
 
 
 # ---------------------------------------------------------------------------------------------- bootstrap
@@ -190,12 +208,19 @@ def paired_bootstrap(metric: str | Metric, a: Sequence[Any] | np.ndarray, b: Seq
     diffs = np.empty(n_boot, dtype=np.float64)
     rng = np.random.default_rng(seed)
     rows = max(1, CHUNK_ELEMENTS // n)
+    pair = _PAIRED.get(name) if fn is METRICS.get(name) and t is not None else None
+    if pair is not None:  # checked above; as float64 once (indexing then converting gives the same values)
+        xa, xb, t = (np.asarray(v, dtype=np.float64) for v in (xa, xb, t))
     for start in range(0, n_boot, rows):
         stop = min(n_boot, start + rows)
         idx = rng.integers(0, n, size=(stop - start, n))
         tt = None if t is None else t[idx]
-        diffs[start:stop] = np.asarray(fn(xa[idx], tt), dtype=np.float64) - np.asarray(fn(xb[idx], tt),
-                                                                                      dtype=np.float64)
+        if pair is not None:
+            ra, rb = pair(xa[idx], xb[idx], tt)
+            diffs[start:stop] = ra - rb
+        else:
+            diffs[start:stop] = np.asarray(fn(xa[idx], tt), dtype=np.float64) - np.asarray(fn(xb[idx], tt),
+                                                                                          dtype=np.float64)
     ok = np.isfinite(diffs)
     n_dropped = int(n_boot - np.count_nonzero(ok))
     if n_dropped < n_boot:
