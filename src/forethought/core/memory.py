@@ -83,7 +83,7 @@ def check_fits(est: dict[str, int], device: torch.device, resident_bytes: int = 
     raise ForethoughtError(
         f"training needs about {human_bytes(need)} on {device} for weights, gradients and AdamW states (before "
         f"activations) but only {human_bytes(free)} is free: load the base in bf16 (--base_dtype bf16, "
-        "--run.precision bf16), train LoRA adapters instead of every weight, or shard over GPUs with FSDP "
+        "--run.precision bf16), train LoRA adapters instead of every weight, or shard over GPUs with FSDP (untested) "
         "(accelerate launch --config_file configs/accelerate/fsdp.yaml); --train.grad_accum and "
         "--train.activation_checkpointing true shrink the activations on top")
 
