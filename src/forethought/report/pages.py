@@ -182,12 +182,7 @@ PREDGEN = Page("predgen", "Results: PredGen", (
             "Predictor is best on both tasks, PredGen's adapter is close on STS-B, and the plain Generator is far "
             "behind: learning to write the number by teacher forcing alone is slow. One seed per cell, so "
             "differences of a few hundredths are within noise."),
-    Section("predgen_words_sst2.json", "Which input words go with each written answer (SST-2)",
-            "forethought experiment run predgen_words_sst2", **_before_runner(
-                "predgen_words_sst2", "python benchmarks/predgen_mine.py --words", predgen.words, lambda r: (
-                    "NPMI is 0 for a word independent of the answer and 1 for a word that occurs exactly with it; "
-                    "a word seen in few examples cannot score high. The paper does not say how its word scores "
-                    "were normalised, so these are not on its scale. One seed, one short training run."))),
+    spec_section("predgen_words_sst2"),
     spec_section("predgen_answer_tokens"),
 ))
 

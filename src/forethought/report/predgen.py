@@ -67,17 +67,3 @@ def regression(r: dict) -> list[str]:
                        f"{pair(x.get('decoded'))} | {pair(x.get('expected_value'))} | "
                        f"{_fmt(x.get('parse_failure_rate'))} |")
     return out
-
-
-def words(r: dict) -> list[str]:
-    """The token-level analysis: the input words most associated (NPMI) with each answer the model writes."""
-    out = [f"{r['model']}; {r['task']}, {r['examples']} examples; words in at least {r['min_count']} examples; "
-           f"the written answer matches the target on {r['answers_match_targets']:.3f} of them.", "",
-           f"Definition: {r['definition']}.", "",
-           "| answer (examples) | top words: NPMI (examples with this answer / with the word) |", "|---|---|"]
-    for answer, x in r["per_answer"].items():
-        top = ", ".join(f"{w['word']} {w['npmi']:.2f} ({w['with_answer']}/{w['examples']})" for w in x["top"])
-        out.append(f"| {answer} ({x['answered']}) | {top} |")
-    return out
-
-
