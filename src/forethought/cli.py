@@ -10,14 +10,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
+import shutil
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from forethought.core.config import describe, load_config
+from forethought.core.config import help_sections, load_config, show_yaml
 from forethought.core.errors import ForethoughtError
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -30,6 +33,9 @@ class Command:
     help: str
     target: str  # "module:function" taking (cfg, resume): imported only once the config has loaded
     config: str  # "module:Config", from a module that imports no torch, so --help and bad input answer fast
+    # what --resume takes: "checkpoint" = auto or one checkpoint folder (one model trains), "auto" = auto only
+    # (several models or stages train, each from its own newest checkpoint), "" = no --resume (nothing trains)
+    resume: Literal["checkpoint", "auto", ""] = ""
     spec_arg: bool = False  # an experiment verb: its first word is the spec (positional)
     checks_commands: bool = False  # its target takes parse=: checks other forethought commands without running them
 
@@ -46,13 +52,13 @@ class Command:
 COMMANDS = [
     Command("myopia", "synthetic", "train vanilla vs myopic models on the synthetic pre-caching task; "
             "normalised loss per p and per-layer ridge probes",
-            "forethought.myopia.synthetic:run", "forethought.myopia.config:SyntheticConfig"),
+            "forethought.myopia.synthetic:run", "forethought.myopia.config:SyntheticConfig", resume="auto"),
     Command("myopia", "lm", "vanilla vs myopic language-model training (our GPT from scratch or an HF model); "
             "myopia gap overall and per position, local-myopic bonus, transformer-bigram baseline",
-            "forethought.myopia.lm:run", "forethought.myopia.config:LMConfig"),
+            "forethought.myopia.lm:run", "forethought.myopia.config:LMConfig", resume="auto"),
     Command("myopia", "gradients", "the pre-caching gradient: during vanilla training, the vanilla vs myopic "
             "gradient on fixed batches, per layer (relative difference, cosine)",
-            "forethought.myopia.gradients:run", "forethought.myopia.config:GradientsConfig"),
+            "forethought.myopia.gradients:run", "forethought.myopia.config:GradientsConfig", resume="checkpoint"),
     Command("myopia", "probe", "Future-Lens probes: from layer l at position t predict token t+k (k=1..N), "
             "vanilla vs myopic checkpoints", "forethought.myopia.probe:run", "forethought.myopia.config:ProbeConfig"),
     Command("myopia", "init-model", "a seeded random-init HF model of a published architecture (pythia-14m) with the "
@@ -66,14 +72,14 @@ COMMANDS = [
             "forethought.myopia.families:run", "forethought.myopia.config:FamiliesConfig"),
     Command("myopia", "sin-block", "can one GPT block learn sin(10x) from a linear embedding of x (length-1 "
             "sequences, MSE)? the held-out MSE over training, e.g. per --model.activation",
-            "forethought.myopia.sin_block:run", "forethought.myopia.config:SinBlockConfig"),
+            "forethought.myopia.sin_block:run", "forethought.myopia.config:SinBlockConfig", resume="checkpoint"),
     Command("myopia", "synthetic-why", "why the synthetic task's model does or does not learn under a setting "
             "(--model.init, --model.final_norm): loss, gradient signal-to-noise at the first MLP, the blocks' share "
             "of the head's input and a layer-1 probe of sin(10x), every eval_every steps",
-            "forethought.myopia.synthetic_why:run", "forethought.myopia.config:SyntheticWhyConfig"),
+            "forethought.myopia.synthetic_why:run", "forethought.myopia.config:SyntheticWhyConfig", resume="checkpoint"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
-            "forethought.psf.config:RecipeConfig"),
+            "forethought.psf.config:RecipeConfig", resume="auto"),
     Command("psf", "sample", "sample a 'psf recipe' run (PSF or AR; unconditional or prompted) to JSONL + text",
             "forethought.psf.generate:sample", "forethought.psf.config:SampleConfig"),
     Command("psf", "diagnose", "diagnose a 'psf recipe' run: state-shuffle cost per position (codes kept, zeroed, "
@@ -91,11 +97,11 @@ COMMANDS = [
     Command("psf", "token-flow", "train the token-level flow baseline (ELF-style, over all L token embeddings) "
             "beside a finished 'psf recipe' run with the AR baseline: its frozen token table, the recipe's batches, "
             "parameters matched to PSF encoder + decoder; 'psf eval --compare' evaluates the folder",
-            "forethought.psf.token_flow_run:run", "forethought.psf.config:TokenFlowRunConfig"),
+            "forethought.psf.token_flow_run:run", "forethought.psf.config:TokenFlowRunConfig", resume="checkpoint"),
     Command("predgen", "train", "fine-tune an HF causal LM to classify / regress with --method predictor | generator "
             "| predgen (PEFT LoRA/AdaLoRA/DoRA or full), then evaluate; saves adapter + head; --method base "
             "evaluates the untrained base model zero-shot",
-            "forethought.predgen.commands:run_train", "forethought.predgen.config:PredGenConfig"),
+            "forethought.predgen.commands:run_train", "forethought.predgen.config:PredGenConfig", resume="checkpoint"),
     Command("predgen", "eval", "evaluate a trained model on its task's eval (or train) split",
             "forethought.predgen.commands:run_eval", "forethought.predgen.config:EvalConfig"),
     Command("predgen", "predict", "predict on a file of new inputs with a trained model (writes JSONL)",
@@ -134,7 +140,7 @@ COMMANDS = [
             "--dry_run true: a few steps of each on the CPU", "forethought.gpu_check:run",
             "forethought.gpu_check:GpuCheckConfig"),
     Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
-            "forethought.demo:run", "forethought.demo:DemoConfig"),
+            "forethought.demo:run", "forethought.demo:DemoConfig", resume="auto"),
 ]
 
 
@@ -163,28 +169,57 @@ def resolve_config_path(system: str, verb: str, spec: str | None) -> Path | None
                            f"(presets: {known})")
 
 
+def help_width() -> int:
+    """The terminal's width (``COLUMNS`` when set), at most 100 columns: help stays readable on a wide screen."""
+    return max(40, min(shutil.get_terminal_size((100, 24)).columns, 100))
+
+
+def _wrap(text: str, indent: int = 0) -> str:
+    return textwrap.fill(text, help_width(), subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
+_RESUME_HELP = {"checkpoint": "'auto' = continue from the newest complete checkpoint; or a checkpoint folder "
+                              "<run>/step-NNNNNN",
+                "auto": "'auto' = continue every model or stage from its own newest complete checkpoint and "
+                        "skip the finished ones"}
+
+
 def _parser(cmd: Command) -> argparse.ArgumentParser:
     cls = cmd.config_class()
     name = f"forethought {cmd.system} {cmd.verb}".strip()
-    epilog = "config keys (override with --section.key VALUE):\n" + "\n".join(describe(cls))
-    p = argparse.ArgumentParser(prog=name, description=cmd.help, epilog=epilog,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = "\n".join([_wrap("config keys (override with --section.key VALUE; the defaults shown are this "
+                              "command's, before --config):"), *help_sections(cls, help_width())])
+    p = argparse.ArgumentParser(prog=name, description=_wrap(cmd.help), epilog=epilog,
+                                formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog,
+                                                                                                  width=help_width()))
     preset_names = ", ".join(presets(cmd.system)) or "none"
     p.add_argument("--config", help=f"YAML file or preset name (presets: {preset_names})")
-    p.add_argument("--resume", default=None, help="'auto' = continue from the newest complete checkpoint; "
-                   "or a checkpoint folder")
+    if cmd.resume:
+        p.add_argument("--resume", default=None, help=_RESUME_HELP[cmd.resume])
     return p
 
 
 def _top_help() -> str:
     lines = ["usage: forethought <system> <verb> [--config FILE|PRESET] [--section.key VALUE ...] [--resume auto]",
+             "       forethought config show|validate <system> <verb> [--config ...] [--section.key VALUE ...]",
              "", "Study and exploit what a language model's states know about the future.", "", "commands:"]
     for c in COMMANDS:
-        lines.append(f"  {(c.system + ' ' + c.verb).strip():<20} {c.help}")
-    lines += ["", "Run 'forethought <system> <verb> --help' for a command's options and config keys.",
-              "Multi-process / multi-GPU: accelerate launch -m forethought.cli <system> <verb> ... "
-              "(or torchrun --nproc-per-node N -m forethought.cli ...)"]
+        lines.append(_wrap(f"  {(c.system + ' ' + c.verb).strip():<20} {c.help}", 23))
+    lines += ["", _wrap(f"  {'config show':<20} {CONFIG_VERBS['show']}", 23),
+              _wrap(f"  {'config validate':<20} {CONFIG_VERBS['validate']}", 23),
+              "", "Run 'forethought <system> <verb> --help' for a command's options and config keys.",
+              _wrap("Multi-process / multi-GPU: accelerate launch -m forethought.cli <system> <verb> ... "
+                    "(or torchrun --nproc-per-node N -m forethought.cli ...)")]
     return "\n".join(lines)
+
+
+CONFIG_VERBS = {
+    "show": "print a command's resolved config (defaults, then --config, then overrides) as YAML, each key with "
+            "its type, default and help as comments; the output is a --config file for that command",
+    "validate": "check a command's config and --resume without loading anything: one line, OK or the error "
+                "(exit status 2)",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,6 +244,8 @@ def _main(argv: list[str] | None) -> int:
         print(__version__)
         return 0
     try:
+        if argv[0] == "config":
+            return _config(argv[1:])
         cmd, cfg, resume = _configured(argv)
         cmd.run(cfg, resume)
         return 0
@@ -220,17 +257,67 @@ def _main(argv: list[str] | None) -> int:
         return 130
 
 
+def _config(argv: list[str]) -> int:
+    """``forethought config show|validate <system> <verb> ...``: the command's config loaded and checked as
+    running it would (its --resume too), and nothing more: no torch, no data, no model, nothing written."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_wrap("usage: forethought config show|validate <system> <verb> [--config FILE|PRESET] "
+                    "[--section.key VALUE ...] [--resume ...]", 7) + "\n")
+        print("\n".join(_wrap(f"  {verb:<10} {text}", 13) for verb, text in CONFIG_VERBS.items()))
+        return 0
+    if argv[0] not in CONFIG_VERBS:
+        raise ForethoughtError(f"unknown command 'config {argv[0]}'; 'config' has: {', '.join(CONFIG_VERBS)}")
+    if len(argv) < 2:
+        raise ForethoughtError(f"name a command: forethought config {argv[0]} <system> <verb> (e.g. predgen train)")
+    cmd, cfg, _ = _configured(argv[1:])
+    name = f"{cmd.system} {cmd.verb}".strip()
+    if argv[0] == "validate":
+        print(f"OK: the config of 'forethought {name}' is valid")
+        return 0
+    command = " ".join(["forethought", name, *(shlex.quote(a) for a in argv[1 + len(name.split()):])])
+    print(f"# the resolved config of: {command}\n# rerun it with: forethought {name} --config <this file>\n")
+    print(show_yaml(cfg, help_width()), end="")
+    return 0
+
+
+def check_resume(cmd: Command, resume: str | None) -> str | None:
+    """``--resume`` checked as the config is, before any data or model loads: 'auto', or (for a command that
+    trains one model) a checkpoint folder that exists. 'none' / 'never' / '' mean a fresh run (None)."""
+    if resume in (None, "", "none", "never"):
+        return None
+    if resume == "auto":
+        return resume
+    name = f"{cmd.system} {cmd.verb}".strip()
+    if cmd.resume == "auto":
+        raise ForethoughtError(f"{name} takes --resume auto (every model or stage continues from its own newest "
+                               f"checkpoint), not --resume {resume}")
+    folder = Path(resume)
+    # core.checkpoint (which imports torch) verifies the folder before loading it; here only its shape is
+    # checked: a step-NNNNNN folder holds a manifest.json
+    if not folder.is_dir():
+        raise ForethoughtError(f"--resume: no checkpoint folder at {folder} (give 'auto' or a <run>/step-NNNNNN "
+                               "folder)")
+    if not (folder / "manifest.json").is_file():
+        raise ForethoughtError(f"--resume: {folder} is not a checkpoint (no manifest.json in it); give 'auto' or a "
+                               "<run>/step-NNNNNN folder")
+    return resume
+
+
 def _configured(argv: list[str]) -> tuple[Command, Any, str | None]:
-    """The command ``argv`` names and its loaded, checked config (no torch, nothing written)."""
+    """The command ``argv`` names, its loaded, checked config and its checked --resume (no torch, nothing
+    written)."""
     cmd = _find(argv)
     rest = argv[2:] if cmd.verb else argv[1:]
     if cmd.spec_arg and rest and not rest[0].startswith("-"):
         rest = ["--spec", *rest]
     parser = _parser(cmd)
     args, overrides = parser.parse_known_args(rest)
+    if not cmd.resume and any(a == "--resume" or a.startswith("--resume=") for a in overrides):
+        name = f"{cmd.system} {cmd.verb}".strip()
+        raise ForethoughtError(f"'{name}' takes no --resume (it has no checkpoints to continue from)")
     cfg = load_config(cmd.config_class(), resolve_config_path(cmd.system, cmd.verb or "demo", args.config),
                       overrides)
-    return cmd, cfg, args.resume
+    return cmd, cfg, check_resume(cmd, getattr(args, "resume", None))
 
 
 def check_command(argv: tuple[str, ...]) -> None:

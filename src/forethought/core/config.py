@@ -1,8 +1,9 @@
 """Typed configs: nested dataclasses, loaded from YAML, overridden from the command line with dotted keys.
 
 A config class is a dataclass whose fields are plain values or nested dataclasses. Each field may carry a
-``help`` entry in its metadata; it is shown by ``forethought <cmd> --help``. Unknown keys and values of the
-wrong type raise :class:`ForethoughtError` naming the key, so a typo never silently does nothing.
+``help`` entry in its metadata; it is shown by ``forethought <cmd> --help`` and ``forethought config show <cmd>``.
+Unknown keys and values of the wrong type raise :class:`ForethoughtError` naming the key, so a typo never silently
+does nothing.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import json
 import math
 import re
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -352,15 +355,86 @@ def save_yaml(cfg: Any, path: Path) -> None:
     atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
-def describe(cls: type, prefix: str = "", inst: Any = None) -> list[str]:
-    """One line per key: ``section.key = default  help`` (for --help). Nested sections show the defaults the
-    command gives them (e.g. its own run name), not their class's."""
-    lines = []
-    inst = cls() if inst is None else inst
+def type_name(t: Any) -> str:
+    """A key's annotated type as a reader writes it in YAML: ``int``, ``str | null``, ``list[float]``, and a
+    choice as its values (``causal | block_causal | full``)."""
+    origin = typing.get_origin(t)
+    if origin is typing.Literal:
+        return " | ".join(inline_yaml(a) for a in typing.get_args(t))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("null" if a is type(None) else type_name(a) for a in typing.get_args(t))
+    if origin in (list, tuple, dict):
+        return f"{origin.__name__}[{', '.join(type_name(a) for a in typing.get_args(t))}]"
+    if t is Any:
+        return "any"
+    return getattr(t, "__name__", str(t))
+
+
+def inline_yaml(value: Any) -> str:
+    """``value`` as one line of YAML, as it is typed after ``--key`` or in a config file (``null``, ``true``,
+    ``[1, 2]``, ``''``)."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(inline_yaml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{inline_yaml(k)}: {inline_yaml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, str) and not value.isprintable():
+        return json.dumps(value, ensure_ascii=False)  # one line: YAML reads JSON's escapes (\n, \t) back
+    text = yaml.safe_dump(value, default_flow_style=True, width=math.inf, allow_unicode=True)
+    return text.removesuffix("\n").removesuffix("\n...").strip()
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                         break_on_hyphens=False) or [first.rstrip()]
+
+
+def _sections(cls: type, inst: Any, prefix: str = "") -> list[tuple[str, str, list[tuple[str, Any, Any, str]]]]:
+    """(section path, section help, [(key, type, default, help)]) for the top level and every nested section,
+    depth first, each key's default being the one the command gives it (e.g. its own run name)."""
+    keys, nested = [], []
     for f in dataclasses.fields(cls):
         t = _hints(cls)[f.name]
         if dataclasses.is_dataclass(t):
-            lines += describe(t, f"{prefix}{f.name}.", getattr(inst, f.name))
+            sub = _sections(t, getattr(inst, f.name), f"{prefix}{f.name}.")
+            nested += [(sub[0][0], f.metadata.get("help", ""), sub[0][2]), *sub[1:]]
         else:
-            lines.append(f"  --{prefix}{f.name} {getattr(inst, f.name)!r}  {f.metadata.get('help', '')}".rstrip())
+            keys.append((prefix + f.name, t, getattr(inst, f.name), f.metadata.get("help", "")))
+    return [(prefix.rstrip("."), "", keys), *nested]
+
+
+def help_sections(cls: type, width: int = 100) -> list[str]:
+    """The config keys for ``--help``, grouped under one heading per section (``model:``, ``ar.train:``), each
+    key with its default and help wrapped to ``width`` columns."""
+    lines: list[str] = []
+    for path, help_text, keys in _sections(cls, cls()):
+        if not keys:
+            continue
+        heading = f"{path or 'settings'}:" + (f"  {help_text}" if help_text else "")
+        lines += ["", *_wrap(heading, width, "", "    ")]
+        for key, _, default, key_help in keys:
+            lines += _wrap(f"--{key} {inline_yaml(default)}  {key_help}".rstrip(), width, "  ", "        ")
+    return lines
+
+
+def show_yaml(cfg: Any, width: int = 100) -> str:
+    """``cfg`` as a YAML config file that ``--config`` loads back to the same config: every key with a comment
+    above it giving its type, its default (the command's) and its help, each section with its help."""
+    return "\n".join(_show(type(cfg), cfg, type(cfg)(), "", width)) + "\n"
+
+
+def _show(cls: type, cfg: Any, default: Any, indent: str, width: int) -> list[str]:
+    lines = []
+    for f in dataclasses.fields(cls):
+        t = _hints(cls)[f.name]
+        value, key_help = getattr(cfg, f.name), f.metadata.get("help", "")
+        if dataclasses.is_dataclass(t):
+            if key_help:
+                lines += _wrap(key_help, width, f"{indent}# ", f"{indent}#   ")
+            lines.append(f"{indent}{f.name}:")
+            lines += _show(t, value, getattr(default, f.name), indent + "  ", width)
+            continue
+        note = f"{type_name(t)}, default {inline_yaml(getattr(default, f.name))}" + (f": {key_help}" if key_help
+                                                                                     else "")
+        lines += _wrap(note, width, f"{indent}# ", f"{indent}#   ")
+        lines.append(f"{indent}{f.name}: {inline_yaml(value)}")  # a key's value: a scalar or a list of them
     return lines
