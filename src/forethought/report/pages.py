@@ -206,14 +206,7 @@ PSF = Page("psf", "Results: Predictive State Flow", (
             "forethought experiment run psf_states_ablation", **_before_runner(
                 "psf_states_ablation", "python benchmarks/psf_states_ablation.py", psf.states_ablation,
                 lambda r: load_spec("psf_states_ablation")[0].notes.strip())),
-    Section("psf_prompted.json", "Prompted continuations: a conditioned prior against replacement",
-            "forethought experiment run psf_prompted", **_before_runner(
-                "psf_prompted", "python benchmarks/psf_prompted.py",
-                psf.prompted, lambda r: (
-                    "At this scale the conditioned prior does not continue the topic chain better than replacement, "
-                    "so replacement stays the default. The junction is set by the prompt (the first continued "
-                    "block's state is known); everything after depends on sampled states, where neither prior gives "
-                    "the decoder a topic chain."))),
+    spec_section("psf_prompted"),
     Section("psf_codes_pilot.json", "Realization codes: which option makes the decoder use them (planted corpus)",
             "forethought experiment run psf_codes_pilot", **_before_runner(
                 "psf_codes_pilot", "python benchmarks/psf_codes_pilot.py --seed N --out "

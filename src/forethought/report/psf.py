@@ -179,30 +179,6 @@ PROMPTED_METRICS = (("junction_stay", "junction"), ("continuation_nll", "NLL"),
                     ("continuation_persistence", "persistence"))
 
 
-def prompted(r: dict) -> list[str]:
-    """Prompted continuations on the planted corpus: a prompt-conditioned prior against replacement."""
-    rows = []
-    for m, by in r["over_seeds"].items():
-        rep = " / ".join(f"{by[k]['replace']['mean']:.3f}" for k, _ in PROMPTED_METRICS)
-        diff = " / ".join(f"{by[k]['conditioned - replace']['mean_diff']:+.3f} "
-                          f"{_iv(by[k]['conditioned - replace']['t_interval'])}" for k, _ in PROMPTED_METRICS)
-        nore = " / ".join(f"{by[k]['conditioned_no_replace - replace']['mean_diff']:+.3f}" for k, _ in PROMPTED_METRICS
-                          if "conditioned_no_replace - replace" in by[k])
-        true = " / ".join(f"{by[k]['true']['mean']:.3f}" for k, _ in PROMPTED_METRICS)
-        rows.append([m, rep, diff, nore or "–", true])
-    seeds = ", ".join(map(str, r.get("seeds", [])))
-    return [f"Seeds {seeds}; {r.get('prompts')} test documents as prompts of m of their blocks; one continuation per "
-            f"prompt at temperature {r.get('sampling', {}).get('temperature', 1):g}; "
-            f"{r.get('sampling', {}).get('prior_steps')} "
-            f"Euler steps. Scores under the true generator: junction stay = p(the topic stays at the prompt's end) "
-            f"(true chain {r.get('stay_prob')}, chance {r.get('chance_stay')}), the exact NLL per token of the "
-            "continuation given the prompt, and the persistence of consecutive continued blocks. Mean over seeds; "
-            "differences with the Student-t 95 % interval over seeds.", "",
-            "| m | replace: junction / NLL / persistence | conditioned − replace [t 95 %] | "
-            "conditioned without replacement − replace | true continuation |", "|---|---|---|---|---|",
-            *("| " + " | ".join(x) + " |" for x in rows)]
-
-
 def _diagnose(diag: dict) -> list[str]:
     """``psf diagnose`` of each PSF model: state-shuffle cost per stage and the AR baseline's block-cut ceiling."""
     rows = []
