@@ -149,6 +149,70 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     assert latest_checkpoint(tmp_path).name == "step-000001"
 
 
+def _crashing_save(monkeypatch, crash_at: int) -> list[str]:
+    """Patch every file operation save_checkpoint makes so that operation ``crash_at`` (0-based) raises, as a kill
+    there would stop the save; returns the names of the operations made (all of them when none crashed)."""
+    import os
+    import shutil
+
+    import forethought.core.checkpoint as ck
+
+    made: list[str] = []
+
+    def wrap(name, fn):
+        def op(*args, **kwargs):
+            if len(made) == crash_at:
+                raise KeyboardInterrupt(f"killed at {name}")
+            made.append(name)
+            return fn(*args, **kwargs)
+        return op
+
+    for owner, name in ((ck, "save_file"), (ck, "atomic_write_json"), (torch, "save"), (os, "replace"),
+                        (shutil, "rmtree"), (ck.Path, "mkdir"), (ck.Path, "write_text")):
+        monkeypatch.setattr(owner, name, wrap(name, getattr(owner, name)))
+    return made
+
+
+@pytest.mark.parametrize("have,step,keep", [((1, 2), 3, 2), ((1, 2), 2, 2), ((2,), 2, 1)],
+                         ids=["new-step-and-prune", "replace-a-step", "replace-the-only-one"])
+def test_a_save_killed_at_any_operation_leaves_a_complete_checkpoint(tmp_path, monkeypatch, have, step, keep):
+    """Kill the save at each of its file operations in turn: the newest complete checkpoint is the old one or the
+    new one, whole (its weights load and are one save's, never a mix), and the next save goes through."""
+    def weights(v: float) -> torch.nn.Module:
+        m = torch.nn.Linear(2, 2)
+        torch.nn.init.constant_(m.weight, v)
+        return m
+
+    def save(root, s, v, k):
+        return save_checkpoint(root, s, weights(v), {"step": s, "v": v}, {"v": v}, keep=k)
+
+    with monkeypatch.context() as mp:  # how many operations an uninterrupted save makes
+        for s in have:
+            save(tmp_path / "count", s, float(s), keep)
+        ops = _crashing_save(mp, crash_at=10**6)
+        save(tmp_path / "count", step, 9.0, keep)
+    assert {"save_file", "atomic_write_json", "replace"} <= set(ops)
+    for crash in range(len(ops)):
+        root = tmp_path / f"crash{crash}"
+        for s in have:
+            save(root, s, float(s), keep)
+        with monkeypatch.context() as mp, pytest.raises(KeyboardInterrupt):
+            _crashing_save(mp, crash_at=crash)
+            save(root, step, 9.0, keep)
+        ckpt = latest_checkpoint(root)
+        assert ckpt is not None, (crash, ops[crash])
+        m = torch.nn.Linear(2, 2)
+        state = load_checkpoint(ckpt, m)  # verified against its manifest
+        v = m.weight.detach().unique().tolist()
+        old = (max(have), float(max(have)))
+        assert (state["step"], state["v"]) in (old, (step, 9.0)) and v == [state["v"]], (crash, ops[crash], ckpt.name)
+        assert save(root, step, 7.0, keep) == root / f"step-{step:06d}"  # the run goes on after the resume
+        assert latest_checkpoint(root) == root / f"step-{step:06d}"
+        assert sorted(p.name for p in root.iterdir()) == sorted(
+            f"step-{s:06d}" for s in {*have, step}
+            if s in sorted({*have, step})[-keep:])  # nothing left behind: no temp, aside or trash folder
+
+
 def test_manifest_entry_without_bytes_is_clear(tmp_path):
     import json
 
