@@ -213,6 +213,21 @@ def test_a_save_killed_at_any_operation_leaves_a_complete_checkpoint(tmp_path, m
             if s in sorted({*have, step})[-keep:])  # nothing left behind: no temp, aside or trash folder
 
 
+def test_runs_in_one_process_keep_their_pending_state_to_themselves(tmp_path):
+    """Two runs of the same folder, not started: a sub-run starts the parent it was made from, and only that one
+    (no registry shared by every run of the process)."""
+    from forethought.core.run import Run
+
+    mine, other = Run.create(tmp_path, "same", Outer(name="mine")), Run.create(tmp_path, "same")
+    stage = mine.sub("stage/a")
+    assert not (tmp_path / "same").exists()  # nothing written before the first write
+    other.sub("b").start()
+    assert not mine.started and not (tmp_path / "same" / "config.yaml").exists()
+    stage.log({"step": 1})
+    assert mine.started and "mine" in (tmp_path / "same" / "config.yaml").read_text()
+    assert (tmp_path / "same" / "stage" / "a" / "metrics.jsonl").is_file()
+
+
 def test_manifest_entry_without_bytes_is_clear(tmp_path):
     import json
 

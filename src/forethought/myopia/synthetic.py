@@ -115,7 +115,7 @@ def probes(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int,
 
 
 def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume: str | None) -> dict:
-    run = Run.create(parent.dir, f"p={p:g}/{mode}", is_main=rt.is_main)
+    run = parent.sub(f"p={p:g}/{mode}")
     torch.manual_seed(cfg.run.seed)
     model = GPT(cfg.model)
     if mode != "vanilla":

@@ -404,7 +404,7 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
                        done, params={"psf": model.num_params()})
     results["params"] = ctx.params
     for stage in plan:
-        results["stages"][stage.name] = stage.run(ctx, Run.create(parent.dir, stage.name, is_main=rt.is_main))
+        results["stages"][stage.name] = stage.run(ctx, parent.sub(stage.name))
     results["final_stage"] = ctx.final_stage
     results["model_training_tokens"] = model_tokens(plan, L)
     previous = _previous_results(parent.dir) if len(done) == len(plan) else None
