@@ -425,6 +425,25 @@ def test_eval_every_logs_plots_and_does_not_change_training(tmp_path):
     assert "eval_curve" not in off and not (run_off.dir / "eval_curve.png").exists() and calls[-1] == 5
 
 
+def test_ranks_share_data_and_init_seeds_but_not_dropout_ones():
+    from forethought.core.runtime import RANK_SHARED_STREAMS, mix_seed, rank_seed, seed_rank_streams
+
+    assert set(RANK_SHARED_STREAMS) == {"data", "init"}
+    for stream in ("data", "init"):
+        assert len({rank_seed(stream, 7, r) for r in range(4)}) == 1 and rank_seed(stream, 7, 0) == mix_seed(stream, 7)
+    assert len({rank_seed("dropout", 7, r) for r in range(4)}) == 4
+    assert rank_seed("dropout", 7, 1) != rank_seed("dropout", 8, 1)  # still a function of the run's seed
+
+    def masks(rank, world):  # what a dropout layer draws on this rank once training starts
+        torch.manual_seed(0)  # every rank seeded alike (equal initial weights)
+        seed_rank_streams(rank, world)
+        return torch.nn.functional.dropout(torch.ones(64), 0.5)
+
+    assert torch.equal(masks(1, 2), masks(1, 2))  # reproducible per rank
+    assert not torch.equal(masks(0, 2), masks(1, 2))
+    assert torch.equal(masks(0, 1), masks(3, 1))  # one process: its stream is left as seeded
+
+
 def test_non_finite_loss_stops_every_rank():
     from forethought.core.trainer import all_finite
 

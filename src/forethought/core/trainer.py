@@ -13,7 +13,13 @@ over a varying number of items, such as answer tokens: see core/accumulate.py) a
 
 Resume restores the weights, the optimizer and every RNG stream (torch CPU and all CUDA devices, numpy,
 Python), so a resumed run takes the same steps as an uninterrupted one. On the CPU this gives bit-identical
-weights (tested); on a GPU it is as exact as the kernels are deterministic (cuDNN / atomics may not be).
+weights (tested); on a GPU it is as exact as the kernels are deterministic (cuDNN / atomics may not be). Under
+several processes each rank draws its own dropout masks from the start of training (core/runtime.py:
+``seed_rank_streams``); rank 0's streams are the ones checkpointed, so after a resume the ranks' dropout streams
+are drawn again from them.
+
+However training ends (finished, an error, Ctrl-C), the trackers are ended and the model is given back as it came:
+each module's train/eval mode, activation checkpointing as it was, its own forward (no autocast wrapper).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from forethought.core.memory import (
 )
 from forethought.core.plots import line_plot
 from forethought.core.run import Run
-from forethought.core.runtime import Runtime, rng_state, set_rng_state
+from forethought.core.runtime import Runtime, rng_state, seed_rank_streams, set_rng_state
 from forethought.core.trackers import log_row, start_trackers, stop_trackers
 from forethought.core.train_config import TrainConfig  # its home imports no torch; importable from here too
 
@@ -166,6 +172,9 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
             _truncate_metrics(run, start)
             if rt.is_main:
                 print(f"resumed from {ckpt} at step {start}")
+        # every rank has drawn alike so far (equal initial weights, or rank 0's restored streams): from here on
+        # each rank draws its own dropout masks
+        seed_rank_streams(rt.rank, rt.world_size)
         run.start()  # inputs are valid and any checkpoint loaded: from here on the run writes
         tracking = start_trackers(acc, str(run.dir), str(run.dir), to_dict(run.cfg) if run.cfg is not None else None)
         wrapped, opt = acc.prepare(model, opt)
