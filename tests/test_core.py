@@ -149,6 +149,85 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     assert latest_checkpoint(tmp_path).name == "step-000001"
 
 
+def _crashing_save(monkeypatch, crash_at: int) -> list[str]:
+    """Patch every file operation save_checkpoint makes so that operation ``crash_at`` (0-based) raises, as a kill
+    there would stop the save; returns the names of the operations made (all of them when none crashed)."""
+    import os
+    import shutil
+
+    import forethought.core.checkpoint as ck
+
+    made: list[str] = []
+
+    def wrap(name, fn):
+        def op(*args, **kwargs):
+            if len(made) == crash_at:
+                raise KeyboardInterrupt(f"killed at {name}")
+            made.append(name)
+            return fn(*args, **kwargs)
+        return op
+
+    for owner, name in ((ck, "save_file"), (ck, "atomic_write_json"), (torch, "save"), (os, "replace"),
+                        (shutil, "rmtree"), (ck.Path, "mkdir"), (ck.Path, "write_text")):
+        monkeypatch.setattr(owner, name, wrap(name, getattr(owner, name)))
+    return made
+
+
+@pytest.mark.parametrize("have,step,keep", [((1, 2), 3, 2), ((1, 2), 2, 2), ((2,), 2, 1)],
+                         ids=["new-step-and-prune", "replace-a-step", "replace-the-only-one"])
+def test_a_save_killed_at_any_operation_leaves_a_complete_checkpoint(tmp_path, monkeypatch, have, step, keep):
+    """Kill the save at each of its file operations in turn: the newest complete checkpoint is the old one or the
+    new one, whole (its weights load and are one save's, never a mix), and the next save goes through."""
+    def weights(v: float) -> torch.nn.Module:
+        m = torch.nn.Linear(2, 2)
+        torch.nn.init.constant_(m.weight, v)
+        return m
+
+    def save(root, s, v, k):
+        return save_checkpoint(root, s, weights(v), {"step": s, "v": v}, {"v": v}, keep=k)
+
+    with monkeypatch.context() as mp:  # how many operations an uninterrupted save makes
+        for s in have:
+            save(tmp_path / "count", s, float(s), keep)
+        ops = _crashing_save(mp, crash_at=10**6)
+        save(tmp_path / "count", step, 9.0, keep)
+    assert {"save_file", "atomic_write_json", "replace"} <= set(ops)
+    for crash in range(len(ops)):
+        root = tmp_path / f"crash{crash}"
+        for s in have:
+            save(root, s, float(s), keep)
+        with monkeypatch.context() as mp, pytest.raises(KeyboardInterrupt):
+            _crashing_save(mp, crash_at=crash)
+            save(root, step, 9.0, keep)
+        ckpt = latest_checkpoint(root)
+        assert ckpt is not None, (crash, ops[crash])
+        m = torch.nn.Linear(2, 2)
+        state = load_checkpoint(ckpt, m)  # verified against its manifest
+        v = m.weight.detach().unique().tolist()
+        old = (max(have), float(max(have)))
+        assert (state["step"], state["v"]) in (old, (step, 9.0)) and v == [state["v"]], (crash, ops[crash], ckpt.name)
+        assert save(root, step, 7.0, keep) == root / f"step-{step:06d}"  # the run goes on after the resume
+        assert latest_checkpoint(root) == root / f"step-{step:06d}"
+        assert sorted(p.name for p in root.iterdir()) == sorted(
+            f"step-{s:06d}" for s in {*have, step}
+            if s in sorted({*have, step})[-keep:])  # nothing left behind: no temp, aside or trash folder
+
+
+def test_runs_in_one_process_keep_their_pending_state_to_themselves(tmp_path):
+    """Two runs of the same folder, not started: a sub-run starts the parent it was made from, and only that one
+    (no registry shared by every run of the process)."""
+    from forethought.core.run import Run
+
+    mine, other = Run.create(tmp_path, "same", Outer(name="mine")), Run.create(tmp_path, "same")
+    stage = mine.sub("stage/a")
+    assert not (tmp_path / "same").exists()  # nothing written before the first write
+    other.sub("b").start()
+    assert not mine.started and not (tmp_path / "same" / "config.yaml").exists()
+    stage.log({"step": 1})
+    assert mine.started and "mine" in (tmp_path / "same" / "config.yaml").read_text()
+    assert (tmp_path / "same" / "stage" / "a" / "metrics.jsonl").is_file()
+
+
 def test_manifest_entry_without_bytes_is_clear(tmp_path):
     import json
 
@@ -344,6 +423,25 @@ def test_eval_every_logs_plots_and_does_not_change_training(tmp_path):
     assert torch.equal(plain.weight, evald.weight)
     _, off, run_off = _train(tmp_path, "off", steps=3, eval_fn=eval_fn)  # eval_every 0: never called
     assert "eval_curve" not in off and not (run_off.dir / "eval_curve.png").exists() and calls[-1] == 5
+
+
+def test_ranks_share_data_and_init_seeds_but_not_dropout_ones():
+    from forethought.core.runtime import RANK_SHARED_STREAMS, mix_seed, rank_seed, seed_rank_streams
+
+    assert set(RANK_SHARED_STREAMS) == {"data", "init"}
+    for stream in ("data", "init"):
+        assert len({rank_seed(stream, 7, r) for r in range(4)}) == 1 and rank_seed(stream, 7, 0) == mix_seed(stream, 7)
+    assert len({rank_seed("dropout", 7, r) for r in range(4)}) == 4
+    assert rank_seed("dropout", 7, 1) != rank_seed("dropout", 8, 1)  # still a function of the run's seed
+
+    def masks(rank, world):  # what a dropout layer draws on this rank once training starts
+        torch.manual_seed(0)  # every rank seeded alike (equal initial weights)
+        seed_rank_streams(rank, world)
+        return torch.nn.functional.dropout(torch.ones(64), 0.5)
+
+    assert torch.equal(masks(1, 2), masks(1, 2))  # reproducible per rank
+    assert not torch.equal(masks(0, 2), masks(1, 2))
+    assert torch.equal(masks(0, 1), masks(3, 1))  # one process: its stream is left as seeded
 
 
 def test_non_finite_loss_stops_every_rank():

@@ -1,8 +1,9 @@
 """The package's layout rules, checked on the source: imports go one way down
 (core <- data, models <- eval <- systems <- cli/demo; core, eval <- experiments <- report; experiments runs the
 systems only through the CLI in subprocesses: systems never import it, it never imports them), systems do not
-import each other, no module imports another module's private (underscore) names, and predgen's modules import
-one another without a cycle (counting the imports inside functions)."""
+import each other, no module imports another module's private (underscore) names, predgen's modules import
+one another without a cycle (counting the imports inside functions), and no seed is derived by arithmetic
+(core/runtime.py's mix_seed is the one seed mixer)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,23 @@ def test_predgen_modules_import_one_way() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check itself sees one
     cycle = _cycle(graph)
     assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def _seed_arithmetic(source: str) -> list[int]:
+    """Lines where a seed (a name or attribute called ``seed`` or ``*_seed``, or ``seed_index``) is combined by
+    ``+``, ``-`` or ``*``: derived seeds go through mix_seed."""
+    def is_seed(node: ast.AST) -> bool:
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return name in ("seed", "seed_index") or name.endswith("_seed")
+
+    return sorted(node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult))
+            and any(is_seed(side) for side in (node.left, node.right)))
+
+
+def test_derived_seeds_come_from_the_one_seed_mixer() -> None:
+    assert _seed_arithmetic("torch.manual_seed(cfg.run.seed + 1000 * (stage.seed_index + 1))\nf(1000 * seed + m)\n"
+                            "g(mix_seed('x', seed, i))\n") == [1, 1, 2]  # the check itself sees them
+    found = [f"{path.relative_to(SRC)}:{line}" for path in sorted(SRC.rglob("*.py"))
+             for line in _seed_arithmetic(path.read_text())]
+    assert not found, "seeds derived by arithmetic (use core.runtime.mix_seed): " + ", ".join(found)

@@ -408,7 +408,8 @@ def test_no_tracker_writes_nothing_extra(tmp_path: Path) -> None:
                      "step-000003/trainer_state.pt"]
 
 
-def test_tracker_gets_the_metrics_rows(tmp_path: Path) -> None:
+def _recording_runtime() -> tuple[Any, Runtime]:
+    """A CPU runtime whose one tracker records every row it is sent and whether it was finished."""
     from accelerate import Accelerator
     from accelerate.tracking import GeneralTracker
 
@@ -436,13 +437,42 @@ def test_tracker_gets_the_metrics_rows(tmp_path: Path) -> None:
     compute_init("cpu")  # a fresh accelerate state
     rec = Recorder()
     acc = Accelerator(cpu=True, log_with=[rec])
-    rt = Runtime(acc, acc.device, 0, 1)
+    return rec, Runtime(acc, acc.device, 0, 1)
+
+
+def test_tracker_gets_the_metrics_rows(tmp_path: Path) -> None:
+    rec, rt = _recording_runtime()
+    acc = rt.accelerator
     run = Run.create(tmp_path, "tracked")
     train(_gpt(), token_mean_loss, lambda s: _ragged(8, seed=s),
           TrainConfig(steps=3, batch_size=8, log_every=1, eval_every=2), run, rt,
           TrainHooks(eval_fn=lambda m, step: {"val": float(step)}))
     rows = [(r["step"], {k: v for k, v in r.items() if k not in ("step", "eval")}) for r in run.metrics()]
     assert rec.rows == rows and len(rows) == 5 and rec.finished and not acc.trackers
+
+
+@pytest.mark.parametrize("stop", ["non-finite", "ctrl-c"])
+def test_a_stopped_run_ends_its_tracker_and_gives_the_model_back_as_it_was(tmp_path: Path, stop: str) -> None:
+    rec, rt = _recording_runtime()
+    model = _gpt().eval()
+    model.drop.train()  # the caller's modes, one module apart, come back as they were
+    modes = [m.training for m in model.modules()]
+
+    def loss_fn(m: torch.nn.Module, batch: dict) -> tuple[AveragedLoss, dict]:
+        loss, metrics = token_mean_loss(m, batch)
+        if len(rec.rows) == 1:  # the second step, after one logged row
+            if stop == "ctrl-c":
+                raise KeyboardInterrupt
+            loss.sums["ce"] = loss.sums["ce"] * float("nan")
+        return loss, metrics
+
+    with pytest.raises(KeyboardInterrupt if stop == "ctrl-c" else ForethoughtError):
+        train(model, loss_fn, lambda s: _ragged(8, seed=s),
+              TrainConfig(steps=3, batch_size=8, log_every=1, activation_checkpointing=True), Run.create(tmp_path, stop),
+              rt)
+    assert len(rec.rows) == 1 and rec.finished and not rt.accelerator.trackers
+    assert not memory.activation_checkpointing_on(model)
+    assert [m.training for m in model.modules()] == modes
 
 
 def test_uninstalled_tracker_is_one_clear_line(tmp_path: Path) -> None:

@@ -2,7 +2,10 @@
 
 The folder is written under a temporary name and renamed when complete, and the manifest records each file's
 size and SHA-256, so a killed run never leaves a half checkpoint and a truncated or corrupted one is detected
-with a clear message instead of being loaded. Weights are safetensors; the trainer state (optimizer,
+with a clear message instead of being loaded. A save that replaces a folder of the same step renames the old one
+aside (``step-NNNNNN.replaced``) before the new one moves in and deletes it only after, and old folders leave the
+listing by a rename before they are deleted: a run killed at any point of a save still finds a complete
+checkpoint (the aside one counts while its step has no other). Weights are safetensors; the trainer state (optimizer,
 scheduler, step, RNG) is loaded with ``weights_only=True`` (no arbitrary unpickling).
 """
 
@@ -22,7 +25,8 @@ from safetensors.torch import load_file, save_file
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 
-_STEP_DIR = re.compile(r"^step-(\d{6,})$")
+_STEP_DIR = re.compile(r"^step-(\d{6,})(\.replaced)?$")
+_SCRATCH = re.compile(r"^\.(tmp-step|trash)-")  # what a killed save leaves behind: never a checkpoint
 
 
 def _sha256(path: Path) -> str:
@@ -59,8 +63,9 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_st
     run_dir = Path(run_dir)
     final = run_dir / f"step-{step:06d}"
     tmp = run_dir / f".tmp-step-{step:06d}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    for left in run_dir.iterdir() if run_dir.is_dir() else []:
+        if _SCRATCH.match(left.name):  # one writer per run folder: these are a killed save's leftovers
+            shutil.rmtree(left, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file(_state_dict_for_save(model, trainable_only, weights), str(tmp / "model.safetensors"))
     torch.save(trainer_state, tmp / "trainer_state.pt")
@@ -68,22 +73,39 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_st
         (tmp / "config.json").write_text(json.dumps(model_config, indent=2))
     files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
     atomic_write_json(tmp / "manifest.json", {"step": step, "files": files, "trainable_only": trainable_only})
+    # Replace without a moment where neither the old nor the new folder is there: the old one steps aside
+    # (still listed while its step has no other) and is deleted only once the new one is in place.
+    aside = run_dir / f"{final.name}.replaced"
     if final.exists():
-        shutil.rmtree(final)
+        _discard(aside)  # a stale one from a save killed while deleting it; ``final`` is complete
+        os.replace(final, aside)
     os.replace(tmp, final)
+    _discard(aside)
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        _discard(old)
     return final
 
 
+def _discard(folder: Path) -> None:
+    """Delete a folder so that it leaves the checkpoint listing at once (a rename), however far the deletion gets."""
+    if folder.exists():
+        trash = folder.with_name(f".trash-{folder.name}-{os.getpid()}")
+        os.replace(folder, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoint folders (those with a manifest), oldest first."""
+    """Complete checkpoint folders (those with a manifest), oldest first, one per step: ``step-NNNNNN``, or the
+    ``step-NNNNNN.replaced`` a save killed mid-replacement left when no ``step-NNNNNN`` is there."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in run_dir.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and (p / "manifest.json").is_file()]
-    return [p for _, p in sorted(found)]
+    found: dict[int, Path] = {}
+    for p in sorted(run_dir.iterdir(), key=lambda p: p.name.endswith(".replaced")):  # plain names first
+        m = _STEP_DIR.match(p.name)
+        if m and (p / "manifest.json").is_file():
+            found.setdefault(int(m.group(1)), p)
+    return [found[k] for k in sorted(found)]
 
 
 def verify_checkpoint(ckpt: Path) -> dict[str, Any]:

@@ -94,6 +94,13 @@ def resident_bytes(model: torch.nn.Module, device: torch.device) -> int:
                if p.device.type == device.type and (device.index is None or p.device.index == device.index))
 
 
+def activation_checkpointing_on(model: torch.nn.Module) -> bool:
+    """Whether any model inside ``model`` checkpoints activations now (HF layers' ``gradient_checkpointing``
+    flag, our GPT's ``activation_checkpointing``): what the trainer puts back when it is done."""
+    return any(getattr(m, "gradient_checkpointing", False) is True or getattr(m, "activation_checkpointing", False)
+               is True for m in model.modules())
+
+
 def set_activation_checkpointing(model: torch.nn.Module, on: bool) -> int:
     """Switch activation checkpointing on (or off) in every model inside ``model`` that has the HF switch
     (``activation_checkpointing_enable``, or ``gradient_checkpointing_enable`` before transformers 5.2x; our GPT

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from forethought.core.config import field, save_yaml
 from forethought.core.env import resolved_models
@@ -95,32 +95,30 @@ class Run:
     Nothing is written when a run is created: the folder, ``config.yaml`` and ``env.json`` appear when the run
     first writes something (a metric, a result, a plot, a checkpoint through the trainer). So a command that
     stops on bad input — a corrupt checkpoint, an unknown corpus, a bad setting found late — leaves no folder
-    behind and does not touch an existing one. Sub-runs created inside a run's folder start their parent first.
+    behind and does not touch an existing one. A sub-run (:meth:`sub`) holds its parent and starts it first.
     """
 
     dir: Path
     is_main: bool = True
     cfg: Any = None
     started: bool = False
-
-    # runs created but not started yet, by folder: a sub-run starting starts its pending ancestors first
-    _pending: ClassVar[dict[Path, "Run"]] = {}
+    parent: Run | None = None  # the run whose folder holds this one (a recipe's stage, one variant of several)
 
     @classmethod
-    def create(cls, root: str | Path, name: str, cfg: Any = None, is_main: bool = True) -> "Run":
-        run = cls(Path(root) / name, is_main, cfg)
-        cls._pending[run.dir.resolve()] = run
-        return run
+    def create(cls, root: str | Path, name: str, cfg: Any = None, is_main: bool = True) -> Run:
+        return cls(Path(root) / name, is_main, cfg)
 
-    def start(self) -> "Run":
-        """Create the folder and write config.yaml (resolved) and env.json, once."""
+    def sub(self, name: str, cfg: Any = None) -> Run:
+        """A run in a folder inside this one (``name`` may hold ``/``); starting it starts this run first."""
+        return Run(self.dir / name, self.is_main, cfg, parent=self)
+
+    def start(self) -> Run:
+        """Create the folder and write config.yaml (resolved) and env.json, once (the parent's first)."""
         if self.started:
             return self
         self.started = True
-        me = self.dir.resolve()
-        Run._pending.pop(me, None)
-        for ancestor in sorted((d for d in Run._pending if d in me.parents), key=lambda d: len(d.parts)):
-            Run._pending[ancestor].start()
+        if self.parent is not None:
+            self.parent.start()
         if self.is_main:
             self.dir.mkdir(parents=True, exist_ok=True)
             if self.cfg is not None:

@@ -46,6 +46,26 @@ def mix_seed(*parts: int | str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+# Streams every process must draw alike: the data (the same global batch, of which each rank takes its slice) and
+# the initial weights. Every other stream (dropout masks, sampling and noise inside a loss) differs between ranks.
+RANK_SHARED_STREAMS = ("data", "init")
+
+
+def rank_seed(stream: str, seed: int, rank: int) -> int:
+    """The seed of random stream ``stream`` on process ``rank`` of a run seeded ``seed``: the rank is mixed in
+    except for :data:`RANK_SHARED_STREAMS`, so under DDP the ranks share their data and initial weights but do
+    not repeat each other's dropout masks."""
+    return mix_seed(stream, seed) if stream in RANK_SHARED_STREAMS else mix_seed(stream, seed, rank)
+
+
+def seed_rank_streams(rank: int, world_size: int) -> None:
+    """Under several processes, move this rank's global torch stream (CPU and CUDA: dropout, noise drawn in a
+    loss) to its own seed, drawn from the stream every rank holds alike at that point (seeded alike for equal
+    weights) and mixed with the rank by :func:`rank_seed`. One process keeps its stream as it is."""
+    if world_size > 1:
+        torch.manual_seed(rank_seed("dropout", int(torch.randint(0, 2**62, (1,))), rank))
+
+
 def step_generator(seed: int, step: int, salt: int = 0) -> torch.Generator:
     """A CPU generator that depends only on (seed, step, salt): data for step s is the same whether the run
     was interrupted or not, and on every rank, so a resumed or multi-process run sees the same data."""

@@ -13,7 +13,13 @@ over a varying number of items, such as answer tokens: see core/accumulate.py) a
 
 Resume restores the weights, the optimizer and every RNG stream (torch CPU and all CUDA devices, numpy,
 Python), so a resumed run takes the same steps as an uninterrupted one. On the CPU this gives bit-identical
-weights (tested); on a GPU it is as exact as the kernels are deterministic (cuDNN / atomics may not be).
+weights (tested); on a GPU it is as exact as the kernels are deterministic (cuDNN / atomics may not be). Under
+several processes each rank draws its own dropout masks from the start of training (core/runtime.py:
+``seed_rank_streams``); rank 0's streams are the ones checkpointed, so after a resume the ranks' dropout streams
+are drawn again from them.
+
+However training ends (finished, an error, Ctrl-C), the trackers are ended and the model is given back as it came:
+each module's train/eval mode, activation checkpointing as it was, its own forward (no autocast wrapper).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from forethought.core.config import to_dict
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.memory import (
+    activation_checkpointing_on,
     check_fits,
     describe_memory,
     estimate_training_memory,
@@ -43,7 +50,7 @@ from forethought.core.memory import (
 )
 from forethought.core.plots import line_plot
 from forethought.core.run import Run
-from forethought.core.runtime import Runtime, rng_state, set_rng_state
+from forethought.core.runtime import Runtime, rng_state, seed_rank_streams, set_rng_state
 from forethought.core.trackers import log_row, start_trackers, stop_trackers
 from forethought.core.train_config import TrainConfig  # its home imports no torch; importable from here too
 
@@ -129,99 +136,114 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
     if rt.is_main:
         print(f"{desc}: {describe_memory(cost, rt.precision)}")
     check_fits(cost, rt.device, resident_bytes(model, rt.device))
-    if cfg.activation_checkpointing:
-        set_activation_checkpointing(model, True)
-    model.to(rt.device)
-    scales = hooks.lr_scales or {}
-    groups = []
-    for scale in dict.fromkeys([1.0, *scales.values()]):  # one pair of groups (decay / none) per lr factor
-        mine = [p for p in trainable if scales.get(id(p), 1.0) == scale]
-        groups += [{"params": [p for p in mine if p.dim() >= 2], "weight_decay": cfg.weight_decay, "lr_scale": scale},
-                   {"params": [p for p in mine if p.dim() < 2], "weight_decay": 0.0, "lr_scale": scale}]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
-    start, wall_before = 0, 0.0
-    ckpt = resolve_resume(run.dir, resume)
-    if ckpt is None and resume in (None, "", "none", "never") and latest_checkpoint(run.dir) is not None:
-        raise ForethoughtError(f"{run.dir} already holds checkpoints; pass --resume auto to continue that run, "
-                               "or choose another --run.name / --run.out_dir")
-    if ckpt is not None:
-        state = load_checkpoint(ckpt, model)
-        if state.get("optimizer") is None:
-            raise ForethoughtError(f"{ckpt} holds no optimizer state (FSDP shards it; resuming FSDP runs is not "
-                                   "supported yet): start a new run, warm-started from its weights")
-        opt.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"] if "rng" in state else {"torch": state["torch_rng"]})
-        if acc.scaler is not None and state.get("scaler"):
-            acc.scaler.load_state_dict(state["scaler"])  # fp16: the loss scale continues where it was
-        start = int(state["step"])
-        wall_before = float(state.get("train_wall_s", 0.0))
-        _truncate_metrics(run, start)
-        if rt.is_main:
-            print(f"resumed from {ckpt} at step {start}")
-    run.start()  # inputs are valid and any checkpoint loaded: from here on the run writes
-    tracking = start_trackers(acc, str(run.dir), str(run.dir), to_dict(run.cfg) if run.cfg is not None else None)
-    wrapped, opt = acc.prepare(model, opt)
-    # FSDP's own clip computes the norm over every shard (accelerate uses it when given all the parameters)
-    clip = list(wrapped.parameters()) if fsdp else trainable
-    curve: list[tuple[int, float]] = [(r["step"], r["loss"]) for r in run.metrics() if "loss" in r]
-
-    def check(loss: torch.Tensor) -> None:
-        if not all_finite(loss, acc):  # every rank learns it, so all stop together instead of hanging
-            raise ForethoughtError(f"{desc}: loss became non-finite at step {step} (on at least one process); "
-                                   "lower the learning rate")
-
-    def log(row: dict[str, Any]) -> None:
-        run.log(row)
-        log_row(acc, row)
-
-    t0 = time.perf_counter()
-    bar = tqdm(range(start, cfg.steps), desc=desc, initial=start, total=cfg.steps,
-               disable=None if rt.is_main else True, dynamic_ncols=True)
-    for step in bar:
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg) * g.get("lr_scale", 1.0)  # (checkpoints before lr_scale: 1)
-        batch = to_device(shard(batch_fn(step), rt.rank, rt.world_size), rt.device)
-        micro = [split_batch(batch, i, k, "grad_accum micro-batches") for i in range(k)]
-        wrapped.train()
-        opt.zero_grad(set_to_none=True)
-        step_out = accumulate_gradients(wrapped, loss_fn, micro, acc, check)
-        done = step + 1
-        logged = done % cfg.log_every == 0 or done == cfg.steps
-        norms = grad_norms(hooks.grad_groups) if logged and hooks.grad_groups and not fsdp else {}
-        if cfg.grad_clip > 0:
-            acc.clip_grad_norm_(clip, cfg.grad_clip)
-        opt.step()
-        if hooks.after_step is not None:
-            hooks.after_step(wrapped, step)
-        if logged:
-            mean_loss = acc.reduce(step_out.loss.detach(), reduction="mean").item()
-            curve.append((done, mean_loss))
-            log({"step": done, "loss": mean_loss, "lr": lr_at(step, cfg),
-                 **{name: float(v) for name, v in step_out.metrics.items()}, **norms})
-            bar.set_postfix(loss=f"{mean_loss:.4f}")
-        if hooks.eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
-            log({"step": done, "eval": True, **run_eval(hooks.eval_fn, acc.unwrap_model(wrapped), done)})
-            wrapped.train()
-        if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
-            acc.wait_for_everyone()
-            # FSDP: every process takes part in gathering the full weights; its optimizer states stay sharded
-            weights = None
-            if fsdp:
-                weights = {k: v for k, v in acc.get_state_dict(wrapped).items() if not partial or k in trained_names}
+    # What the loop switches on the caller's model is put back however it ends (finished, a non-finite loss,
+    # Ctrl-C), since recipes train or evaluate the same model next: each module's train/eval mode, activation
+    # checkpointing, accelerate's autocast wrapper on forward; and the run's trackers are ended.
+    modes = [(m, m.training) for m in model.modules()]
+    switch_checkpointing = cfg.activation_checkpointing and not activation_checkpointing_on(model)
+    tracking, wrapped, bar = False, None, None
+    try:
+        if switch_checkpointing:
+            set_activation_checkpointing(model, True)
+        model.to(rt.device)
+        scales = hooks.lr_scales or {}
+        groups = []
+        for scale in dict.fromkeys([1.0, *scales.values()]):  # one pair of groups (decay / none) per lr factor
+            mine = [p for p in trainable if scales.get(id(p), 1.0) == scale]
+            groups += [{"params": [p for p in mine if p.dim() >= 2], "weight_decay": cfg.weight_decay, "lr_scale": scale},
+                       {"params": [p for p in mine if p.dim() < 2], "weight_decay": 0.0, "lr_scale": scale}]
+        opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
+        start, wall_before = 0, 0.0
+        ckpt = resolve_resume(run.dir, resume)
+        if ckpt is None and resume in (None, "", "none", "never") and latest_checkpoint(run.dir) is not None:
+            raise ForethoughtError(f"{run.dir} already holds checkpoints; pass --resume auto to continue that run, "
+                                   "or choose another --run.name / --run.out_dir")
+        if ckpt is not None:
+            state = load_checkpoint(ckpt, model)
+            if state.get("optimizer") is None:
+                raise ForethoughtError(f"{ckpt} holds no optimizer state (FSDP shards it; resuming FSDP runs is not "
+                                       "supported yet): start a new run, warm-started from its weights")
+            opt.load_state_dict(state["optimizer"])
+            set_rng_state(state["rng"] if "rng" in state else {"torch": state["torch_rng"]})
+            if acc.scaler is not None and state.get("scaler"):
+                acc.scaler.load_state_dict(state["scaler"])  # fp16: the loss scale continues where it was
+            start = int(state["step"])
+            wall_before = float(state.get("train_wall_s", 0.0))
+            _truncate_metrics(run, start)
             if rt.is_main:
-                # The data position is the step itself (batch_fn is a pure function of it).
-                state = {"step": done, "optimizer": None if fsdp else opt.state_dict(), "rng": rng_state(),
-                         "train_wall_s": wall_before + time.perf_counter() - t0,
-                         "scaler": acc.scaler.state_dict() if acc.scaler is not None else None}
-                save_checkpoint(run.dir, done, acc.unwrap_model(wrapped), state, model_config,
-                                keep=cfg.keep_checkpoints, trainable_only=partial, weights=weights)
-            acc.wait_for_everyone()
-    bar.close()
-    if tracking:
-        stop_trackers(acc)
-    acc.unwrap_model(wrapped, keep_fp32_wrapper=False)  # the model's own forward again, without autocast
-    if cfg.activation_checkpointing:
-        set_activation_checkpointing(model, False)
+                print(f"resumed from {ckpt} at step {start}")
+        # every rank has drawn alike so far (equal initial weights, or rank 0's restored streams): from here on
+        # each rank draws its own dropout masks
+        seed_rank_streams(rt.rank, rt.world_size)
+        run.start()  # inputs are valid and any checkpoint loaded: from here on the run writes
+        tracking = start_trackers(acc, str(run.dir), str(run.dir), to_dict(run.cfg) if run.cfg is not None else None)
+        wrapped, opt = acc.prepare(model, opt)
+        # FSDP's own clip computes the norm over every shard (accelerate uses it when given all the parameters)
+        clip = list(wrapped.parameters()) if fsdp else trainable
+        curve: list[tuple[int, float]] = [(r["step"], r["loss"]) for r in run.metrics() if "loss" in r]
+
+        def check(loss: torch.Tensor) -> None:
+            if not all_finite(loss, acc):  # every rank learns it, so all stop together instead of hanging
+                raise ForethoughtError(f"{desc}: loss became non-finite at step {step} (on at least one process); "
+                                       "lower the learning rate")
+
+        def log(row: dict[str, Any]) -> None:
+            run.log(row)
+            log_row(acc, row)
+
+        t0 = time.perf_counter()
+        bar = tqdm(range(start, cfg.steps), desc=desc, initial=start, total=cfg.steps,
+                   disable=None if rt.is_main else True, dynamic_ncols=True)
+        for step in bar:
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg) * g.get("lr_scale", 1.0)  # (checkpoints before lr_scale: 1)
+            batch = to_device(shard(batch_fn(step), rt.rank, rt.world_size), rt.device)
+            micro = [split_batch(batch, i, k, "grad_accum micro-batches") for i in range(k)]
+            wrapped.train()
+            opt.zero_grad(set_to_none=True)
+            step_out = accumulate_gradients(wrapped, loss_fn, micro, acc, check)
+            done = step + 1
+            logged = done % cfg.log_every == 0 or done == cfg.steps
+            norms = grad_norms(hooks.grad_groups) if logged and hooks.grad_groups and not fsdp else {}
+            if cfg.grad_clip > 0:
+                acc.clip_grad_norm_(clip, cfg.grad_clip)
+            opt.step()
+            if hooks.after_step is not None:
+                hooks.after_step(wrapped, step)
+            if logged:
+                mean_loss = acc.reduce(step_out.loss.detach(), reduction="mean").item()
+                curve.append((done, mean_loss))
+                log({"step": done, "loss": mean_loss, "lr": lr_at(step, cfg),
+                     **{name: float(v) for name, v in step_out.metrics.items()}, **norms})
+                bar.set_postfix(loss=f"{mean_loss:.4f}")
+            if hooks.eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
+                log({"step": done, "eval": True, **run_eval(hooks.eval_fn, acc.unwrap_model(wrapped), done)})
+                wrapped.train()
+            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
+                acc.wait_for_everyone()
+                # FSDP: every process takes part in gathering the full weights; its optimizer states stay sharded
+                weights = None
+                if fsdp:
+                    weights = {k: v for k, v in acc.get_state_dict(wrapped).items() if not partial or k in trained_names}
+                if rt.is_main:
+                    # The data position is the step itself (batch_fn is a pure function of it).
+                    state = {"step": done, "optimizer": None if fsdp else opt.state_dict(), "rng": rng_state(),
+                             "train_wall_s": wall_before + time.perf_counter() - t0,
+                             "scaler": acc.scaler.state_dict() if acc.scaler is not None else None}
+                    save_checkpoint(run.dir, done, acc.unwrap_model(wrapped), state, model_config,
+                                    keep=cfg.keep_checkpoints, trainable_only=partial, weights=weights)
+                acc.wait_for_everyone()
+    finally:
+        if bar is not None:
+            bar.close()
+        if tracking:
+            stop_trackers(acc)
+        if wrapped is not None:
+            acc.unwrap_model(wrapped, keep_fp32_wrapper=False)  # the model's own forward again, without autocast
+        if switch_checkpointing:
+            set_activation_checkpointing(model, False)
+        for m, training in modes:
+            m.train(training)
     # Training wall time over every invocation that trained this model (kept in the checkpoints).
     wall = wall_before + time.perf_counter() - t0
     out: dict[str, Any] = {"curve": curve, "steps": cfg.steps, "resumed_from": start, "wall_s": wall,

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from forethought.core.run import Run
-from forethought.core.runtime import pick_device
+from forethought.core.runtime import mix_seed, pick_device
 from forethought.models.gpt import GPT
 from forethought.models.gpt_config import GPTConfig
 from forethought.myopia.config import FamiliesConfig
@@ -143,7 +143,7 @@ def run(cfg: FamiliesConfig, resume: str | None = None) -> dict[str, Any]:
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     out = Run.create(cfg.run.out_dir, cfg.run.name, cfg).start()
-    g = torch.Generator().manual_seed(cfg.run.seed + 1)
+    g = torch.Generator().manual_seed(mix_seed("families-ids", cfg.run.seed))
     ids = torch.randint(0, cfg.exact_vocab, (2, cfg.exact_tokens), generator=g).to(device)  # (2, T)
     families: dict[str, Any] = {}
     for name in cfg.families:

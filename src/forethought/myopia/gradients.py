@@ -28,7 +28,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import pyplot, save_figure
 from forethought.core.run import Run
-from forethought.core.runtime import runtime_for, step_generator, unwrap
+from forethought.core.runtime import mix_seed, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainHooks, to_device, train
 from forethought.data.corpora import eval_windows, random_windows
 from forethought.models.gpt import GPT
@@ -134,7 +134,7 @@ def _synthetic(cfg: GradientsConfig) -> tuple[torch.nn.Module, LossFn, Callable,
 
     def held_out(m: torch.nn.Module) -> dict[str, float]:
         return {"normalised_loss": synthetic.normalised_loss(m, cfg.task, cfg.p, cfg.eval_sequences,
-                                                             cfg.run.seed + 3)[0]}
+                                                             mix_seed("synthetic-curve", cfg.run.seed))[0]}
 
     return model, synthetic.huber_loss, batch_fn, fixed, held_out
 

@@ -182,7 +182,7 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         if variant != "vanilla":
             make_myopic(model, mode=variant, frozen=vanilla_model if variant == "local" else None,
                         horizon=horizon_for(cfg.myopia, variant))
-        sub = Run.create(parent.dir, variant, is_main=rt.is_main)
+        sub = parent.sub(variant)
         out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant,
                     hooks=TrainHooks(eval_fn=eval_fn),
                     model_config=model.config_dict() if isinstance(model, GPT) else None)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from forethought.core.plots import heatmaps, line_plot
 from forethought.core.run import Run
-from forethought.core.runtime import runtime_for, step_generator
+from forethought.core.runtime import mix_seed, runtime_for, step_generator
 from forethought.core.trainer import TrainHooks, train
 from forethought.models.gpt import GPT
 from forethought.myopia.config import (  # noqa: F401  (their home imports no torch; importable from here too)
@@ -115,7 +115,7 @@ def probes(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int,
 
 
 def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume: str | None) -> dict:
-    run = Run.create(parent.dir, f"p={p:g}/{mode}", is_main=rt.is_main)
+    run = parent.sub(f"p={p:g}/{mode}")
     torch.manual_seed(cfg.run.seed)
     model = GPT(cfg.model)
     if mode != "vanilla":
@@ -126,13 +126,14 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
 
     def eval_fn(model: torch.nn.Module, step: int) -> dict[str, float]:
         # its own seed: these sequences are neither training batches nor the final evaluation's
-        return {"normalised_loss": normalised_loss(model, cfg.task, p, cfg.curve_sequences, cfg.run.seed + 3)[0]}
+        return {"normalised_loss": normalised_loss(model, cfg.task, p, cfg.curve_sequences,
+                                                   mix_seed("synthetic-curve", cfg.run.seed))[0]}
 
     t0 = time.perf_counter()
     out = train(model, huber_loss, batch_fn, cfg.train, run, rt, resume=resume, desc=f"p={p:g} {mode}",
                 hooks=TrainHooks(eval_fn=eval_fn), model_config=model.config_dict())
-    loss, per_pos = normalised_loss(model, cfg.task, p, cfg.eval_sequences, cfg.run.seed + 1)
-    r2, r2_sum = probes(model, cfg.task, cfg.probe, cfg.run.seed + 2, p)  # on the model's own p
+    loss, per_pos = normalised_loss(model, cfg.task, p, cfg.eval_sequences, mix_seed("synthetic-eval", cfg.run.seed))
+    r2, r2_sum = probes(model, cfg.task, cfg.probe, mix_seed("synthetic-probe", cfg.run.seed), p)  # on the model's own p
     res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2, "probe_sum_r2": r2_sum,
            "probe_p": p,
            "curve": [[s, l / p] for s, l in out["curve"]], "eval_curve": out.get("eval_curve", []),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from forethought.core.run import Run
-from forethought.core.runtime import runtime_for, step_generator
+from forethought.core.runtime import mix_seed, runtime_for, step_generator
 from forethought.core.trainer import TrainHooks, to_device, train
 from forethought.models.gpt import GPT
 from forethought.myopia.config import ProbeSettings, SyntheticWhyConfig  # torch-free home; importable from here
@@ -53,11 +53,11 @@ def diagnose(model: GPT, cfg: SyntheticWhyConfig, batches: list[dict[str, torch.
              probe_inputs: torch.Tensor) -> dict[str, float]:
     """The measurements listed in the module docstring, at the model's current weights (left in eval mode)."""
     seed = cfg.run.seed
-    loss = normalised_loss(model, cfg.task, 1.0, cfg.eval_sequences, seed + 11)[0]
+    loss = normalised_loss(model, cfg.task, 1.0, cfg.eval_sequences, mix_seed("synthetic-why-eval", seed))[0]
     half = cfg.probe_sequences // 2
     settings = ProbeSettings(max_lag=0, train_sequences=half, test_sequences=cfg.probe_sequences - half,
                              ridge=cfg.ridge)
-    r2 = probes(model, cfg.task, settings, seed + 200, p=1.0)[0]  # [layer][lag]
+    r2 = probes(model, cfg.task, settings, mix_seed("synthetic-why-probe", seed), p=1.0)[0]  # [layer][lag]
     return {"normalised_loss": loss, **gradient_snr(model, batches), "block_share": block_share(model, probe_inputs),
             "probe_r2_lag0_layer1": r2[1][0]}
 

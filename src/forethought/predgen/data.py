@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from forethought.core.errors import ForethoughtError
+from forethought.core.runtime import mix_seed
 from forethought.predgen.config import TaskConfig
 from forethought.predgen.tasks import Example, TaskSpec, builtin_name, load_task
 
@@ -28,7 +29,7 @@ def subset(items: list[Example], n: int, seed: int) -> list[Example]:
 
 def eval_subset(items: list[Example], n: int, seed: int) -> list[Example]:
     """The evaluation subset of a run with this seed (its own draw, apart from the train subset's)."""
-    return subset(items, n, seed + 1)
+    return subset(items, n, mix_seed("predgen-eval-subset", seed))
 
 
 def carve(items: list[Example], n: int, seed: int, what: str) -> tuple[list[Example], list[Example]]:
@@ -39,7 +40,7 @@ def carve(items: list[Example], n: int, seed: int, what: str) -> tuple[list[Exam
         return items, []
     if n >= len(items):
         raise ForethoughtError(f"task.val_examples {n} leaves no training examples: {what} has {len(items)}")
-    g = torch.Generator().manual_seed(seed + 2)
+    g = torch.Generator().manual_seed(mix_seed("predgen-val-split", seed))
     picked = set(torch.randperm(len(items), generator=g)[:n].tolist())
     return [x for i, x in enumerate(items) if i not in picked], [items[i] for i in sorted(picked)]
 

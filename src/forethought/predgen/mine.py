@@ -32,6 +32,7 @@ import torch.nn as nn
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 from forethought.core.plots import bar_plot
+from forethought.core.runtime import mix_seed
 from forethought.predgen.config import REPRESENTATIONS, MineConfig  # their home imports no torch
 from forethought.predgen.decoding import constrained_greedy, prompt_pass
 from forethought.predgen.methods import Encoder, batches
@@ -91,7 +92,7 @@ def mine_estimate(z_fit: torch.Tensor, y_fit: torch.Tensor, z_eval: torch.Tensor
 
     @torch.no_grad()
     def bound(z: torch.Tensor, y: torch.Tensor) -> float:
-        gg = torch.Generator().manual_seed(seed + 1)
+        gg = torch.Generator().manual_seed(mix_seed("mine-marginal", seed))
         marg = torch.cat([T(z, y[torch.randperm(len(y), generator=gg)]) for _ in range(shuffles)])
         return float(dv_bound(T(z, y), marg))
 

@@ -492,8 +492,8 @@ class EvalConfig:
     n_boot: int = field(1000, "bootstrap resamples of every other interval")
     cost: bool = field(True, "measure FLOPs per sample, serial depth and samples/s at batch 1 and 32")
     batch_size: int = field(32, "samples per sampling batch")
-    seed: int = field(0, "sweep point i samples with seed + i (every model alike); also seeds the bootstrap, MAUVE "
-                      "and a random reference spread")
+    seed: int = field(0, "sweep point i samples with mix_seed('psf-eval-point', seed, i) (every model alike); also "
+                      "seeds the bootstrap, MAUVE and a random reference spread")
     device: str = field("auto", "auto | cpu | cuda | mps")
     out: str = field("", "output folder for results.json and curves.png ('' = <recipe_run>/eval)")
     cache_dir: str = field("", "sample sets and judge passes are kept here so an interrupted evaluation resumes "

@@ -46,7 +46,7 @@ import torch
 
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
-from forethought.core.runtime import pick_device
+from forethought.core.runtime import mix_seed, pick_device
 from forethought.data.corpora import eval_windows
 from forethought.data.planted import (
     PLANTED,
@@ -270,11 +270,11 @@ def decoding_sources(model: PSFModel, prior: FlowPrior | None, windows: torch.Te
     sources = [("prior", prior, "prior"), ("mean", prior, "mean")]
     if state_only_prior is not None:  # the paper's state-only variant: the same decoder, zero codes
         sources.append(("prior_state_only", state_only_prior, "prior"))
-    for i, (name, p, trajectory) in enumerate(sources, start=1):
+    for name, p, trajectory in sources:
         if p is None:
             out[name] = {"available": False, "reason": "no prior was trained on this stage's states"}
             continue
-        g = device_generator(seed + i, dev)
+        g = device_generator(mix_seed("psf-diagnose-states", seed, name), dev)
         parts = [sample_states(model, p, min(batch, n - j), steps=prior_steps or None, generator=g,
                                trajectory=trajectory)[:2] for j in range(0, n, batch)]
         states = torch.cat([q[0] for q in parts])

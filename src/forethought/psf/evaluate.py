@@ -12,7 +12,7 @@ What is evaluated (each a *model*, named in the results):
 
 Each model samples ``samples`` documents at every sweep point: (temperature, top-p) for the decoders, the
 entropy knob's values for a token flow (``token_flow_knob``: its softmax temperature at every Euler step, or
-its SDE noise). Sweep point i is sampled with seed ``seed + i`` for every model.
+its SDE noise). Sweep point i is sampled with seed ``mix_seed("psf-eval-point", seed, i)`` for every model.
 
 **References** are ``references`` windows of L tokens of the **test** split (never trained on), tokenised as
 training data and taken evenly spaced over the whole split (``reference_spread``; the first N windows of
@@ -68,7 +68,7 @@ import torch
 
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json
-from forethought.core.runtime import pick_device
+from forethought.core.runtime import mix_seed, pick_device
 from forethought.data.corpora import load_corpus_text, resolve_corpus, spread_windows
 from forethought.data.planted import (
     PLANTED,
@@ -187,11 +187,11 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         sets[name], keys[name] = [], []
         fp = run_fingerprint(c.run)
         for i, point in enumerate(c.points):
-            k = cache_key(name=name, kind=c.kind, run=fp, seed=cfg.seed + i, n=cfg.samples, batch=cfg.batch_size,
+            k = cache_key(name=name, kind=c.kind, run=fp, seed=mix_seed("psf-eval-point", cfg.seed, i), n=cfg.samples, batch=cfg.batch_size,
                           **point, **({"rounding": cfg.token_flow_temperature} if c.kind == "token_flow" else {}))
 
             def make(c: Candidate = c, i: int = i, point: dict = point) -> tuple[list[list[int]], list[str]]:
-                ids = c.sample(cfg.samples, point, device_generator(cfg.seed + i, device)).cpu()
+                ids = c.sample(cfg.samples, point, device_generator(mix_seed("psf-eval-point", cfg.seed, i), device)).cpu()
                 texts = (art.tokenizer.batch_decode(ids.tolist()) if planted
                          else decode_samples(ids, art.tokenizer, wikitext=wikitext))
                 return ids.tolist(), texts
@@ -283,7 +283,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
                            "stay_prob": art.cfg.data.planted.stay_prob,
                            "chance_stay": 1.0 / art.cfg.data.planted.topics,
                            "sampling": "temperature 1, top-p 1, the prior's own Euler steps; prompt length m uses "
-                                       "seed 1000·seed + m for every method",
+                                       "seed mix_seed('psf-prompted', seed, m) for every method",
                            "interval": "95 % percentile bootstrap over prompts; differences: paired (the same "
                                        "prompts), each method minus the first",
                            "results": prompted}
@@ -365,7 +365,8 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
                 row["mauve"] = mauve_score(refs.features, s.features, seed=cfg.seed)
                 if cfg.mauve_boot:
                     boot["mauve"] = np.array([mauve_score(refs.features[ref_idx[b]], s.features[idx[b]],
-                                                          seed=cfg.seed + b) for b in range(cfg.mauve_boot)])
+                                                          seed=mix_seed("mauve-boot", cfg.seed, b) % 2**31)  # sklearn / faiss take 32-bit seeds
+                                                 for b in range(cfg.mauve_boot)])
                     row["interval"]["mauve"] = interval(boot["mauve"])
             row["example"] = texts[0][:300]
             sweep.append(row)

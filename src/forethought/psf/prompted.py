@@ -11,12 +11,12 @@ Scores (:func:`forethought.psf.scores.prompted_scores`, the true generator's for
 NLL per token of the continuation given the prompt, ``continuation_persistence`` = the posterior fraction of
 consecutive continued block pairs that keep their topic. Per m: the mean over prompts with a 95 % percentile
 bootstrap interval over prompts, and paired bootstrap intervals (the same prompts) of every other method (and
-``true``) minus the first method. Prompt length m is sampled with seed ``1000·seed + m`` for every method.
+``true``) minus the first method. Prompt length m is sampled with seed ``mix_seed("psf-prompted", seed, m)`` for every method.
 
 ``forethought psf prompted`` (:func:`run`) takes two recipe runs of the same model: ``recipe_run`` with the
 unconditional prior (method ``replace``) and ``conditioned_run`` with the prompt-conditioned prior
 (``conditioned``: the prompt's states as its input and replaced; ``conditioned_no_replace``: its input only).
-With ``unprompted`` it also scores each prior's unconditional samples (seed ``1000·seed + 999``) beside the test
+With ``unprompted`` it also scores each prior's unconditional samples (seed ``mix_seed("psf-unprompted", seed)``) beside the test
 documents: what conditioning costs where nothing is known.
 """
 
@@ -33,7 +33,7 @@ import torch
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import read_json_object
 from forethought.core.run import Run
-from forethought.core.runtime import pick_device
+from forethought.core.runtime import mix_seed, pick_device
 from forethought.data.planted import (
     PLANTED,
     PlantedConfig,
@@ -110,7 +110,7 @@ def prompted_continuations(gen: PlantedGenerator, docs: np.ndarray, methods: dic
         prompt = torch.from_numpy(docs[:, :m * nb])  # (n, m·nb)
         ids = {"true": docs}
         for name, sample in methods.items():
-            x = sample(prompt, device_generator(1000 * seed + m, device)).cpu().numpy()
+            x = sample(prompt, device_generator(mix_seed("psf-prompted", seed, m), device)).cpu().numpy()
             if not np.array_equal(x[:, :m * nb], docs[:, :m * nb]):
                 raise AssertionError(f"{name} did not keep its prompt")  # a sampler bug, not a user error
             ids[name] = x
@@ -204,7 +204,7 @@ def run(cfg: PromptedConfig, resume: str | None = None) -> dict[str, Any]:
     if cfg.unprompted:
         idx = resample_indices(len(docs), cfg.n_boot, np.random.default_rng(seed))  # (n_boot, n)
         sets = {name: sample_psf(art.model, art.prior, len(docs), batch_size=cfg.batch_size,
-                                 generator=device_generator(1000 * seed + 999, device)).cpu().numpy()
+                                 generator=device_generator(mix_seed("psf-unprompted", seed), device)).cpu().numpy()
                 for name, art in arts.items()}  # (n, T) each
         res["unprompted"] = {name: {"nll_per_token": summary(token_nll(gen, x), idx),
                                     "persistence": summary(persistence(gen, x), idx)}

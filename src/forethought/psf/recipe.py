@@ -60,7 +60,7 @@ from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run
-from forethought.core.runtime import Runtime, runtime_for, step_generator, unwrap
+from forethought.core.runtime import Runtime, mix_seed, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, TrainHooks, train
 from forethought.data.corpora import eval_windows, random_windows, vocab_size_for, window_slots, windows_at
 from forethought.data.planted import PLANTED, build_generator, token_nll
@@ -320,11 +320,14 @@ def evaluate_psf(model: PSFModel, windows: torch.Tensor, batch: int = 16, seed: 
 def prior_val_loss(prior: FlowPrior, model: PSFModel, windows: torch.Tensor, with_codes: bool, seed: int,
                    code_data: str = "draw") -> float:
     """Flow loss on the trajectories of validation windows, with the same code noise, times and flow noise at
-    every call (the global RNG is seeded), so values compare across steps and stages."""
-    torch.manual_seed(seed)
-    prior.eval()
-    loss = prior.loss(trajectories(model, windows.to(next(prior.parameters()).device), with_codes, code_data)).item()
-    prior.train()
+    every call (the loss draws from the global RNG: seeded inside a fork, so the caller's stream is left as it
+    was), so values compare across steps and stages."""
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
+        torch.manual_seed(mix_seed("psf-prior-val", seed))
+        prior.eval()
+        loss = prior.loss(trajectories(model, windows.to(next(prior.parameters()).device), with_codes,
+                                       code_data)).item()
+        prior.train()
     return loss
 
 
@@ -404,7 +407,7 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
                        done, params={"psf": model.num_params()})
     results["params"] = ctx.params
     for stage in plan:
-        results["stages"][stage.name] = stage.run(ctx, Run.create(parent.dir, stage.name, is_main=rt.is_main))
+        results["stages"][stage.name] = stage.run(ctx, parent.sub(stage.name))
     results["final_stage"] = ctx.final_stage
     results["model_training_tokens"] = model_tokens(plan, L)
     previous = _previous_results(parent.dir) if len(done) == len(plan) else None
@@ -456,7 +459,7 @@ def train_model_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
     cfg, model = ctx.cfg, ctx.model
     feats = stage_features(stage.name)
     model.configure(StageFeatures(landing=feats["landing"], codes=feats["codes"], blocks=stage.blocks))
-    torch.manual_seed(cfg.run.seed + 1000 * (stage.seed_index + 1))
+    torch.manual_seed(mix_seed("psf-model-stage", cfg.run.seed, stage.seed_index))  # dropout, code noise
     res = _model_stage_results(ctx, stage, sub, feats)
     ctx.prev_ckpt, ctx.final_stage = latest_checkpoint(sub.dir), stage.name
     return res
@@ -516,7 +519,7 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
     if stage.name == STATE_ONLY_PRIOR:  # the paper's state-only variant: the same decoder, states only
         pcfg = replace(pcfg, state_only=True)
     with_codes = model.use_codes and not pcfg.state_only
-    torch.manual_seed(cfg.run.seed + 1)
+    torch.manual_seed(mix_seed("psf-prior-stage", cfg.run.seed))  # its init and flow noise
     prior = prior_for(model, pcfg, trajectory_dim(model, pcfg), model.blocks)
     n_params = sum(p.numel() for p in prior.parameters())
     model.to(rt.device).eval()
