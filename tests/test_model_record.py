@@ -24,6 +24,8 @@ TEXT = "the cat sat on the mat and the dog ran to the park " * 20
 def fresh_record(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No models noted yet, a private cache (its hash memo too), offline."""
     monkeypatch.setattr(core_env, "_RESOLVED", {})
+    monkeypatch.setattr(core_env, "_PROCESS", [])
+    monkeypatch.setattr(core_env, "_SCOPES", [])
     monkeypatch.setattr(core_env, "_HASHES", None)
     monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -59,6 +61,14 @@ def test_env_json_names_the_loaded_folder_and_its_weights_hash(fresh_record: Non
     late.write_results({"x": 1})
     env = json.loads((tmp_path / "runs" / "late" / "env.json").read_text())
     assert env["models"] == [expected] and env["command"]  # the rest of the record is still there
+    # a command's run (run_models) lists only what it loaded itself, not what the process loaded before it
+    with core_env.run_models():
+        own = Run.create(tmp_path / "runs", "own")
+        own.write_results({"x": 1})
+        assert json.loads((tmp_path / "runs" / "own" / "env.json").read_text())["models"] == []
+        load_causal_lm(str(tiny_folder))
+        own.write_results({"x": 2})
+        assert json.loads((tmp_path / "runs" / "own" / "env.json").read_text())["models"] == [expected]
     load_causal_lm(str(tiny_folder))
     assert len(core_env.resolved_models()) == 1  # loaded twice, noted once
     # the hash is remembered in the cache folder (a large checkpoint is hashed once per machine)
@@ -91,6 +101,76 @@ def test_a_hub_cache_snapshot_records_its_hub_id_and_revision(fresh_record: None
     # a hub id with nothing in the HF cache: named, its weights unknown rather than invented
     gone = core_env.record_model("Org/Not-Cached-Anywhere", "Org/Not-Cached-Anywhere")
     assert gone["source"] == {"kind": "hub", "hub_id": "Org/Not-Cached-Anywhere"} and gone["weights"] == {}
+
+
+def test_the_two_smollm2_sources_have_their_own_names(fresh_record: None, tiny_folder: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """smollm2-135m-q4 and its short form are the dequantised GGUF, never the hub's fp32 weights: without the
+    package and a converted copy it is an error naming the hub id, not a silent fallback."""
+    monkeypatch.setattr(core_env, "smollm2_gguf_file", lambda: None)
+    for name in ("smollm2-135m-q4", "smollm2-135m"):
+        with pytest.raises(core_env.ForethoughtError, match=core_env.SMOLLM2_HUB_ID):
+            core_env.resolve_model_path(name)
+    target = tmp_path / "cache" / "models" / core_env.SMOLLM2_CACHE_NAME
+    shutil.copytree(tiny_folder, target)
+    assert core_env.resolve_model_path("smollm2-135m-q4") == core_env.resolve_model_path("smollm2-135m") == str(target)
+    assert core_env.resolve_model_path(core_env.SMOLLM2_HUB_ID) == core_env.SMOLLM2_HUB_ID
+
+
+def test_an_adapter_loads_only_onto_the_weights_it_was_trained_on(fresh_record: None, tiny_folder: Path,
+                                                                  tmp_path: Path) -> None:
+    from forethought.predgen.model import check_base
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_folder, base)
+    meta = {"base": str(base), "base_model": core_env.record_model(str(base), str(base))}
+    check_base(tmp_path / "model", meta)  # the same weights: fine
+    weights = base / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")  # other weights under the same name
+    with pytest.raises(core_env.ForethoughtError) as info:
+        check_base(tmp_path / "model", meta)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.count(str(base.resolve())) >= 2  # the folder then and now
+    assert meta["base_model"]["weights"]["model.safetensors"][:12] in msg and _sha(weights)[:12] in msg
+
+
+def test_checkpoint_records_are_versioned_and_verified(tmp_path: Path) -> None:
+    """Each model kind saves a record (model_type, format_version, config) and loads through it: a newer or older
+    format, a record of another kind and damaged weights are each one line, also for a warm start's raw read."""
+    import torch
+
+    from forethought.core.checkpoint import FORMAT_VERSION, save_checkpoint, verified_weights
+    from forethought.core.errors import ForethoughtError
+    from forethought.models.gpt import GPT, GPTConfig, load_gpt
+
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=11, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    ckpt = save_checkpoint(tmp_path, 1, gpt, {}, gpt.checkpoint_record(bos_id=3))
+    loaded, record = load_gpt(ckpt)
+    assert record["bos_id"] == 3 and record["format_version"] == FORMAT_VERSION
+    assert all(torch.equal(a, b) for a, b in zip(gpt.state_dict().values(), loaded.state_dict().values()))
+
+    def rewrite(change) -> None:  # config.json changed, its manifest entry kept consistent
+        rec = json.loads((ckpt / "config.json").read_text())
+        change(rec)
+        data = json.dumps(rec).encode()
+        (ckpt / "config.json").write_bytes(data)
+        man = json.loads((ckpt / "manifest.json").read_text())
+        man["files"]["config.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        (ckpt / "manifest.json").write_text(json.dumps(man))
+
+    cases = [(lambda r: r.update(format_version=FORMAT_VERSION + 1), "newer"),
+             (lambda r: r.pop("format_version"), "older format"),
+             (lambda r: r.update(format_version=FORMAT_VERSION, model_type="forethought-psf"), "not a forethought-gpt"),
+             (lambda r: r.update(model_type="forethought-gpt", config={**r["config"], "n_head": 3}), "divisible")]
+    for change, words in cases:
+        rewrite(change)
+        with pytest.raises(ForethoughtError, match=words) as info:
+            load_gpt(ckpt)
+        assert "\n" not in str(info.value)
+    (ckpt / "model.safetensors").write_bytes(b"\0" * 8)
+    with pytest.raises(ForethoughtError, match="model.safetensors"):
+        verified_weights(ckpt)
 
 
 # ---------------------------------------------------------------------------------------------- seeds

@@ -201,7 +201,7 @@ def test_planted_preset_fits_the_corpus_and_sizes_the_ar_baseline_like_psf():
     """configs/psf/recipe_planted.yaml: whole planted documents as windows, every model stage but codes (kept off,
     README "What made the states matter"), and an AR baseline within 10 % of PSF encoder + decoder."""
     from forethought.psf.ar import build_ar
-    from forethought.psf.generate import build_psf
+    from forethought.psf.build import build_psf
     from forethought.psf.recipe import plan_stages
 
     cfg = load_config(RecipeConfig, cli.resolve_config_path("psf", "recipe", "planted"))

@@ -461,6 +461,24 @@ def test_recipe_and_sample_end_to_end(tmp_path, monkeypatch, capsys):
     ids = sample_psf(art.model, art.prior, 2, steps=2, generator=torch.Generator().manual_seed(0))
     assert ids.shape == (2, 32)
 
+    # the run folder carries what sampling needs: copied elsewhere, with an empty cache and no corpus, it samples
+    assert (run / "tokenizer" / "tokenizer.json").is_file()
+    moved = tmp_path / "elsewhere" / "psf-tiny"
+    shutil.copytree(run, moved)
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "empty-cache"))
+
+    def no_corpus(*args, **kwargs):
+        raise AssertionError("the corpus was read")
+
+    import forethought.data.corpora as corpora
+    monkeypatch.setattr(corpora, "token_array", no_corpus)
+    monkeypatch.setattr(corpora, "load_corpus_text", no_corpus)
+    assert cli.main(["psf", "sample", "--recipe_run", str(moved), "--n", "2", "--name", "moved"]) == 0
+    moved_rows = [json.loads(x) for x in (moved / "moved" / "samples.jsonl").read_text().splitlines()]
+    assert moved_rows[0]["text"] == load_recipe(run).tokenizer.decode(moved_rows[0]["tokens"])
+    assert not (tmp_path / "empty-cache").exists()
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
+
     # importing the package and sampling a run never import the training loop
     code = ("import sys\nimport forethought.psf\nfrom forethought.psf.generate import SampleConfig, sample\n"
             f"sample(SampleConfig(recipe_run={str(run)!r}, name='light', n=2))\n"

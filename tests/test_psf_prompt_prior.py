@@ -17,8 +17,9 @@ from forethought import cli
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.data.planted import PlantedConfig, build_generator, log_likelihood, sample_documents
+from forethought.psf.build import prior_for
 from forethought.psf.config import StageFeatures
-from forethought.psf.generate import SampleConfig, load_recipe, prior_for, sample_psf, sample_states
+from forethought.psf.generate import SampleConfig, load_recipe, sample_psf, sample_states
 from forethought.psf.model import PSFModel, PSFModelConfig
 from forethought.psf.prior import (
     FlowPrior,
@@ -204,7 +205,7 @@ def test_conditioned_prior_recipe_and_sample_on_the_planted_corpus(tmp_path, mon
     assert art.prior.conditioned and art.prior.dim > art.model.state_dim
     assert (art.prior.state_dim, art.prior.prompt_lead) == (art.model.state_dim, 1)
     meta = json.loads(next((run / "prior").glob("step-*/config.json")).read_text())
-    assert meta["conditioning"] == "known_mask"
+    assert meta["config"]["conditioning"] == "known_mask" and meta["format_version"] == 1
     for extra, name in (([], "rep"), (["--prompt_replace", "false"], "norep")):
         assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "3", "--prompt_blocks", "2",
                          "--name", name, *extra]) == 0

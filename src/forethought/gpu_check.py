@@ -551,7 +551,7 @@ def prepare(out_path: str, psf_preset: str, smollm2: str = "", smollm2_gguf: str
     try:
         from forethought.cli import resolve_config_path
         from forethought.core.config import load_config
-        from forethought.psf.generate import load_data
+        from forethought.psf.build import load_data
         from forethought.psf.recipe import RecipeConfig
 
         cfg = load_config(RecipeConfig, resolve_config_path("psf", "recipe", psf_preset))

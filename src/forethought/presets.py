@@ -196,7 +196,7 @@ def psf_settings() -> Iterator[Costed]:
 
     from forethought.core.config import load_config
     from forethought.psf.ar import build_ar
-    from forethought.psf.generate import configure
+    from forethought.psf.build import configure
     from forethought.psf.model import PSFModel
     from forethought.psf.prior import FlowPrior
     from forethought.psf.recipe import RecipeConfig, plan_stages, stage_features, trajectory_dim

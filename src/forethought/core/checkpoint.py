@@ -16,15 +16,19 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from forethought.core.config import from_mapping, validate_all
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 
+T = TypeVar("T")
+M = TypeVar("M", bound=torch.nn.Module)
 _STEP_DIR = re.compile(r"^step-(\d{6,})(\.replaced)?$")
 _SCRATCH = re.compile(r"^\.(tmp-step|trash)-")  # what a killed save leaves behind: never a checkpoint
 
@@ -182,3 +186,80 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], stric
 def latest_checkpoint(run_dir: Path) -> Path | None:
     ckpts = list_checkpoints(run_dir)
     return ckpts[-1] if ckpts else None
+
+
+# ---- versioned model records: one save / load path per model kind ----------------------------------------------
+# A checkpoint's config.json is the record a model kind writes through model_record() and reads back through
+# load_pretrained(): its type, this layout's version and the model's settings, so a checkpoint rebuilds its model
+# without the run's config, and a file from another version is a clear error instead of a shape mismatch.
+
+FORMAT_VERSION = 1  # config.json's layout; raise it when a record's meaning changes (no shims for older ones)
+
+
+def model_record(model_type: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """What a model kind saves as its checkpoint's ``config.json``: ``model_type``, ``format_version``, the
+    model's config section (``config``: a dataclass as a dict) and the further values its builder needs."""
+    return {"model_type": model_type, "format_version": FORMAT_VERSION, "config": config, **extra}
+
+
+def check_format_version(found: Any, where: str, fix: str = "retrain it with this version") -> None:
+    """One line when a saved record's ``format_version`` is not this version's (older, newer or missing)."""
+    if found == FORMAT_VERSION:
+        return
+    if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT_VERSION:
+        raise ForethoughtError(f"{where} has format_version {found}, newer than this version of forethought reads "
+                               f"({FORMAT_VERSION}): upgrade forethought")
+    what = f"format_version {found}" if found is not None else "no format_version"
+    raise ForethoughtError(f"{where} has {what}, an older format than this version reads ({FORMAT_VERSION}): {fix}")
+
+
+def read_model_record(ckpt: Path, model_type: str, manifest: dict[str, Any] | None = None
+                      ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A checkpoint's record (config.json), after every file was checked against the manifest: (record,
+    manifest). Its type and format version are checked; ``config`` must be a mapping."""
+    ckpt = Path(ckpt)
+    manifest = verify_checkpoint(ckpt) if manifest is None else manifest
+    path = ckpt / "config.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise ForethoughtError(f"checkpoint {ckpt} has an unreadable config.json") from None
+    if not isinstance(record, dict):
+        raise ForethoughtError(f"{path} is corrupt: not a JSON object")
+    if record.get("model_type") != model_type:
+        raise ForethoughtError(f"{ckpt} is not a {model_type} checkpoint (model_type {record.get('model_type')!r})")
+    check_format_version(record.get("format_version"), str(path))
+    if not isinstance(record.get("config"), dict):
+        raise ForethoughtError(f"{path} is corrupt: no 'config' section")
+    return record, manifest
+
+
+def config_from_record(cls: type[T], data: Any, where: str) -> T:
+    """A config section from a saved record through the config loader (every key checked and coerced by its
+    type, every ``validate()`` run); a problem is one line naming ``where``."""
+    try:
+        cfg = from_mapping(cls, data)
+        validate_all(cfg)
+    except ForethoughtError as e:
+        raise ForethoughtError(f"{where}: {e}") from None
+    return cfg
+
+
+def load_pretrained(ckpt: Path, model_type: str, build: Callable[[dict[str, Any]], M]) -> tuple[M, dict[str, Any]]:
+    """The one way a model kind is rebuilt from its checkpoint: the checked record (:func:`read_model_record`),
+    ``build(record)`` (the kind's constructor, reading its config through :func:`config_from_record`), the
+    verified weights loaded into it. Returns (model, record); the model is on the CPU in training mode."""
+    record, manifest = read_model_record(ckpt, model_type)
+    model = build(record)
+    load_checkpoint(ckpt, model, manifest=manifest)
+    return model, record
+
+
+def verified_weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's weights as a state dict, checked against its manifest first (a warm start that takes only
+    some tensors reads them this way, never with a bare ``load_file``)."""
+    verify_checkpoint(ckpt)
+    try:
+        return load_file(str(Path(ckpt) / "model.safetensors"))
+    except Exception as e:  # safetensors raises several types for bad headers
+        raise ForethoughtError(f"checkpoint {ckpt} is corrupt: cannot read model.safetensors ({e})") from None

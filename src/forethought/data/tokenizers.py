@@ -6,10 +6,15 @@ Specs:
   ``gpt2.tiktoken`` ranks file that the ``openai-whisper`` package ships, so no network is needed; the
   converted ``tokenizer.json`` is cached.
 - ``bpe:<N>``: a byte-level BPE with vocabulary N trained on the given corpus text, cached by corpus hash and N.
-- ``smollm2-135m``: SmolLM2's tokenizer (from the converted model folder, see ``forethought.models.hf``).
+- ``smollm2-135m-q4`` / ``smollm2-135m``: SmolLM2's tokenizer (from the converted model folder, see
+  ``forethought.core.env``).
 - anything else: ``AutoTokenizer.from_pretrained(spec)`` (hub id or local folder).
 
 Every returned tokenizer has an eos token, which token arrays use as the document separator.
+
+A run that trains or samples keeps its tokenizer in its folder (:func:`save_run_tokenizer`: ``tokenizer/``,
+the tokenizer's own files), and loading from the folder reads that copy first (:func:`run_tokenizer`), so a run
+folder decodes its samples without the corpus it was trained on or the cache.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
+import shutil
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from forethought.core.env import default_cache_dir, hub_reachable, resolve_model_path
+from forethought.core.env import SMOLLM2_ALIASES, default_cache_dir, hub_reachable, resolve_model_path
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_text
 
@@ -45,7 +52,7 @@ def load_tokenizer(spec: str, corpus_text: str | None = None, cache_dir: Path | 
         tokenizer: PreTrainedTokenizerBase = _gpt2(cache_dir)
     elif spec.startswith("bpe:"):
         tokenizer = _trained_bpe(spec, corpus_text, cache_dir)
-    elif spec.lower() == "smollm2-135m":
+    elif spec.lower() in SMOLLM2_ALIASES:
         tokenizer = _from_pretrained(resolve_model_path(spec), spec)
     else:
         tokenizer = _from_pretrained(spec, spec)
@@ -156,6 +163,40 @@ def _chunks(text: str, size: int) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# The copy a run folder keeps
+# ----------------------------------------------------------------------------------------------------------
+
+RUN_TOKENIZER = "tokenizer"  # the folder inside a run folder
+
+
+def save_run_tokenizer(tokenizer: PreTrainedTokenizerBase, run_dir: Path) -> Path:
+    """Write ``tokenizer``'s files into ``<run_dir>/tokenizer/`` unless that folder is there already (a resumed
+    run keeps its copy untouched); written under a temporary name and renamed, so the folder is whole or absent."""
+    target = Path(run_dir) / RUN_TOKENIZER
+    if target.is_dir():
+        return target
+    tmp = Path(run_dir) / f".{RUN_TOKENIZER}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer.save_pretrained(tmp)
+    os.replace(tmp, target)
+    return target
+
+
+def run_tokenizer(run_dir: Path) -> PreTrainedTokenizerBase | None:
+    """The tokenizer a run folder holds (:func:`save_run_tokenizer`), or None when it holds none; a damaged copy
+    is a one-line error naming it."""
+    folder = Path(run_dir) / RUN_TOKENIZER
+    if not folder.is_dir():
+        return None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as e:  # transformers raises OSError / ValueError, the Rust side a bare Exception
+        raise ForethoughtError(f"the run's tokenizer in {folder} is unreadable: {first_line(e)}") from None
+    _ensure_eos(tokenizer)
+    return tokenizer
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Shared helpers
 # ----------------------------------------------------------------------------------------------------------
 
@@ -184,7 +225,7 @@ def _from_pretrained(name_or_path: str, spec: str) -> PreTrainedTokenizerBase:
         reason = first_line(e)
         raise ForethoughtError(
             f"tokenizer '{spec}' not found in {where}: {reason}. Known offline specs: gpt2, bpe:<N>, "
-            "smollm2-135m, or a local folder with tokenizer files"
+            "smollm2-135m-q4, or a local folder with tokenizer files"
         ) from e
 
 

@@ -22,13 +22,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
+from forethought.core.checkpoint import config_from_record, load_pretrained, model_record
 from forethought.models.gpt_config import GPTConfig  # its home imports no torch; importable from here too
+
+GPT_MODEL = "forethought-gpt"  # its checkpoints' model_type
 
 
 class KVCache:
@@ -255,7 +260,19 @@ class GPT(nn.Module):
         return (out, hidden) if output_hidden_states else out
 
     def config_dict(self) -> dict:
-        return {"model_type": "forethought-gpt", **asdict(self.config)}
+        return {"model_type": GPT_MODEL, **asdict(self.config)}
+
+    def checkpoint_record(self, **extra: Any) -> dict[str, Any]:
+        """Its checkpoints' config.json (:func:`load_gpt` reads it back); ``extra``: what its user adds (the PSF
+        AR baseline's bos id)."""
+        return model_record(GPT_MODEL, asdict(self.config), **extra)
+
+
+def load_gpt(ckpt: Path) -> tuple[GPT, dict[str, Any]]:
+    """A GPT from its checkpoint alone (manifest and record checked; on the CPU, in training mode) and its
+    record."""
+    return load_pretrained(ckpt, GPT_MODEL, lambda r: GPT(config_from_record(GPTConfig, r["config"],
+                                                                        f"{ckpt}/config.json")))
 
 
 def from_hf_gpt2(hf_model: nn.Module) -> GPT:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from forethought.core.env import run_models
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import pyplot, save_figure
@@ -158,6 +159,7 @@ def _language(cfg: GradientsConfig) -> tuple[torch.nn.Module, LossFn, Callable, 
     return model, lm.lm_loss, batch_fn, fixed, held_out
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
     rt = runtime_for(cfg.run)
     model, loss_fn, batch_fn, fixed, held_out = (_synthetic if cfg.experiment == "synthetic" else _language)(cfg)
@@ -171,7 +173,7 @@ def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
         return {**compare(g, g_m, groups), **held_out(m)}
 
     out = train(model, loss_fn, batch_fn, cfg.train, parent, rt, resume=resume, desc=f"{cfg.experiment} vanilla",
-                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.config_dict() if isinstance(model, GPT) else None)
+                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.checkpoint_record() if isinstance(model, GPT) else None)
     results = {"experiment": cfg.experiment, "mode": cfg.mode, "steps": cfg.train.steps,
                "batch_size": cfg.train.batch_size, "measure_batches": cfg.measure_batches,
                "groups": {k: len(v) for k, v in groups.items()},

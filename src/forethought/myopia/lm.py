@@ -24,10 +24,10 @@ and every ``--train.eval_every`` steps on the first ``data.curve_sequences`` val
 from __future__ import annotations
 
 import copy
-import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, verify_checkpoint
 from forethought.core.config import load_config
-from forethought.core.env import cache_dir
+from forethought.core.env import cache_dir, run_models
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import line_plot
@@ -44,7 +44,7 @@ from forethought.core.run import Run
 from forethought.core.runtime import runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainHooks, train
 from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
-from forethought.models.gpt import GPT
+from forethought.models.gpt import GPT, load_gpt
 from forethought.myopia.config import (  # noqa: F401  (their home imports no torch; importable from here too)
     VARIANTS,
     LMConfig,
@@ -120,15 +120,19 @@ def per_position_loss(model: torch.nn.Module, windows: torch.Tensor, batch: int 
 def load_data(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray, int]:
     """Train and validation token streams and the vocabulary size the model needs."""
     train_tokens, valid_tokens = load_tokens(cfg)
-    tokenizer = None
-    if cfg.base == "gpt":  # our GPT's vocabulary covers every id its tokenizer can emit
-        from forethought.data.corpora import load_corpus_text
-        from forethought.data.tokenizers import load_tokenizer
-
-        spec = tokenizer_spec(cfg)
-        text = load_corpus_text(cfg.data.corpus, "train") if spec.startswith("bpe:") else None
-        tokenizer = load_tokenizer(spec, corpus_text=text, cache_dir=cache_dir(cfg.data.cache_dir) / "tokenizers")
+    # our GPT's vocabulary covers every id its tokenizer can emit; an HF base brings its own
+    tokenizer = lm_tokenizer(cfg) if cfg.base == "gpt" else None
     return train_tokens, valid_tokens, vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
+
+
+def lm_tokenizer(cfg: LMConfig) -> Any:
+    """The tokenizer the run's token arrays were written with (a run folder keeps a copy: ``tokenizer/``)."""
+    from forethought.data.corpora import load_corpus_text
+    from forethought.data.tokenizers import load_tokenizer
+
+    spec = tokenizer_spec(cfg)
+    text = load_corpus_text(cfg.data.corpus, "train") if spec.startswith("bpe:") else None
+    return load_tokenizer(spec, corpus_text=text, cache_dir=cache_dir(cfg.data.cache_dir) / "tokenizers")
 
 
 REPEAT_WARNING_EPOCHS = 3.0  # the paper trains one epoch; a run past this many repeats its corpus
@@ -150,6 +154,7 @@ def repeat_warning(cfg: LMConfig, train_tokens: int) -> str | None:
             "paper trains one epoch (a larger corpus: an hf: dataset or a .txt path)")
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run(cfg: LMConfig, resume: str | None = None) -> dict:
     rt = runtime_for(cfg.run)
     train_tokens, valid_tokens, vocab = load_data(cfg)
@@ -174,6 +179,10 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
                      "tokens_seen": cfg.train.steps * cfg.train.batch_size * cfg.data.seq_len,
                      "eval_sequences": len(windows), "variants": {}}
     t0 = time.perf_counter()
+    from forethought.data.tokenizers import RUN_TOKENIZER, save_run_tokenizer  # transformers: only to run
+
+    if rt.is_main and not (parent.dir / RUN_TOKENIZER).is_dir():  # the run's own copy of its tokenizer
+        save_run_tokenizer(lm_tokenizer(cfg), parent.start().dir)
     vanilla_model = None
     for variant in cfg.variants:
         model = build_model(cfg, vocab)
@@ -185,7 +194,7 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         sub = parent.sub(variant)
         out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant,
                     hooks=TrainHooks(eval_fn=eval_fn),
-                    model_config=model.config_dict() if isinstance(model, GPT) else None)
+                    model_config=model.checkpoint_record() if isinstance(model, GPT) else None)
         per_pos = per_position_loss(model, windows)
         res = {"val_loss": float(np.mean(per_pos)), "per_position": per_pos, "train_wall_s": out["wall_s"],
                "curve": out["curve"], "eval_curve": out.get("eval_curve", [])}
@@ -250,10 +259,9 @@ def _report(results: dict, run: Run) -> None:
     print("\n".join(lines[:-3]))
 
 
-def _checked_variant(lm_run: Path, variant: str) -> tuple[LMConfig, Path, dict, int]:
-    """Check a trained variant of a ``myopia lm`` run without building it: the run's config, the variant's newest
-    checkpoint (verified against its manifest before any of its files is read), that manifest and the vocabulary
-    size."""
+def _checked_variant(lm_run: Path, variant: str) -> tuple[LMConfig, Path]:
+    """Check a trained variant of a ``myopia lm`` run without building it: the run's config and the variant's
+    newest checkpoint."""
     cfg_path = lm_run / "config.yaml"
     if not cfg_path.is_file():
         raise ForethoughtError(f"{lm_run} is not a 'myopia lm' run folder (no config.yaml)")
@@ -264,24 +272,22 @@ def _checked_variant(lm_run: Path, variant: str) -> tuple[LMConfig, Path, dict, 
     ckpt = latest_checkpoint(lm_run / variant)
     if ckpt is None:
         raise ForethoughtError(f"no checkpoint for variant '{variant}' in {lm_run}")
-    manifest = verify_checkpoint(ckpt)
-    vocab = cfg.gpt.vocab_size
-    if cfg.base == "gpt":
-        try:
-            vocab = int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
-        except (OSError, ValueError, KeyError, TypeError):
-            raise ForethoughtError(f"checkpoint {ckpt} has an unreadable config.json (no JSON object with an "
-                                   "integer vocab_size)") from None
-    return cfg, ckpt, manifest, vocab
+    return cfg, ckpt
 
 
 def load_variant(lm_run: str | Path, variant: str,
                  device: str | torch.device = "cpu") -> tuple[torch.nn.Module, LMConfig]:
     """Rebuild a trained variant of a ``myopia lm`` run on ``device``, with the attention it was trained with
-    (``zero_past`` and ``local`` change the forward pass; ``local`` reads the run's trained vanilla model)."""
-    cfg, ckpt, manifest, vocab = _checked_variant(Path(lm_run), variant)
-    model = build_model(cfg, vocab)
-    load_checkpoint(ckpt, model, manifest=manifest)
+    (``zero_past`` and ``local`` change the forward pass; ``local`` reads the run's trained vanilla model). Our
+    GPT comes from its checkpoint's record alone (:func:`forethought.models.gpt.load_gpt`); an HF base is loaded
+    by name and its trained weights (verified against the manifest first) loaded into it."""
+    cfg, ckpt = _checked_variant(Path(lm_run), variant)
+    if cfg.base == "gpt":
+        model = load_gpt(ckpt)[0]
+    else:
+        manifest = verify_checkpoint(ckpt)  # before the base model loads
+        model = build_model(cfg, 0)
+        load_checkpoint(ckpt, model, manifest=manifest)
     model.to(device)
     if variant != "vanilla":  # the detach modes leave the forward as it is; applied anyway, as in training
         frozen = load_variant(lm_run, "vanilla", device)[0] if variant == "local" else None

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from forethought.core.env import run_models
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
 from forethought.core.plots import line_plot
@@ -93,6 +94,7 @@ def future_lens_accuracy(model: torch.nn.Module, fit_ids: torch.Tensor, eval_ids
     return out
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run(cfg: ProbeConfig, resume: str | None = None) -> dict:
     from forethought.data.corpora import eval_windows, random_windows
     from forethought.myopia.lm import load_tokens, load_variant

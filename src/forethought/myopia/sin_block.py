@@ -45,7 +45,7 @@ def run(cfg: SinBlockConfig, resume: str | None = None) -> dict:
 
     out = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)
     trained = train(model, mse_loss, batch_fn, cfg.train, out, rt, resume=resume, desc=cfg.model.activation,
-                    hooks=TrainHooks(eval_fn=eval_fn), model_config=model.config_dict())
+                    hooks=TrainHooks(eval_fn=eval_fn), model_config=model.checkpoint_record())
     curve = [[int(e["step"]), e["mse"]] for e in trained.get("eval_curve", [])]
     results = {"activation": cfg.model.activation, "final_mse": curve[-1][1],
                "predict_zero_mse": held_out["targets"].pow(2).mean().item(), "curve": curve,

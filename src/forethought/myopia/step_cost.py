@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from forethought.core.env import run_models
 from forethought.core.run import Run
 from forethought.core.runtime import pick_device
 from forethought.models.gpt import GPT
@@ -245,6 +246,7 @@ def _line(name: str, r: dict[str, Any]) -> str:
             f"T={r['seq_len']}, {r['params'] / 1e6:.2f}M params]")
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run(cfg: StepCostConfig, resume: str | None = None) -> dict[str, Any]:
     device = pick_device(cfg.run.device, "--run.device")  # a missing accelerator fails before any model builds
     if cfg.threads > 0:

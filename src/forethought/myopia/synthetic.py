@@ -131,7 +131,7 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
 
     t0 = time.perf_counter()
     out = train(model, huber_loss, batch_fn, cfg.train, run, rt, resume=resume, desc=f"p={p:g} {mode}",
-                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.config_dict())
+                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.checkpoint_record())
     loss, per_pos = normalised_loss(model, cfg.task, p, cfg.eval_sequences, mix_seed("synthetic-eval", cfg.run.seed))
     r2, r2_sum = probes(model, cfg.task, cfg.probe, mix_seed("synthetic-probe", cfg.run.seed), p)  # on the model's own p
     res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2, "probe_sum_r2": r2_sum,

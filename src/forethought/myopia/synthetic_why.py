@@ -82,7 +82,7 @@ def run(cfg: SyntheticWhyConfig, resume: str | None = None) -> dict:
     start = {"step": 0, **diagnose(model.to(rt.device), cfg, fixed, probe_inputs.to(rt.device))}  # the init
     desc = f"init={cfg.model.init} final_norm={str(cfg.model.final_norm).lower()}"
     trained = train(model, huber_loss, batch_fn, cfg.train, out, rt, resume=resume, desc=desc,
-                    hooks=TrainHooks(eval_fn=eval_fn), model_config=model.config_dict())
+                    hooks=TrainHooks(eval_fn=eval_fn), model_config=model.checkpoint_record())
     rows = [start, *trained.get("eval_curve", [])]
     last = rows[-1]
     results = {"init": cfg.model.init, "final_norm": cfg.model.final_norm,

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from forethought.core.env import run_models
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json, atomic_write_text
 from forethought.core.plots import pyplot, save_figure
@@ -59,6 +60,7 @@ from forethought.predgen.tasks import read_inputs
 # ----------------------------------------------------------------------------------------------------------
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     from forethought.models.hf import load_causal_lm
 
@@ -360,6 +362,7 @@ def write_predictions(path: Path, enc: Encoder, items: list[dict[str, Any]], pre
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     saved = load_saved(cfg.model, cfg.device)
     meta, enc = saved.meta, saved.enc
@@ -379,6 +382,7 @@ def run_eval(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     return results
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run_predict(cfg: PredictConfig, resume: str | None = None) -> Path:
     if not cfg.input:
         raise ForethoughtError("give the inputs: --input FILE (.csv, .tsv or .jsonl)")

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from forethought.core.env import run_models
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 from forethought.core.plots import bar_plot
@@ -218,6 +219,7 @@ def written_answers(model: Any, enc: Encoder, items: list[dict[str, Any]], layer
     return out
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
     bad = sorted(set(cfg.representations) - set(REPRESENTATIONS))
     if bad:

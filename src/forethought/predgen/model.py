@@ -3,7 +3,11 @@ small head — the Predictor's pooled head or PredGen's task adapter — saved a
 
 Saved model folder (``<run>/model/``): ``adapter/`` (peft ``save_pretrained``: ``adapter_model.safetensors`` +
 ``adapter_config.json``) or ``lm/`` (full fine-tuning: the whole model), ``head.safetensors`` when there is a
-head, and ``predgen.json`` (method, base model, task, prompt and head settings) from which it is rebuilt.
+head, ``tokenizer/`` (the tokenizer it was trained with; a full fine-tune keeps it in ``lm/``) and
+``predgen.json`` (format version, method, base model, task, prompt and head settings) from which it is rebuilt.
+``predgen.json`` also records the base model the name resolved to when it trained (``base_model``: folder, source,
+weights' SHA-256); loading an adapter checks that the name resolves to the same weights now, so an adapter never
+loads silently onto other weights (e.g. another copy of SmolLM2).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors import SafetensorError
 
+from forethought.core.checkpoint import FORMAT_VERSION, check_format_version
+from forethought.core.env import record_model, resolve_model_path
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json, read_json_object
 from forethought.predgen.config import PEFT_METHODS, AdapterConfig  # their home imports no torch
@@ -309,11 +315,16 @@ def save_model(model: PredGenModel, tokenizer: Any, folder: Path, meta: dict[str
         model.lm.save_pretrained(folder / "lm")
         tokenizer.save_pretrained(folder / "lm")
     else:
+        from forethought.data.tokenizers import save_run_tokenizer
+
         model.lm.save_pretrained(folder / "adapter")
+        save_run_tokenizer(tokenizer, folder)
     if model.head is not None:
         save_file({k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()},
                   str(folder / "head.safetensors"))
-    atomic_write_json(folder / "predgen.json", {**meta, "adapter": asdict(adapter)})
+    base = record_model(meta["base"], resolve_model_path(meta["base"]))  # memoised: the load noted it already
+    atomic_write_json(folder / "predgen.json", {"format_version": FORMAT_VERSION, **meta, "adapter": asdict(adapter),
+                                                "base_model": base})
 
 
 def from_record(cls: type[T], data: Any, where: str) -> T:
@@ -340,6 +351,7 @@ def read_meta(folder: Path) -> dict[str, Any]:
         hint = " (pass the run folder or its model/ folder)" if not (where / "model").is_dir() else ""
         raise ForethoughtError(f"no saved PredGen model at {where}: predgen.json is missing{hint}")
     meta = read_json_object(path, tuple(META_KEYS))
+    check_format_version(meta.get("format_version"), str(path), "train it again with this version")
     wrong = [f"{k} ({t.__name__} expected)" for k, t in META_KEYS.items()
              if not isinstance(meta[k], t) or (t is int and isinstance(meta[k], bool))]
     if wrong:
@@ -365,6 +377,27 @@ def _check_adapter_config(path: Path) -> None:
         raise ForethoughtError(f"cannot load the saved model: {path} has no peft_type")
 
 
+def _describe(record: dict[str, Any]) -> str:
+    source = record.get("source") if isinstance(record.get("source"), dict) else {}
+    hashes = ", ".join(f"{k} {str(v)[:12]}" for k, v in sorted((record.get("weights") or {}).items()))
+    return f"{record.get('resolved')} ({source.get('kind', '?')}; sha256 {hashes or 'unknown'})"
+
+
+def check_base(folder: Path, meta: dict[str, Any]) -> None:
+    """The base model name in ``predgen.json`` must resolve to the weights the adapter was trained on (their
+    SHA-256; a hub model not in the cache: its id and revision); a one-line error naming both otherwise."""
+    saved = meta.get("base_model")
+    if not isinstance(saved, dict):
+        raise ForethoughtError(f"{folder / 'predgen.json'} is corrupt: no base_model record")
+    name = meta["base"]
+    now = record_model(name, resolve_model_path(name))
+    same = (now["weights"] == saved.get("weights") if now["weights"] and saved.get("weights")
+            else now["source"] == saved.get("source"))
+    if not same:
+        raise ForethoughtError(f"the model in {folder} was trained on base '{name}' = {_describe(saved)}, but "
+                               f"'{name}' now resolves to {_describe(now)}; load it where those weights are")
+
+
 def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
     """Rebuild a saved model (eval mode) and its tokenizer from a folder and its checked ``read_meta``."""
     from forethought.models.hf import load_causal_lm
@@ -379,7 +412,13 @@ def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
         else:
             from peft import PeftModel
 
+            from forethought.data.tokenizers import run_tokenizer
+
+            check_base(folder, meta)  # before the adapter goes onto it
             base, tok = load_causal_lm(meta["base"])
+            tok = run_tokenizer(folder) or tok
+            if tok.pad_token is None:
+                tok.pad_token = tok.eos_token
             lm = PeftModel.from_pretrained(base, str(folder / "adapter"))
     except FILE_ERRORS as e:
         raise ForethoughtError(f"cannot load the saved model in {folder}: {first_line(e)}") from None

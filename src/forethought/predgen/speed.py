@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from forethought.core.env import run_models
 from forethought.core.run import Run
 from forethought.models.hf import load_causal_lm
 from forethought.predgen.config import AdapterConfig, PredGenSettings, PromptConfig, SpeedConfig, TaskConfig
@@ -242,6 +243,7 @@ def _prompt_batches(enc: Encoder, examples: list, batch_size: int) -> list[dict[
             for k in range(0, len(items), batch_size)]
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def run(cfg: SpeedConfig, resume: str | None = None) -> dict[str, Any]:
     seed = cfg.run.seed
     spec, train_ex, eval_ex = load_split(TaskConfig(name="sst2"), seed)

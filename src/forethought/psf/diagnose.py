@@ -61,8 +61,9 @@ from forethought.eval.diversity import distinct_ngrams
 from forethought.eval.judge import unigram_entropy
 from forethought.eval.stats import paired_bootstrap
 from forethought.psf.ar import ar_token_nll
+from forethought.psf.build import stage_kind
 from forethought.psf.config import DiagnoseConfig
-from forethought.psf.generate import load_recipe, load_stage_model, sample_states, stage_kind
+from forethought.psf.generate import load_recipe, load_stage_model, sample_states
 from forethought.psf.model import PSFModel, generate_blocks
 from forethought.psf.prior import FlowPrior
 from forethought.psf.sampling import device_generator
@@ -465,7 +466,7 @@ def diagnose(cfg: DiagnoseConfig, resume: str | None = None) -> dict:
         stages += [s for s in art.results["stages"] if stage_kind(s) == "model" and s != art.stage]
     shuffle = {}
     for name in stages:
-        model = art.model if name == art.stage else load_stage_model(run_dir, art.cfg, art.results, name).to(device)
+        model = art.model if name == art.stage else load_stage_model(run_dir, art.results, name).to(device)
         shuffle[name] = state_shuffle_cost(model, windows, perms, cfg.batch_size, cfg.n_boot, cfg.seed)
     if art.ar is None:
         ceiling: dict[str, Any] = {"available": False,

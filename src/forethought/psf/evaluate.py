@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from forethought.core.env import run_models
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_json
 from forethought.core.runtime import mix_seed, pick_device
@@ -153,6 +154,7 @@ def output_dirs(cfg: EvalConfig, art: RecipeArtifacts) -> tuple[Path, Path]:
     return out, cache
 
 
+@run_models()  # env.json names the models this run loads, not an earlier run's
 def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     """``forethought psf eval``: writes ``<out>/results.json`` and ``<out>/curves.png`` and prints a table; with
     ``prepare_only`` fills the cache only. Returns the results (or what was prepared)."""

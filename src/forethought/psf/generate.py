@@ -1,76 +1,50 @@
 """Rebuilding a finished ``psf recipe`` run and sampling from it (``forethought psf sample``).
 
-Nothing here imports the training loop: a run is rebuilt from the parts of its ``config.yaml`` that describe the
-models and the data (:class:`SavedRecipe`), its ``results.json`` and the stages' checkpoints. Every file read
-is checked, so a corrupt or truncated one is a one-line error naming it, never a traceback.
+Nothing here imports the training loop: a run is rebuilt from its folder alone: each model from its stage's
+checkpoint (:mod:`forethought.psf.build`: versioned records, manifests checked), the tokenizer from the folder's
+copy, ``results.json`` for which stages were trained, ``config.yaml`` for the data settings (:class:`SavedRecipe`;
+the corpus is read only for prompts). Every file read is checked, so a corrupt or truncated one is a one-line
+error naming it, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
-import yaml
 
-from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
-from forethought.core.config import yaml_problem
-from forethought.core.env import cache_dir
-from forethought.core.errors import ForethoughtError, first_line
+from forethought.core.checkpoint import latest_checkpoint
+from forethought.core.config import load_config
+from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text, read_json_object
 from forethought.core.run import Run
 from forethought.core.runtime import pick_device
-from forethought.data.corpora import eval_windows, load_token_splits
-from forethought.data.planted import PLANTED, PlantedConfig, PlantedTokenizer, planted_split
-from forethought.models.gpt import GPT
-from forethought.psf.ar import ARModelConfig, build_ar, sample_ar
-from forethought.psf.config import (
-    STATE_ONLY_PRIOR,
-    PSFDataConfig,
-    SampleConfig,
-    StageFeatures,
-    check_planted_shape,
+from forethought.data.corpora import eval_windows
+from forethought.models.gpt import GPT, load_gpt
+from forethought.psf.ar import ARModelConfig, sample_ar
+from forethought.psf.build import (
+    STAGE_KEYS,
+    load_prior,
+    load_psf,
+    prompt_lead,
+    recipe_tokenizer,
+    stage_kind,
+    valid_tokens,
 )
+from forethought.psf.config import STATE_ONLY_PRIOR, PSFDataConfig, RecipeConfig, SampleConfig
 from forethought.psf.model import PSFModel, PSFModelConfig, generate_blocks
 from forethought.psf.prior import FlowPrior, PriorConfig, leading_known_mask, sample_prior
 from forethought.psf.sampling import device_generator
 
-# What later steps read from each kind of stage result (the recipe's report and resume, load_recipe).
-STAGE_KEYS = {"model": ("blocks", "features", "steps", "train_wall_s"),
-              "prior": ("params", "blocks", "dim", "steps", "train_wall_s"),
-              "ar": ("steps", "training_tokens", "train_wall_s")}
 RUN_KEYS = ("stages", "final_stage", "vocab_size", "bos_id")
 
 
-def load_data(cfg: PSFDataConfig, seq_len: int) -> tuple[np.ndarray, np.ndarray, Any]:
-    """Train/valid token arrays and the tokenizer (for the planted corpus: its documents, concatenated, and a
-    stand-in tokenizer that writes ids as numbers)."""
-    if cfg.corpus == PLANTED:
-        check_planted_shape(cfg, seq_len, cfg.planted.blocks)  # the length; the recipe checks model.blocks at load
-        return (planted_split(cfg.planted, "train"), planted_split(cfg.planted, "valid"),
-                PlantedTokenizer(cfg.planted.vocab_size, cfg.planted.block_tokens))
-    from forethought.data.corpora import load_corpus_text
-    from forethought.data.tokenizers import load_tokenizer
-
-    cache = cache_dir(cfg.cache_dir)
-    tr, va = load_token_splits(cfg.corpus, cfg.tokenizer, cache, seq_len + 1, f"model.seq_len {seq_len}")
-    text = load_corpus_text(cfg.corpus, "train") if cfg.tokenizer.startswith("bpe:") else None
-    tok = load_tokenizer(cfg.tokenizer, corpus_text=text, cache_dir=cache / "tokenizers")
-    return tr, va, tok
-
-
 # ---- run folder files --------------------------------------------------------------------------------------
-
-def stage_kind(name: str) -> Literal["model", "prior", "ar"]:
-    """``base`` .. ``codes`` and ``blocks<K'>`` are model stages, ``prior`` and ``prior_blocks<K'>`` priors."""
-    if name == "ar":
-        return "ar"
-    return "prior" if name.startswith("prior") else "model"
-
 
 def read_run_results(run_dir: Path) -> dict:
     """A finished recipe run's results.json, with every stage entry checked."""
@@ -89,8 +63,7 @@ def read_run_results(run_dir: Path) -> dict:
 
 @dataclass
 class SavedRecipe:
-    """The sections of a recipe run's config.yaml that rebuilding its models needs. The training sections are
-    left out, so that loading a run for sampling never imports the training loop."""
+    """The sections of a recipe run's config.yaml that sampling and evaluating its models read."""
 
     seed: int
     data: PSFDataConfig
@@ -100,43 +73,14 @@ class SavedRecipe:
 
 
 def read_saved_config(run_dir: Path) -> SavedRecipe:
+    """The model and data sections of a recipe run's config.yaml, read by the config loader (every key checked,
+    every section validated) like the command's own config."""
     path = run_dir / "config.yaml"
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ForethoughtError(f"{path} is corrupt ({yaml_problem(e)})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ForethoughtError(f"{path} is unreadable ({first_line(e)})") from None
-
-    def section(cls: type, *keys: str) -> Any:
-        d = raw
-        for k in keys:
-            d = d.get(k) if isinstance(d, dict) else None
-        try:
-            return cls(**d)
-        except TypeError:  # not a mapping, or keys this version does not know
-            raise ForethoughtError(f"{path}: section '{'.'.join(keys)}' does not match this version's "
-                                   f"{cls.__name__}") from None
-
-    if not isinstance(raw, dict) or not isinstance(raw.get("run"), dict) or "seed" not in raw["run"]:
-        raise ForethoughtError(f"{path} is not a 'psf recipe' config (no run.seed)")
-    data = section(PSFDataConfig, "data")
-    if isinstance(data.planted, dict):  # the nested section, as YAML gave it
-        data.planted = section(PlantedConfig, "data", "planted")
-    return SavedRecipe(int(raw["run"]["seed"]), data, section(PSFModelConfig, "model"),
-                       section(PriorConfig, "prior", "model"), section(ARModelConfig, "ar", "model"))
-
-
-# ---- models ------------------------------------------------------------------------------------------------
-
-def build_psf(mcfg: PSFModelConfig, vocab: int, seed: int) -> PSFModel:
-    torch.manual_seed(seed)
-    return PSFModel(replace(mcfg, vocab_size=vocab))
-
-
-def configure(model: PSFModel, feats: dict[str, bool], blocks: int) -> PSFModel:
-    """``model`` switched to a recipe stage given as its results.json entry's parts (``features``, ``blocks``)."""
-    return model.configure(StageFeatures(landing=feats["landing"], codes=feats["codes"], blocks=blocks))
+        cfg = load_config(RecipeConfig, path)
+    except ForethoughtError as e:
+        raise ForethoughtError(f"{path} is not a 'psf recipe' config this version reads: {e}") from None
+    return SavedRecipe(cfg.run.seed, cfg.data, cfg.model, cfg.prior.model, cfg.ar.model)
 
 
 @dataclass
@@ -151,13 +95,22 @@ class RecipeArtifacts:
     ar: GPT | None
     tokenizer: Any
     bos_id: int
-    valid_tokens: np.ndarray
     state_only_prior: FlowPrior | None = None  # the paper's state-only variant (prior over states, zero codes)
+    _valid: np.ndarray | None = None
+
+    @property
+    def valid_tokens(self) -> np.ndarray:
+        """The corpus's valid split (prompts, evaluation windows), read on first use: sampling without a prompt
+        needs only the run folder."""
+        if self._valid is None:
+            self._valid = valid_tokens(self.cfg.data, self.cfg.model.seq_len)
+        return self._valid
 
 
 def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device = "cpu") -> RecipeArtifacts:
-    """Rebuild a ``psf recipe`` run: the PSF model of ``stage`` ('' = the final model stage), its prior (the
-    prior trained after that stage, if any) and the AR baseline (if trained)."""
+    """Rebuild a ``psf recipe`` run from its folder: the PSF model of ``stage`` ('' = the final model stage), its
+    prior (the prior trained after that stage, if any), the AR baseline (if trained), each from its checkpoint
+    (:mod:`forethought.psf.build`), and the tokenizer the folder keeps."""
     run_dir = Path(run_dir)
     dev = pick_device(str(device))
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "results.json").is_file():
@@ -165,39 +118,34 @@ def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device
     cfg = read_saved_config(run_dir)
     results = read_run_results(run_dir)
     stage = stage or results["final_stage"]
-    model = load_stage_model(run_dir, cfg, results, stage)
-    prior = load_prior(run_dir, cfg, results, model, stage,
-                       f"prior_{stage}" if stage.startswith("blocks") else "prior")
-    state_only = load_prior(run_dir, cfg, results, model, stage, STATE_ONLY_PRIOR)
-    ar = None
+    model = load_stage_model(run_dir, results, stage)
+    prior = load_stage_prior(run_dir, results, model, stage,
+                             f"prior_{stage}" if stage.startswith("blocks") else "prior")
+    state_only = load_stage_prior(run_dir, results, model, stage, STATE_ONLY_PRIOR)
     ackpt = latest_checkpoint(run_dir / "ar")
-    if ackpt is not None:
-        ar = build_ar(cfg.ar, results["vocab_size"], cfg.model.seq_len)
-        load_checkpoint(ackpt, ar)
-        ar.eval()
-    _, valid, tokenizer = load_data(cfg.data, cfg.model.seq_len)
+    ar = load_gpt(ackpt)[0].eval() if ackpt is not None else None
+    tokenizer = recipe_tokenizer(run_dir, cfg.data, cfg.model.seq_len)
     return RecipeArtifacts(cfg, results, stage, model.to(dev).eval(), prior.to(dev) if prior else None,
-                           ar.to(dev) if ar else None, tokenizer, int(results["bos_id"]), valid,
+                           ar.to(dev) if ar else None, tokenizer, int(results["bos_id"]),
                            state_only.to(dev) if state_only else None)
 
 
-def load_prior(run_dir: Path, cfg: SavedRecipe, results: dict, model: PSFModel, stage: str, pname: str
-               ) -> FlowPrior | None:
+def load_stage_prior(run_dir: Path, results: dict, model: PSFModel, stage: str, pname: str) -> FlowPrior | None:
     """The prior ``pname`` of a recipe run if it was trained on model stage ``stage`` (else None), in eval mode."""
     pckpt = latest_checkpoint(run_dir / pname)
     if pckpt is None or pname not in results["stages"]:
         return None
-    pinfo = results["stages"][pname]
-    if pinfo["blocks"] != model.blocks or stage != prior_source(results, pname):
+    if results["stages"][pname]["blocks"] != model.blocks or stage != prior_source(results, pname):
         return None
-    prior = prior_for(model, cfg.prior, pinfo["dim"], pinfo["blocks"])
-    load_checkpoint(pckpt, prior)
+    prior = load_prior(pckpt)
+    if (prior.state_dim, prior.prompt_lead) != (model.state_dim, prompt_lead(model)):
+        raise ForethoughtError(f"{pckpt} models a trajectory layout unlike stage '{stage}''s model")
     return prior.eval()
 
 
-def load_stage_model(run_dir: Path, cfg: SavedRecipe, results: dict, stage: str) -> PSFModel:
-    """The PSF model of one trained model stage of a recipe run (on the CPU, in training mode), from the run's
-    saved config and results (:func:`read_saved_config`, :func:`read_run_results`) and the stage's checkpoint."""
+def load_stage_model(run_dir: Path, results: dict, stage: str) -> PSFModel:
+    """The PSF model of one trained model stage of a recipe run (on the CPU, in training mode), from the stage's
+    checkpoint, after checking with the run's results (:func:`read_run_results`) that the stage was trained."""
     model_stages = [s for s in results["stages"] if stage_kind(s) == "model"]
     if stage not in model_stages:
         raise ForethoughtError(f"stage '{stage}' was not trained in {run_dir} "
@@ -205,21 +153,7 @@ def load_stage_model(run_dir: Path, cfg: SavedRecipe, results: dict, stage: str)
     ckpt = latest_checkpoint(run_dir / stage)
     if ckpt is None:
         raise ForethoughtError(f"no checkpoint for stage '{stage}' in {run_dir}")
-    model = build_psf(cfg.model, results["vocab_size"], cfg.seed).configure(
-        StageFeatures.from_results(results["stages"][stage]))
-    load_checkpoint(ckpt, model)
-    return model
-
-
-def prompt_lead(model: PSFModel) -> int:
-    """States a prompt of m blocks fixes beyond the m-th: 1 for predictive states (s_{m+1} sums up the prompt)."""
-    return 1 if model.config.states == "predictive" else 0
-
-
-def prior_for(model: PSFModel, cfg: PriorConfig, dim: int, blocks: int) -> FlowPrior:
-    """A flow prior over ``model``'s (blocks, dim) trajectories, knowing their layout (state part, prompt lead),
-    so that a conditioned prior trains on the same known entries that prompted sampling fixes."""
-    return FlowPrior(cfg, dim, blocks, model.state_dim, prompt_lead(model))
+    return load_psf(ckpt)
 
 
 def prior_source(results: dict, pname: str) -> str:

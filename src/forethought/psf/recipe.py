@@ -36,7 +36,9 @@ the PSF model carried from stage to stage) and leaves there what later stages ne
 parameter counts, the last model stage). A model stage switches the model with :class:`StageFeatures` (landing,
 codes, K), given to the model, never set on it. The configs live in :mod:`forethought.psf.config` (no torch).
 
-Sampling and rebuilding a finished run live in :mod:`forethought.psf.generate`.
+Building the models, their checkpoint records and loading the data live in :mod:`forethought.psf.build`;
+sampling and rebuilding a finished run in :mod:`forethought.psf.generate`. The run folder keeps its tokenizer
+(``tokenizer/``), so a finished run samples without its corpus or the cache.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, load_weights
+from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, load_weights, verified_weights
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text, read_json_object
@@ -64,14 +66,10 @@ from forethought.core.runtime import Runtime, mix_seed, runtime_for, step_genera
 from forethought.core.trainer import TrainConfig, TrainHooks, train
 from forethought.data.corpora import eval_windows, random_windows, vocab_size_for, window_slots, windows_at
 from forethought.data.planted import PLANTED, build_generator, token_nll
+from forethought.data.tokenizers import RUN_TOKENIZER, save_run_tokenizer
 from forethought.psf.ar import ar_loss, build_ar
+from forethought.psf.build import STAGE_KEYS, build_psf, load_data, prior_for, prior_record, psf_record
 from forethought.psf.config import MODEL_STAGES, STATE_ONLY_PRIOR, RecipeConfig, StageConfig, StageFeatures
-from forethought.psf.generate import (
-    STAGE_KEYS,
-    build_psf,
-    load_data,
-    prior_for,
-)
 from forethought.psf.model import (
     PSFModel,
     calibrate_states,
@@ -406,6 +404,8 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
     ctx = StageContext(cfg, rt, resume, train_tokens, windows, calibration, vocab, tokenizer.eos_token_id, model,
                        done, params={"psf": model.num_params()})
     results["params"] = ctx.params
+    if rt.is_main and not planted and not (parent.dir / RUN_TOKENIZER).is_dir():
+        save_run_tokenizer(tokenizer, parent.start().dir)  # the run's own copy: it samples without corpus or cache
     for stage in plan:
         results["stages"][stage.name] = stage.run(ctx, parent.sub(stage.name))
     results["final_stage"] = ctx.final_stage
@@ -447,10 +447,6 @@ def _previous_results(run_dir: Path) -> dict | None:
         return json.loads((run_dir / "results.json").read_text())
     except (OSError, ValueError):  # missing or damaged: this invocation rewrites it
         return None
-
-
-def _model_config(model: PSFModel, feats: dict[str, bool]) -> dict:
-    return {"model_type": "forethought-psf", **asdict(model.config), "blocks_now": model.blocks, **feats}
 
 
 def train_model_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
@@ -502,7 +498,7 @@ def _model_stage_results(ctx: StageContext, stage: Stage, sub: Run, feats: dict[
         return out["loss"], metrics
 
     out = train(model, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
-                model_config=_model_config(model, feats),
+                model_config=psf_record(model, feats),
                 hooks=TrainHooks(after_step=after_step, lr_scales=lr_scales,
                                  eval_fn=lambda m, step: evaluate_psf(m, ctx.windows[:EVAL_WINDOWS])))
     res = {"blocks": model.blocks, "features": feats, "steps": tcfg.steps, "train_wall_s": out["wall_s"],
@@ -532,9 +528,7 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
         return finished
     if latest_checkpoint(sub.dir) is None:
         if ctx.prev_prior is not None:  # longer blocks: the network's weights carry over, the statistics do not
-            from safetensors.torch import load_file
-
-            w = {k: v for k, v in load_file(str(ctx.prev_prior / "model.safetensors")).items()
+            w = {k: v for k, v in verified_weights(ctx.prev_prior).items()
                  if k.startswith(("net.", "time_mlp.")) and prior.state_dict()[k].shape == v.shape}
             load_weights(prior, w, strict=False, where=str(ctx.prev_prior))
         stats_windows = random_windows(ctx.train_tokens, pcfg.stats_sequences, cfg.model.seq_len,
@@ -569,8 +563,7 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
 
     out = train(prior, loss_fn, batches, tcfg, sub, rt, resume=ctx.resume, desc=stage.name,
                 hooks=TrainHooks(eval_fn=eval_fn),
-                model_config={"model_type": "forethought-psf-prior", **asdict(pcfg), "dim": prior.dim,
-                              "blocks": prior.blocks, "with_codes": with_codes})
+                model_config=prior_record(prior, with_codes))
     val = prior_val_loss(prior, model, ctx.windows[:EVAL_WINDOWS], with_codes, cfg.run.seed, pcfg.code_data)
     res = {"params": n_params, "blocks": prior.blocks, "dim": prior.dim, "with_codes": with_codes, "steps": tcfg.steps,
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
@@ -596,7 +589,7 @@ def train_ar_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
         return ar_loss(m, batch["tokens"], ctx.bos_id), {}
 
     out = train(model, loss_fn, ctx.batches(tcfg.batch_size), tcfg, sub, ctx.rt, resume=ctx.resume, desc="ar",
-                model_config={**model.config_dict(), "bos_id": ctx.bos_id},
+                model_config=model.checkpoint_record(bos_id=ctx.bos_id),
                 hooks=TrainHooks(eval_fn=lambda m, step: {"val_ce": ar_val_ce(m, ctx.windows[:EVAL_WINDOWS],
                                                                                ctx.bos_id)}))
     res = {"steps": tcfg.steps, "training_tokens": tcfg.steps * tcfg.batch_size * cfg.model.seq_len,

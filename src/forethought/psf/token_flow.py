@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from forethought.core.checkpoint import latest_checkpoint, load_checkpoint
+from forethought.core.checkpoint import config_from_record, latest_checkpoint, load_pretrained, model_record
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import read_json_object
 from forethought.core.runtime import pick_device, step_generator, unwrap
@@ -121,8 +121,8 @@ class TokenFlow(nn.Module):
         return x_hat, out
 
     def config_dict(self) -> dict[str, Any]:
-        return {"model_type": MODEL_TYPE, "vocab_size": self.vocab_size, "dim": self.dim,
-                **asdict(self.config)}
+        """Its checkpoints' record (:func:`load_token_flow` reads it back): the config and the table's size."""
+        return model_record(MODEL_TYPE, asdict(self.config), vocab_size=self.vocab_size, dim=self.dim)
 
 
 def token_flow_loss(model: nn.Module, tokens: torch.Tensor, generator: torch.Generator | None = None
@@ -229,13 +229,15 @@ def load_token_flow(run_dir: str | Path, device: str | torch.device = "cpu") -> 
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise ForethoughtError(f"{run_dir} holds no token-flow checkpoint (step-NNNNNN/)")
-    cfg = read_json_object(ckpt / "config.json", ("model_type", "vocab_size", "dim"))
-    if cfg["model_type"] != MODEL_TYPE:
-        raise ForethoughtError(f"{ckpt} is not a token flow (model_type {cfg['model_type']!r})")
-    known = {f.name for f in fields(TokenFlowConfig)}
-    model = TokenFlow(TokenFlowConfig(**{k: v for k, v in cfg.items() if k in known}),
-                      torch.zeros(int(cfg["vocab_size"]), int(cfg["dim"])))
-    load_checkpoint(ckpt, model)
+
+    def build(record: dict[str, Any]) -> TokenFlow:
+        where = f"{ckpt}/config.json"
+        size = [record.get("vocab_size"), record.get("dim")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in size):
+            raise ForethoughtError(f"{where} is corrupt: vocab_size and dim must be positive integers")
+        return TokenFlow(config_from_record(TokenFlowConfig, record["config"], where), torch.zeros(*size))
+
+    model = load_pretrained(ckpt, MODEL_TYPE, build)[0]  # the frozen table comes with the weights
     results = read_json_object(run_dir / "results.json") if (run_dir / "results.json").is_file() else {}
     return model.to(pick_device(str(device))).eval(), results
 

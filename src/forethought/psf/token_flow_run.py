@@ -74,7 +74,8 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
 
     from forethought.core.run import Run
     from forethought.core.runtime import compute_init
-    from forethought.psf.generate import load_data, load_recipe
+    from forethought.psf.build import load_data
+    from forethought.psf.generate import load_recipe
     from forethought.psf.recipe import RecipeConfig, recipe_batches
     from forethought.psf.token_flow import TokenFlow, embedding_table, train_token_flow_batches
 
