@@ -99,14 +99,3 @@ def lm(r: dict, model: str = "GPT") -> list[str]:
                    "gains far less from context than GPT-2 124M does, so the same gap is a larger share of it.")
     out.append(f"\nPaper: {MYOPIA_LM.source}; {MYOPIA_LM.setting}.")
     return out
-
-
-def gradients(r: dict) -> list[str]:
-    rows = []
-    for e, x in r["experiments"].items():
-        for key, v in x["summary"].items():
-            rows.append([e, f"{x['steps']} × {x['batch_size']}", key,
-                         f"{v['rel_diff_first']:.3f} → {v['rel_diff_max']:.3f} ({v['rel_diff_step_of_max']}) → "
-                         f"{v['rel_diff_last']:.3f}", f"{v['cos_last']:.3f}"])
-    return table(["experiment", "steps × batch", "group", "‖g − g_m‖/‖g‖: first → max (step) → last",
-                  "cos(g, g_m) last"], rows)

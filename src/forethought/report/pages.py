@@ -137,10 +137,7 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
     spec_section("myopia_families"),
     spec_section("myopia_pythia_lm"),
     spec_section("myopia_horizon"),
-    Section("myopia_gradients.json", "The pre-caching gradient during training",
-            "forethought experiment run myopia_gradients", **_before_runner(
-                "myopia_gradients", "python benchmarks/myopia_gradients.py", myopia.gradients,
-                lambda r: load_spec("myopia_gradients")[0].notes.strip()), plots=("myopia_gradients.png",)),
+    spec_section("myopia_gradients"),
 ))
 
 PREDGEN = Page("predgen", "Results: PredGen", (
