@@ -181,11 +181,12 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
     t0 = time.perf_counter()
     from forethought.data.tokenizers import RUN_TOKENIZER, save_run_tokenizer  # transformers: only to run
 
-    if rt.is_main and not (parent.dir / RUN_TOKENIZER).is_dir():  # the run's own copy of its tokenizer
-        save_run_tokenizer(lm_tokenizer(cfg), parent.start().dir)
     vanilla_model = None
     for variant in cfg.variants:
         model = build_model(cfg, vocab)
+        # the run's own copy of its tokenizer, once the model has loaded (a bad base leaves no folder behind)
+        if rt.is_main and not (parent.dir / RUN_TOKENIZER).is_dir():
+            save_run_tokenizer(lm_tokenizer(cfg), parent.start().dir)
         results.setdefault("params", sum(p.numel() for p in model.parameters()))
         results.setdefault("trainable_params", sum(p.numel() for p in model.parameters() if p.requires_grad))
         if variant != "vanilla":
