@@ -136,29 +136,25 @@ def test_bad_inputs(tmp_path: Path, args: list[str], names: list[str]) -> None:
                           *args], tmp_path, tmp_path, names)
 
 
-def test_spec_derive_reproduces_the_scripts_summary() -> None:
-    """The myopia_gradients spec's derive function, on records holding the measurements of the committed JSON that
-    the removed script wrote, gives that JSON's per-group summaries exactly; its measures read the last row."""
-    from forethought.experiments.myopia import gradients
-    from forethought.experiments.runner import lookup
+def test_collect_from_the_archive_reproduces_the_committed_json(tmp_path) -> None:
+    """Collecting the myopia_gradients spec from a copy of its committed per-run archive gives the committed JSON's
+    groups, derived trajectories and checks exactly; its measures read the last measurement row."""
+    import shutil
+
+    from forethought.experiments.runner import Layout, collect, lookup
     from forethought.experiments.spec import load_spec
 
-    old = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "myopia_gradients.json")
-                     .read_text())["experiments"]
-    records = {f"{e}-s0": {"results": {"experiment": e, "steps": x["steps"], "batch_size": x["batch_size"],
-                                       "measure_batches": 4, "train_wall_s": x["train_wall_s"],
-                                       "groups": {g: 1 for g in x["summary"] if g != "all"},
-                                       "measurements": x["measurements"]}} for e, x in old.items()}
-    derived = gradients(records, {})
-    for e, x in old.items():
-        assert derived["trajectory"][f"{e}-s0"] == x["summary"]
-        assert derived["setup"][f"{e}-s0"]["steps"] == x["steps"]
-    assert derived["trajectory"]["synthetic-s0"]["all"]["rel_diff_step_of_max"] == 3500
-    spec, _ = load_spec("myopia_gradients")
-    last = old["synthetic"]["measurements"][-1]
-    assert lookup(records["synthetic-s0"], spec.measures["rel_diff_last"]) == last["all/rel_diff"]
-    assert lookup(records["lm-s0"], spec.measures["val_loss_last"]) == old["lm"]["measurements"][-1]["val_loss"]
-    # the spec's checks hold on these numbers
-    checks = {c.value.split(".")[2]: c for c in spec.checks}
-    assert lookup(records["synthetic-s0"], spec.measures["head_rel_diff_last"]) < checks["head_rel_diff_last"].threshold
-    assert lookup(records["synthetic-s0"], spec.measures["rel_diff_last"]) > checks["rel_diff_last"].threshold
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    committed = json.loads((results / "myopia_gradients.json").read_text())
+    spec, path = load_spec("myopia_gradients")
+    layout = Layout.under(tmp_path, "myopia_gradients")
+    shutil.copytree(results / "runs" / "myopia_gradients", layout.archive)
+    got = json.loads(json.dumps(collect(spec, layout, "test", spec_file=path)))
+    assert got["groups"] == committed["groups"]
+    assert got["derived"] == committed["derived"]
+    assert {k: c["passed"] for k, c in got["checks"].items()} == {k: c["passed"] for k, c in committed["checks"].items()}
+    record = json.loads(next(layout.archive.glob("synthetic-s0*")).read_text())
+    last = record["results"]["measurements"][-1]
+    assert lookup(record, spec.measures["rel_diff_last"]) == last["all/rel_diff"]
+    top = got["derived"]["trajectory"]["synthetic-s0"]["all"]
+    assert top["rel_diff_last"] == last["all/rel_diff"] and top["rel_diff_max"] >= top["rel_diff_first"]
