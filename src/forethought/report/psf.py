@@ -550,3 +550,26 @@ def codes_lead(r: dict) -> list[str]:
                 f"{', '.join(map(str, ref['measures'][keys[0]]['seeds']))}), each arm minus it, paired by seed: "
                 + "; ".join(moves) + "."]
     return out
+
+
+def headline(r: dict) -> str:
+    """README's PSF headline from the WikiText-2 run with codes on: PSF against AR and against content states,
+    each a difference with its 95 % interval, at temperature 1 (neither model truncated) and at the references'
+    entropy, with what limits each reading (an interpolation across a wide gap, an unbracketed sweep). The token
+    flow stays out of it until it follows ELF-B's recipe in a committed run."""
+    rows, diffs = _wikitext_rows(r), r.get("differences") or {}
+    target = r["settings"]["target_entropy"]
+    ar = rows["ar"]
+    below = [q["entropy"] for q in ar["sweep"] if q["entropy"] <= target]
+    above = [q["entropy"] for q in ar["sweep"] if q["entropy"] > target]
+    gap = (f"; AR's sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
+           f"{min(above):.3f}, so its value there is interpolated" if below and above else "")
+    me_ar = (diffs.get("psf - ar") or {}).get("matched_entropy") or {}
+    at_ar = ("not bracketed by both sweeps" if me_ar.get("nll_per_token_diff") is None else
+             f"{me_ar['nll_per_token_diff']:+.3f} {_iv(me_ar['nll_per_token_interval'])}")
+    return (f"WikiText-2, realization codes on, one training seed; PSF minus AR NLL/token at temperature 1 "
+            f"(neither truncated) **{_t1_diff(diffs.get('psf - ar'))}** (positive: PSF worse), at the references' "
+            f"entropy {at_ar}{gap}; PSF minus content states at temperature 1 "
+            f"**{_t1_diff(diffs.get('psf - psf_content'))}** (negative: PSF better; the two sweeps' entropies "
+            f"differ at equal temperature), at the references' entropy {_me_diff(diffs.get('psf - psf_content'))} "
+            "(95 % bootstrap intervals)")
