@@ -26,7 +26,7 @@ from forethought.testing import finite_numbers, tiny_gpt2
 
 PLANTED_TINY = [*TINY_PLANTED, "--data.planted.test_documents", "64"]  # + test documents to prompt from
 QUICK = ["--samples", "8", "--references", "16", "--n_boot", "200", "--sweep", "[[1.0, 1.0], [0.7, 0.9]]",
-         "--token_flow_sweep", "[1.0, 2.0]"]
+         "--token_flow_sweep", "[1.0, 2.0]", "--densify", "false"]
 OWN = ("psf", "psf_mean_trajectory", "ar")
 
 
@@ -161,6 +161,7 @@ def test_eval_text_with_judge_mauve_and_the_cache(cache_env, capsys):
     run, out = runs / "tx", runs / "tx_eval"
     opts = ["--recipe_run", str(run), "--judge", str(runs / "judge"), "--samples", "6", "--references", "8",
             "--n_boot", "100", "--mauve_boot", "3", "--sweep", "[[1.0, 1.0], [0.5, 0.9]]", "--cost", "false",
+            "--densify", "false",
             "--out", str(out)]
     assert cli.main(["psf", "eval", *opts, "--models", "[psf]", "--prepare_only", "true"]) == 0
     assert not (out / "results.json").exists()
@@ -306,3 +307,27 @@ def test_more_bad_inputs_raise_before_writing(cache_env, tmp_path):
         with pytest.raises(ForethoughtError, match=message):
             evaluate(cfg)
     assert snapshot(runs) == before
+
+
+def test_densified_sweeps_reach_the_target_entropy(cache_env, tmp_path, capsys):
+    run = cache_env / "pl"
+    assert cli.main(["psf", "eval", "--recipe_run", str(run), "--models", "[psf, ar]", "--samples", "8",
+                     "--references", "16", "--n_boot", "100", "--sweep", "[[1.0, 1.0], [0.7, 0.9]]", "--cost",
+                     "false", "--densify_points", "6", "--out", str(tmp_path / "ev")]) == 0
+    res = json.loads((tmp_path / "ev" / "results.json").read_text())
+    target = res["target_entropy"]
+    for name, row in res["models"].items():
+        d, sweep = row["densify"], row["sweep"]
+        gaps = [abs(p["entropy"] - target) for p in sweep]
+        assert d["nearest_entropy_gap"] == pytest.approx(min(gaps))
+        assert d["added"] == sum(p["densified"] for p in sweep) and not any(p["densified"] for p in sweep[:2])
+        assert d["within_tolerance"] == (min(gaps) <= 0.05)
+        assert d["within_tolerance"] or d["added"] == 6, name  # the budget is the only other way out
+        assert all(p["top_p"] == 1.0 for p in sweep if p["densified"])  # top-p fixed while bisecting
+        m = row["matched_entropy"]
+        if m["gen_ppl"] is not None:  # the interpolation error widens the sampling interval
+            assert m["interval"][0] <= m["interval_sampling_only"][0] <= m["interval_sampling_only"][1] <= m["interval"][1]
+            assert m["valid"] == (m["nll_per_token"] >= res["floor"]["entropy_rate"])
+    t1 = res["differences"]["psf - ar"]["at_temperature_1"]
+    assert set(t1) >= {"nll_per_token", "persistence"}
+    assert "temperature 1: nll_per_token" in capsys.readouterr().out

@@ -482,6 +482,13 @@ class EvalConfig:
     token_flow_sweep: list[float] = field([0.7, 1.0, 1.5, 2.0], "the knob's values, one sweep point each")
     token_flow_temperature: float = field(1.0, "the token flow's rounding temperature on its final logits "
                                           "(0 = argmax)")
+    densify: bool = field(True, "after the sweep, bisect each model's temperature (top-p fixed at densify_top_p; "
+                          "a token flow: its knob) until one of its points lies within entropy_tolerance of the "
+                          "references' entropy, so matched entropy interpolates over a short distance")
+    entropy_tolerance: float = field(0.05, "densify: nats of unigram entropy between the target and the nearest point")
+    densify_top_p: float = field(1.0, "densify: the top-p held fixed while the temperature is bisected")
+    densify_points: int = field(8, "densify: points added per model at most (a model that has not reached the "
+                                "tolerance by then is flagged in its row)")
     judge: str = field("smollm2-135m", "text corpora: the judge causal LM (alias, HF id or folder); the planted "
                        "corpus is judged by its true generator")
     judge_batch: int = field(16, "texts per judge forward pass")
@@ -540,6 +547,12 @@ class EvalConfig:
             if bad:
                 need = "> 0" if self.token_flow_knob == "step_temperature" else ">= 0"
                 raise ForethoughtError(f"token_flow_sweep: {self.token_flow_knob} must be a number {need}, got {v}")
+        if not (math.isfinite(self.entropy_tolerance) and self.entropy_tolerance > 0):
+            raise ForethoughtError(f"entropy_tolerance must be a number > 0 (nats), got {self.entropy_tolerance}")
+        if not 0 < self.densify_top_p <= 1:
+            raise ForethoughtError(f"densify_top_p must be in (0, 1], got {self.densify_top_p}")
+        if self.densify_points < 1:
+            raise ForethoughtError(f"densify_points must be at least 1, got {self.densify_points}")
         if not (math.isfinite(self.token_flow_temperature) and self.token_flow_temperature >= 0):
             raise ForethoughtError(f"token_flow_temperature must be a number >= 0, got {self.token_flow_temperature}")
         unknown = [m for m in self.models if m not in OWN_MODELS]
