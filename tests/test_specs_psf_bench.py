@@ -183,5 +183,6 @@ def test_planted_derive_reads_each_runs_files_by_seed(monkeypatch: pytest.Monkey
     assert d["verdicts"] == {k.replace(".", "_"): v["pass"] for k, v in p["checks"].items()}
     assert d["models"]["psf"]["nll_at_matched_entropy"] == p["over_seeds"]["models"]["psf"][
         "nll_at_matched_entropy"]["mean"]
+    assert d["below_floor"]["psf"] == [0, 1, 2] and d["below_floor"]["ar"] == []  # matched NLL 2.17 < floor 2.66
     one = b.planted({"planted-s0": records["planted-s0"]}, collected)
     assert one["checks"] is None and one["verdicts"] == {}

@@ -291,6 +291,10 @@ def planted(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, An
             "nll_comparisons": {o: None if c is None else {k: c[k] for k in ("basis", "mean", "interval", "gain_mean")}
                                 for o, c in agg["nll_comparisons"].items()},
             "shuffle_first": {name: s["first"]["mean"] for name, s in agg["shuffle"].items()},
+            # a matched-entropy NLL below the floor is impossible for a model matching the references' diversity:
+            # the seeds where it happens, per model (those comparisons are invalid; temperature 1's stand)
+            "below_floor": {m: [s for s in agg["seeds"] if (per_seed[s]["models"][m]["excess_over_floor"] or 0) < 0]
+                            for m in agg["models"]},
             "checks": checks,
             # each check's verdict under a name without dots, for the spec's checks (derived.verdicts.<name>)
             "verdicts": {k.replace(".", "_"): v["pass"] for k, v in (checks or {}).items()}}

@@ -82,8 +82,10 @@ def planted(r: dict) -> list[str]:
            "documents as references; exact NLL under the true generator; mean ± std over seeds.", "",
            "| model | NLL/token @ matched entropy | excess over floor | topic persistence @ matched entropy | "
            "FLOPs / sample | serial depth |", "|---|---|---|---|---|---|"]
+    below = _below_floor(a, seeds)
     for m, v in a["models"].items():
-        out.append(f"| {m} | {_ms(v['nll_at_matched_entropy'], '.4f')} | {_ms(v['excess_over_floor'], '.4f')} | "
+        flag = f" **invalid**: below the floor at seeds {below[m]}" if below.get(m) else ""
+        out.append(f"| {m} | {_ms(v['nll_at_matched_entropy'], '.4f')}{flag} | {_ms(v['excess_over_floor'], '.4f')} | "
                    f"{_ms(v['persistence_at_matched_entropy'])} | {_ms(v['flops_per_sample'], '.3g')} | "
                    f"{_ms(v['serial_depth'], '.0f')} |")
     out += ["", "Each model's own distribution (temperature 1, no nucleus; the token flow at step temperature 1), "
@@ -97,6 +99,11 @@ def planted(r: dict) -> list[str]:
         out.append(f"| {m} | {_ms(v['nll_at_t1'])} | {_ms(v['entropy_at_t1'])} | {_ms(v['persistence_at_t1'])} | "
                    + ("–" if dn is None else f"{dn['mean_diff']:+.3f} {_iv(dn['interval'])}") + " | "
                    + ("–" if dp is None else f"{dp['mean_diff']:+.3f} {_iv(dp['interval'])}") + " |")
+    if any(below.values()):
+        out += ["", "A matched-entropy NLL below the floor (the entropy rate, the lowest expected NLL of any "
+                "distribution) is impossible for a model that matched the references' diversity: unigram entropy of a "
+                "short document does not control it here, so those rows are invalid; compare at temperature 1 and "
+                "by persistence (below)."]
     out += ["", "Differences psf − other over seeds (seed-paired: mean and Student-t 95 % interval). NLL at matched "
             "entropy: at the references' entropy where both sweeps reach it in every seed, else at the other "
             "model's own entropy (psf interpolated there); gain = the fraction of the other's NLL excess over "
@@ -108,6 +115,8 @@ def planted(r: dict) -> list[str]:
         c, per = a["nll_comparisons"][other], d["persistence_near"]
         basis = "–" if c is None else ("references' entropy" if c["basis"].startswith("the ref") else "its entropy")
         nll = "–" if c is None else f"{c['mean']:+.4f}"
+        if c is not None and c["basis"].startswith("the ref") and (below.get("psf") or below.get(other)):
+            nll += " (invalid: a matched NLL below the floor)"
         gain = "–" if c is None or c["gain_mean"] is None else f"{c['gain_mean']:.2f}"
         per_mean = "–" if per is None else f"{per['mean_diff']:+.3f}"
         out.append(f"| {other} | {basis} | {nll} | {_iv(c and c['interval'], '+.4f')} | {gain} | {per_mean} | "
@@ -122,6 +131,15 @@ def planted(r: dict) -> list[str]:
     return out
 
 
+
+
+def _below_floor(a: dict, seeds: list[int]) -> dict[str, list[int]]:
+    """Per model, the seeds whose NLL at matched entropy lies below the floor (a negative excess): invalid."""
+    out = {}
+    for m, v in a["models"].items():
+        per = (v.get("excess_over_floor") or {}).get("per_seed") or []
+        out[m] = [s for s, x in zip(seeds, per) if x is not None and x < 0]
+    return out
 
 
 def _se(x: dict | None, spec: str = ".3f") -> str:
