@@ -154,7 +154,12 @@ def test_sample_on_cuda_without_cuda(run_copy: Path, tmp_path: Path, trained: tu
     (["--recipe_run", "{run}", "--steps", "-1"], ["steps must be >= 0"]),
     (["--recipe_run", "{run}", "--size", "config", "--token_flow.n_head", "3"], ["token_flow.n_embd (256)",
                                                                                  "n_head (3)"]),
-    (["--recipe_run", "{run}", "--token_flow.head", "embedding"], ["rounding=lm_head needs"]),
+    (["--recipe_run", "{run}", "--token_flow.head", "logits"], ["contextual latents have no token table"]),
+    (["--recipe_run", "{run}", "--token_flow.latents", "table", "--token_flow.rounding", "lm_head"],
+     ["rounding=lm_head needs head=logits"]),
+    (["--recipe_run", "{run}", "--token_flow.decoder_prob", "0"], ["rounding=decoder needs the decoder branch"]),
+    (["--recipe_run", "{run}", "--blr", "0"], ["blr must be a positive number"]),
+    (["--recipe_run", "{run}", "--optimizer", "muon"], ["optimizer", "'elf', 'ar'"]),
 ])
 def test_bad_token_flow_settings_write_nothing(tmp_path: Path, args: list[str], names: list[str]) -> None:
     args = [a.replace("{run}", str(tmp_path / "runs" / "psf")) for a in args]

@@ -25,7 +25,7 @@ from forethought.psf.model import PSFModel
 from forethought.psf.prior import FlowPrior
 from forethought.psf.token_flow import TokenFlow, check_knobs, is_token_flow_run, load_token_flow, sample_token_flow
 
-KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain ODE sampler
+KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain sampler (guidance: the flow's own scale)
 TEMPERATURE_RANGE = (0.05, 5.0)  # where densification looks for a decoder's temperature
 
 
@@ -94,12 +94,17 @@ def analytic_ar(ar: torch.nn.Module, L: int) -> int:
 
 
 def analytic_token_flow(tf: TokenFlow) -> int:
-    """Analytic FLOPs of one token-flow document: ``steps`` dense passes over L positions (+ softmax·E)."""
+    """Analytic FLOPs of one token-flow document: ``steps`` dense passes over L positions (+ softmax·E), and with
+    ``rounding: decoder`` one more pass and the decoder head."""
     c = tf.config
     per_step = analytic_flops(matmul_params(tf.net), c.seq_len, c.n_layer, c.n_embd)
     if c.head == "logits":
         per_step += 2 * c.seq_len * tf.vocab_size * tf.dim  # x̂ = softmax(logits) · E
-    return int(c.steps * per_step)
+    flops = c.steps * per_step
+    if c.rounding == "decoder":
+        head = tf.dec_proj.weight.numel() + tf.dec_out.weight.numel()
+        flops += analytic_flops(matmul_params(tf.net), c.seq_len, c.n_layer, c.n_embd) + 2 * c.seq_len * head
+    return int(flops)
 
 
 def psf_training(results: dict) -> dict[str, Any]:
@@ -170,6 +175,7 @@ def ar_candidate(art: RecipeArtifacts, run: Path, cfg: EvalConfig, enc_dec: int)
 def token_flow_candidate(name: str, tf: TokenFlow, results: dict, run: Path, cfg: EvalConfig,
                          enc_dec: int) -> Candidate:
     knob, b = cfg.token_flow_knob, cfg.batch_size
+    neutral = {**KNOB_NEUTRAL, "guidance": tf.config.guidance_scale}  # guidance: the flow's own sampling scale
     for v in cfg.token_flow_sweep:  # before anything is sampled: e.g. step_temperature needs a logits head
         check_knobs(tf, **{**KNOB_NEUTRAL, knob: v})
 
@@ -181,12 +187,13 @@ def token_flow_candidate(name: str, tf: TokenFlow, results: dict, run: Path, cfg
             "config": asdict(tf.config), "knob": knob, "rounding_temperature": cfg.token_flow_temperature,
             "top_p": "none (no nucleus)", "frozen_table_params": tf.table.numel(),
             "train_tokens": results.get("training_tokens"), "train_wall_s": results.get("train_wall_s")}
-    # both knobs lower the entropy as they grow; noise beyond steps/8 per unit time stops doing so
-    high = 20.0 if knob == "step_temperature" else tf.config.steps / 8
-    low = 0.05 if knob == "step_temperature" else 0.0
+    # every knob is expected to lower the entropy as it grows (the data decide once two points are in); noise
+    # beyond steps/8 per unit time stops doing so
+    low, high = {"step_temperature": (0.05, 20.0), "noise": (0.0, tf.config.steps / 8),
+                 "guidance": (0.05, 20.0)}[knob]
     return Candidate(name, "token_flow", run, [{knob: float(v)} for v in cfg.token_flow_sweep], sample,
-                     {knob: KNOB_NEUTRAL[knob]}, [tf], analytic_token_flow(tf), tf.num_params(), info,
-                     knob=Knob(knob, {}, low, high, increasing=False, start=KNOB_NEUTRAL[knob]))
+                     {knob: neutral[knob]}, [tf], analytic_token_flow(tf), tf.num_params(), info,
+                     knob=Knob(knob, {}, low, high, increasing=False, start=neutral[knob]))
 
 
 def points_of(sweep: list[list[float]]) -> list[dict[str, float]]:
