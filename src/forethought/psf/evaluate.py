@@ -11,8 +11,9 @@ What is evaluated (each a *model*, named in the results):
   They must share the run's corpus, tokenizer and L.
 
 Each model samples ``samples`` documents at every sweep point: (temperature, top-p) for the decoders, the
-entropy knob's values for a token flow (``token_flow_knob``: its softmax temperature at every Euler step, or
-its SDE noise). Sweep point i is sampled with seed ``mix_seed("psf-eval-point", seed, i)`` for every model.
+entropy knob's values for a token flow (``token_flow_knob``: its self-conditioning guidance scale, its softmax
+temperature at every step, or its Euler sampler's SDE noise). Sweep point i is sampled with seed
+``mix_seed("psf-eval-point", seed, i)`` for every model.
 
 **References** are ``references`` windows of L tokens of the **test** split (never trained on), tokenised as
 training data and taken evenly spaced over the whole split (``reference_spread``; the first N windows of

@@ -117,7 +117,8 @@ def sampling_times(steps: int, cfg: TokenFlowConfig, generator: torch.Generator 
     training times, 1."""
     if cfg.sample_schedule == "uniform" or steps == 1:
         return [i / steps for i in range(steps + 1)]
-    inner = logit_normal_t(steps - 1, cfg.time_mu, cfg.time_sigma, generator=generator).sort().values
+    z = randn((steps - 1,), generator, "cpu").double()  # drawn on the generator's device (a GPU's too)
+    inner = torch.sigmoid(cfg.time_mu + cfg.time_sigma * z).clamp(1e-6, 1 - 1e-6).sort().values
     return [0.0, *inner.tolist(), 1.0]
 
 
