@@ -334,4 +334,5 @@ def test_densified_sweeps_reach_the_target_entropy(cache_env, tmp_path, capsys):
             assert m["valid"] == (m["nll_per_token"] >= res["floor"]["entropy_rate"])
     t1 = res["differences"]["psf - ar"]["at_temperature_1"]
     assert set(t1) >= {"nll_per_token", "persistence"}
-    assert "temperature 1: nll_per_token" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "temperature 1: nll_per_token" in printed and "densified sweeps: psf +" in printed

@@ -591,6 +591,11 @@ def report_table(res: dict) -> str:
         cells += [fmt_iv(near.get(k), iv.get(k), spec) for k, _, spec in cols]
         cells += [fmt_iv(r.get(k), None) for k in ("flops_per_sample", "serial_depth", "samples_per_s_b32")]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    dense = {name: r["densify"] for name, r in res["models"].items() if "densify" in r}
+    if dense:
+        lines += ["", "densified sweeps: " + "; ".join(
+            f"{name} +{d['added']} points, nearest {d['nearest_entropy_gap']:.3f} nats from the target"
+            + ("" if d["within_tolerance"] else " (NOT within the tolerance)") for name, d in dense.items())]
     if res["differences"]:
         lines += ["", "differences (unpaired bootstrap, 95%):"]
         for name, d in res["differences"].items():
