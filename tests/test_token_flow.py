@@ -267,3 +267,22 @@ def test_elf_flow_trains_both_branches_and_rounds_with_its_decoder() -> None:
     assert ids.shape == (2, L) and calls[0] == 4 + 1  # steps, then the decoder pass
     with pytest.raises(ForethoughtError):
         sample_token_flow(model, 2, step_temperature=2.0)  # no logits head
+
+
+def test_a_flow_saved_before_elfs_settings_loads_as_the_table_flow(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from forethought.core.checkpoint import save_checkpoint
+    from forethought.psf.token_flow import MODEL_TYPE, load_token_flow
+
+    model = _flow()  # the table flow
+    old = {k: v for k, v in asdict(model.config).items() if k in (
+        "seq_len", "n_embd", "n_layer", "n_head", "head", "rounding", "self_cond", "self_cond_prob", "time_dim",
+        "time_mu", "time_sigma", "min_gap", "ce_weight", "steps")}  # the keys an earlier version saved
+    record = {**model.config_dict(), "config": old}
+    assert record["model_type"] == MODEL_TYPE
+    save_checkpoint(tmp_path, 1, model, {}, model_config=record)
+    loaded, _ = load_token_flow(tmp_path)
+    assert loaded.config == model.config  # read with the table flow's settings, not ELF-B's defaults
+    ids = sample_token_flow(loaded, 2, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(ids, sample_token_flow(model, 2, generator=torch.Generator().manual_seed(0)))
