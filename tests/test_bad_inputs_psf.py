@@ -94,6 +94,9 @@ def test_bad_recipe_settings_write_nothing(tmp_path: Path, args: list[str], name
     (["psf", "eval", "--recipe_run", "x", "--reference_spread", "evenly"], ["reference_spread", "did you mean 'even'"]),
     (["psf", "eval", "--recipe_run", "x", "--length_quantile", "1"], ["length_quantile must be in [0, 1)"]),
     (["psf", "eval", "--recipe_run", "x", "--sweep", "[[1.0, 0]]"], ["sweep: top_p must be in (0, 1]"]),
+    (["psf", "eval", "--recipe_run", "x", "--entropy_tolerance", "0"], ["entropy_tolerance must be a number > 0"]),
+    (["psf", "eval", "--recipe_run", "x", "--densify_top_p", "0"], ["densify_top_p must be in (0, 1]"]),
+    (["psf", "eval", "--recipe_run", "x", "--densify_points", "0"], ["densify_points must be at least 1"]),
     (["psf", "sample", "--recipe_run", "x", "--model", "gpt"], ["model", "'psf', 'ar'", "got 'gpt'"]),
     (["psf", "sample", "--recipe_run", "x", "--top_p", "1.5"], ["top_p must be in (0, 1]"]),
     (["psf", "diagnose", "--recipe_run", "x", "--ceiling_cut", "mask2"], ["ceiling_cut", "did you mean 'mask'"]),
@@ -151,7 +154,12 @@ def test_sample_on_cuda_without_cuda(run_copy: Path, tmp_path: Path, trained: tu
     (["--recipe_run", "{run}", "--steps", "-1"], ["steps must be >= 0"]),
     (["--recipe_run", "{run}", "--size", "config", "--token_flow.n_head", "3"], ["token_flow.n_embd (256)",
                                                                                  "n_head (3)"]),
-    (["--recipe_run", "{run}", "--token_flow.head", "embedding"], ["rounding=lm_head needs"]),
+    (["--recipe_run", "{run}", "--token_flow.head", "logits"], ["contextual latents have no token table"]),
+    (["--recipe_run", "{run}", "--token_flow.latents", "table", "--token_flow.rounding", "lm_head"],
+     ["rounding=lm_head needs head=logits"]),
+    (["--recipe_run", "{run}", "--token_flow.decoder_prob", "0"], ["rounding=decoder needs the decoder branch"]),
+    (["--recipe_run", "{run}", "--blr", "0"], ["blr must be a positive number"]),
+    (["--recipe_run", "{run}", "--optimizer", "muon"], ["optimizer", "'elf', 'ar'"]),
 ])
 def test_bad_token_flow_settings_write_nothing(tmp_path: Path, args: list[str], names: list[str]) -> None:
     args = [a.replace("{run}", str(tmp_path / "runs" / "psf")) for a in args]

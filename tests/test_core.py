@@ -307,7 +307,9 @@ def test_range_checks_name_the_key_and_reject_nan(check, value, ok):
     (["--n_embd", "0"], "^token_flow.n_embd must be at least 1"),
     (["--n_head", "3"], r"^token_flow.n_embd \(256\) must be divisible by n_head \(3\)"),
     (["--time_sigma", "0"], "^token_flow.time_sigma must be a positive number"),
-    (["--ce_weight", "-1"], "ce_weight must be at least 0"),  # caught by the head check: ce needs logits
+    (["--ce_weight", "-1"], "ce_weight must be at least 0"),
+    (["--sde_gamma", "-1"], "^token_flow.sde_gamma must be at least 0"),
+    (["--decoder_prob", "1"], "^token_flow.decoder_prob must be below 1"),
     (["--steps", "0"], "^token_flow.steps must be at least 1"),
 ])
 def test_token_flow_config_ranges(args, msg):

@@ -33,7 +33,7 @@ def _mini_repo(tmp_path: Path, files: list[str]) -> Path:
 
 
 def test_renderer_tolerates_new_renamed_and_missing_files(tmp_path: Path) -> None:
-    root = _mini_repo(tmp_path, ["myopia_lm.json", "psf_wikitext.json"])
+    root = _mini_repo(tmp_path, ["myopia_lm.json", "psf_wikitext_codes.json"])
     lm = json.loads((root / "benchmarks/results/myopia_lm.json").read_text())
     lm["vanilla_minus_local_paired"] = lm.pop("local_myopic_bonus_paired")  # a renamed difference
     lm["a_new_key"] = {"anything": [1, 2]}
@@ -47,7 +47,7 @@ def test_renderer_tolerates_new_renamed_and_missing_files(tmp_path: Path) -> Non
     assert "## Not rendered yet" in psf and "psf_future.json" in psf
     readme = out[Path("README.md")]
     assert readme.startswith("# x\n\n" + BEGIN) and readme.endswith(END + "\n\nrest\n") and "old" not in readme
-    assert "**Predictive State Flow**: WikiText-2 gen-PPL" in readme and "**PredGen**: not produced yet" in readme
+    assert "**Predictive State Flow**: WikiText-2, realization codes on" in readme and "**PredGen**: not produced yet" in readme
 
 
 def _report(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -231,3 +231,16 @@ def test_wikitext_codes_reading_quotes_its_file() -> None:
         lowest = min(q["entropy"] for q in x["sweep"])
         assert ("stays above the references'" in line) == (
             lowest > r["settings"]["target_entropy"] and x["gen_ppl_at_matched_entropy"] is None)
+
+
+def test_psf_headline_quotes_codes_on_differences_and_leaves_out_the_token_flow() -> None:
+    from forethought.report.psf import headline
+
+    r = json.loads((Path(__file__).parents[1] / "benchmarks/results/psf_wikitext_codes.json").read_text())
+    t1 = next(p for p in r["differences"]["psf - ar"]["per_point"] if p["temperature"] == 1 and p["top_p"] == 1)
+    lo, hi = t1["interval"]["nll_per_token"]
+    text = headline(r)
+    assert f"**{t1['diff']['nll_per_token']:+.3f} [{lo:+.3f}, {hi:+.3f}]**" in text
+    assert "content states" in text and "token flow" not in text.lower()
+    r["differences"]["psf - ar"]["per_point"] = []  # a file without the temperature-1 point says so, no number
+    assert "**–**" in headline(r)

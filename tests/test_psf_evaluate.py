@@ -26,7 +26,7 @@ from forethought.testing import finite_numbers, tiny_gpt2
 
 PLANTED_TINY = [*TINY_PLANTED, "--data.planted.test_documents", "64"]  # + test documents to prompt from
 QUICK = ["--samples", "8", "--references", "16", "--n_boot", "200", "--sweep", "[[1.0, 1.0], [0.7, 0.9]]",
-         "--token_flow_sweep", "[1.0, 2.0]"]
+         "--token_flow_sweep", "[1.0, 2.0]", "--densify", "false"]
 OWN = ("psf", "psf_mean_trajectory", "ar")
 
 
@@ -77,6 +77,10 @@ def test_token_flow_verb_writes_a_run_on_the_recipe_batches(runs):
     res = json.loads((runs / "tf" / "results.json").read_text())
     assert res["recipe_run"] == str(runs / "pl") and res["steps"] == 4 and res["batch_size"] == 8
     assert res["training_tokens"] == 4 * 8 * 32 and res["config"]["n_layer"] == 1
+    # ELF-B's recipe: contextual latents of the frozen AR, their scale measured; ELF's optimiser settings
+    assert res["config"]["latents"] == "contextual" and res["config"]["latent_std"] > 0
+    assert res["optimizer"]["lr"] == pytest.approx(1e-3 * 8 / 256) and res["optimizer"]["schedule"] == "constant"
+    assert res["optimizer"]["beta2"] == 0.95 and res["optimizer"]["weight_decay"] == 0.0
     assert res["ratio"] == res["params"] / res["psf_encoder_decoder"]
     assert (runs / "tf" / "config.yaml").is_file() and (runs / "tf" / "step-000004").is_dir()
     # the one batch function of the recipe: planted windows start at document starts (multiples of L)
@@ -119,9 +123,9 @@ def test_eval_planted_with_compared_runs(cache_env, capsys):
             check_point(p, keys)
             assert "mauve" not in p  # no MAUVE on the planted corpus
         assert row["flops_per_sample"] > 0 and row["samples_per_s_b32"] > 0
-    assert [p["step_temperature"] for p in res["models"]["tf"]["sweep"]] == [1.0, 2.0]
+    assert [p["guidance"] for p in res["models"]["tf"]["sweep"]] == [1.0, 2.0]  # ELF's knob, the default
     assert res["models"]["psf"]["serial_depth"] == 8 + 8 and res["models"]["ar"]["serial_depth"] == 32
-    assert res["models"]["tf"]["serial_depth"] == 4 and res["models"]["psf_mean_trajectory"]["serial_depth"] == 8
+    assert res["models"]["tf"]["serial_depth"] == 4 + 1 and res["models"]["psf_mean_trajectory"]["serial_depth"] == 8
     # the floor and the references: test documents evenly spaced from the first to the last
     refs = res["references"]
     assert refs["split"] == "test" and refs["n"] == 16 and refs["split_tokens"] == 64 * 32
@@ -161,6 +165,7 @@ def test_eval_text_with_judge_mauve_and_the_cache(cache_env, capsys):
     run, out = runs / "tx", runs / "tx_eval"
     opts = ["--recipe_run", str(run), "--judge", str(runs / "judge"), "--samples", "6", "--references", "8",
             "--n_boot", "100", "--mauve_boot", "3", "--sweep", "[[1.0, 1.0], [0.5, 0.9]]", "--cost", "false",
+            "--densify", "false",
             "--out", str(out)]
     assert cli.main(["psf", "eval", *opts, "--models", "[psf]", "--prepare_only", "true"]) == 0
     assert not (out / "results.json").exists()
@@ -290,7 +295,7 @@ def test_more_bad_inputs_raise_before_writing(cache_env, tmp_path):
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "pl_copy_state_only").symlink_to(runs / "tf", target_is_directory=True)  # pl_copy's derived name
     bad = [({"samples": 1}, "samples"), ({"sweep": [[1.0, 0.0]]}, "top_p"), ({"sweep": [[1.0]]}, "sweep"),
-           ({"token_flow_sweep": [0.0]}, "step_temperature"), ({"mauve_boot": 300, "n_boot": 200}, "mauve_boot"),
+           ({"token_flow_sweep": [0.0]}, "guidance must be a number > 0"), ({"mauve_boot": 300, "n_boot": 200}, "mauve_boot"),
            ({"compare": [str(runs / "missing")]}, "missing"), ({"compare": [str(runs / "cache")]}, "neither"),
            ({"compare": [str(runs / "tf"), str(runs / "tf")]}, "names another model"),
            ({"compare": [str(runs / "pl_copy"), str(tmp_path / "pl_copy_state_only")]}, "names another model"),
@@ -306,3 +311,28 @@ def test_more_bad_inputs_raise_before_writing(cache_env, tmp_path):
         with pytest.raises(ForethoughtError, match=message):
             evaluate(cfg)
     assert snapshot(runs) == before
+
+
+def test_densified_sweeps_reach_the_target_entropy(cache_env, tmp_path, capsys):
+    run = cache_env / "pl"
+    assert cli.main(["psf", "eval", "--recipe_run", str(run), "--models", "[psf, ar]", "--samples", "8",
+                     "--references", "16", "--n_boot", "100", "--sweep", "[[1.0, 1.0], [0.7, 0.9]]", "--cost",
+                     "false", "--densify_points", "6", "--out", str(tmp_path / "ev")]) == 0
+    res = json.loads((tmp_path / "ev" / "results.json").read_text())
+    target = res["target_entropy"]
+    for name, row in res["models"].items():
+        d, sweep = row["densify"], row["sweep"]
+        gaps = [abs(p["entropy"] - target) for p in sweep]
+        assert d["nearest_entropy_gap"] == pytest.approx(min(gaps))
+        assert d["added"] == sum(p["densified"] for p in sweep) and not any(p["densified"] for p in sweep[:2])
+        assert d["within_tolerance"] == (min(gaps) <= 0.05)
+        assert d["within_tolerance"] or d["added"] == 6, name  # the budget is the only other way out
+        assert all(p["top_p"] == 1.0 for p in sweep if p["densified"])  # top-p fixed while bisecting
+        m = row["matched_entropy"]
+        if m["gen_ppl"] is not None:  # the interpolation error widens the sampling interval
+            assert m["interval"][0] <= m["interval_sampling_only"][0] <= m["interval_sampling_only"][1] <= m["interval"][1]
+            assert m["valid"] == (m["nll_per_token"] >= res["floor"]["entropy_rate"])
+    t1 = res["differences"]["psf - ar"]["at_temperature_1"]
+    assert set(t1) >= {"nll_per_token", "persistence"}
+    printed = capsys.readouterr().out
+    assert "temperature 1: nll_per_token" in printed and "densified sweeps: psf +" in printed

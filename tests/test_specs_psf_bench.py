@@ -183,5 +183,20 @@ def test_planted_derive_reads_each_runs_files_by_seed(monkeypatch: pytest.Monkey
     assert d["verdicts"] == {k.replace(".", "_"): v["pass"] for k, v in p["checks"].items()}
     assert d["models"]["psf"]["nll_at_matched_entropy"] == p["over_seeds"]["models"]["psf"][
         "nll_at_matched_entropy"]["mean"]
+    assert d["below_floor"]["psf"] == [0, 1, 2] and d["below_floor"]["ar"] == []  # matched NLL 2.17 < floor 2.66
     one = b.planted({"planted-s0": records["planted-s0"]}, collected)
     assert one["checks"] is None and one["verdicts"] == {}
+
+
+def test_a_token_flows_own_distribution_is_its_neutral_setting() -> None:
+    def point(**kw) -> dict:
+        return {**kw, "entropy": 3.0, "nll_per_token": kw.get("guidance", kw.get("temperature", 0)), "persistence": 0.5,
+                "interval": {"persistence": [0.4, 0.6]}}
+
+    flow = {"kind": "token_flow", "cost_setting": {"guidance": 3.0}, "gen_ppl_at_matched_entropy": None,
+            "matched_entropy": {"interval": None}, "reported_point": {"guidance": 1.0},
+            "sweep": [point(guidance=1.0), point(guidance=3.0)]}
+    assert b.model_summary(flow, 3.0, 2.0)["nll_at_t1"] == 3.0  # guidance 3, the flow's own sampling scale
+    ar = {**flow, "kind": "ar", "reported_point": {"temperature": 1.0, "top_p": 1.0},
+          "sweep": [point(temperature=0.7, top_p=1.0), point(temperature=1.0, top_p=1.0)]}
+    assert b.model_summary(ar, 3.0, 2.0)["nll_at_t1"] == 1.0

@@ -101,9 +101,12 @@ def model_summary(row: dict, target: float, floor: float) -> dict[str, Any]:
     iv = row["matched_entropy"]["interval"]
     nll = math.log(at) if at is not None else None
     near = min(row["sweep"], key=lambda p: abs(p["entropy"] - target))
-    # the model's own distribution: temperature 1 without nucleus (a token flow: step temperature 1)
-    own = next((p for p in row["sweep"] if p.get("temperature", p.get("step_temperature")) == 1.0
-                and p.get("top_p", 1.0) == 1.0), None)
+    # the model's own distribution: temperature 1 without nucleus (a token flow: its knob's neutral setting, where
+    # psf eval measured its cost, e.g. its own guidance scale; else step temperature 1)
+    neutral = row.get("cost_setting") if row.get("kind") == "token_flow" else None
+    own = next((p for p in row["sweep"] if (all(p.get(k) == v for k, v in neutral.items()) if neutral else
+                                            p.get("temperature", p.get("step_temperature")) == 1.0
+                                            and p.get("top_p", 1.0) == 1.0)), None)
     return {"nll_at_matched_entropy": nll,
             "nll_at_t1": own and own["nll_per_token"], "persistence_at_t1": own and own["persistence"],
             "entropy_at_t1": own and own["entropy"],
@@ -112,7 +115,7 @@ def model_summary(row: dict, target: float, floor: float) -> dict[str, Any]:
             "persistence_at_matched_entropy": interpolate(row["sweep"], "persistence", target),
             "persistence_near": near["persistence"], "persistence_near_interval": near["interval"]["persistence"],
             "entropy_near": near["entropy"], "point_near": row["reported_point"],
-            "sweep": [{k: p.get(k) for k in ("temperature", "top_p", "step_temperature", "noise", "entropy",
+            "sweep": [{k: p.get(k) for k in ("temperature", "top_p", "step_temperature", "noise", "guidance", "entropy",
                                               "nll_per_token", "persistence", "block_coherence", "repetition_2")
                        if k in p} for p in row["sweep"]],
             "flops_per_sample": row.get("flops_per_sample"), "serial_depth": row.get("serial_depth"),
@@ -291,6 +294,10 @@ def planted(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, An
             "nll_comparisons": {o: None if c is None else {k: c[k] for k in ("basis", "mean", "interval", "gain_mean")}
                                 for o, c in agg["nll_comparisons"].items()},
             "shuffle_first": {name: s["first"]["mean"] for name, s in agg["shuffle"].items()},
+            # a matched-entropy NLL below the floor is impossible for a model matching the references' diversity:
+            # the seeds where it happens, per model (those comparisons are invalid; temperature 1's stand)
+            "below_floor": {m: [s for s in agg["seeds"] if (per_seed[s]["models"][m]["excess_over_floor"] or 0) < 0]
+                            for m in agg["models"]},
             "checks": checks,
             # each check's verdict under a name without dots, for the spec's checks (derived.verdicts.<name>)
             "verdicts": {k.replace(".", "_"): v["pass"] for k, v in (checks or {}).items()}}

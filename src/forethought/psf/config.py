@@ -195,38 +195,87 @@ class ARModelConfig:
 
 @dataclass
 class TokenFlowConfig:
+    """The token-level flow baseline (forethought.psf.token_flow). Defaults are ELF-B's recipe (github
+    lillian039/ELF, train_owt_ELF-B.yml and uncond_sampling_configs.yml) where it carries over; the sizes are
+    ours (``psf token-flow`` matches them to PSF). ``TABLE_FLOW`` in forethought.psf.token_flow is the earlier
+    baseline (a frozen token table, logits head, plain Euler)."""
+
     seq_len: int = field(64, "tokens per sequence L")
     n_embd: int = field(256, "denoiser width")
     n_layer: int = field(4, "denoiser transformer blocks")
     n_head: int = field(4, "denoiser attention heads")
-    head: Literal["logits", "embedding"] = field("logits", "logits: LM head, x̂ = softmax·E; embedding: x̂ directly")
-    rounding: Literal["lm_head", "nearest"] = field("lm_head", "final x̂ -> tokens: LM head argmax or nearest embedding")
-    self_cond: bool = field(True, "self-conditioning on the previous x̂")
+    latents: Literal["contextual", "table"] = field(
+        "contextual", "what the flow models: contextual = a frozen encoder's hidden states of the whole window "
+        "(ELF: T5's encoder; here the AR baseline's last layer), table = the frozen token table's rows")
+    latent_mean: float = field(0.0, "contextual latents: x0 = (latent - latent_mean) / latent_std (ELF-B: 0)")
+    latent_std: float = field(0.0, "contextual latents: the scale (ELF-B: 0.2 for T5-small's outputs; 0 = measured "
+                              "on training windows, so x0 has unit standard deviation)")
+    head: Literal["logits", "embedding"] = field(
+        "embedding", "embedding: the network predicts x̂ directly (ELF); logits: an LM head, x̂ = softmax·E (table "
+        "latents only)")
+    rounding: Literal["decoder", "lm_head", "nearest"] = field(
+        "decoder", "final latent -> tokens: decoder = the cross-entropy branch's head at t = 1 (ELF), lm_head = "
+        "argmax of the last step's logits, nearest = nearest table row")
+    noise_scale: float = field(2.0, "x_t = t·x + (1 - t)·noise_scale·ε, and sampling starts from noise_scale·ε "
+                               "(ELF-B: denoiser_noise_scale 2)")
+    time_mu: float = field(-1.5, "logit-normal time: mean of the logit, t = 1 is data (ELF-B: denoiser_p_mean)")
+    time_sigma: float = field(0.8, "logit-normal time: std of the logit (ELF-B: denoiser_p_std)")
+    min_gap: float = field(0.05, "1 - t is clamped below at this value in the velocity (ELF-B: t_eps)")
+    decoder_prob: float = field(0.2, "the fraction of training steps that train the cross-entropy decoder branch "
+                                "instead of the flow (ELF-B: decoder_prob; 0 = no decoder branch)")
+    decoder_noise_scale: float = field(5.0, "decoder branch input λ·x0 + (1 - λ)·scale·ε (ELF-B: 5)")
+    decoder_time_mu: float = field(0.8, "decoder branch: λ = sigmoid(N(mu, sigma)) per token (ELF-B: 0.8)")
+    decoder_time_sigma: float = field(0.8, "decoder branch: the std of λ's logit (ELF-B: 0.8)")
+    self_cond: bool = field(True, "self-conditioning on the previous x̂ (ELF-B: on)")
     self_cond_prob: float = field(0.5, "training: fraction of examples that get a self-conditioning estimate")
-    time_dim: int = field(32, "sinusoidal time features concatenated to every position's input")
-    time_mu: float = field(0.0, "logit-normal time: mean of the logit (t = 1 is data)")
-    time_sigma: float = field(1.0, "logit-normal time: std of the logit")
-    min_gap: float = field(0.05, "clamp 1 - t below at this value in the velocity loss")
+    self_cond_guidance: bool = field(True, "self-conditioning guidance distilled into training (ELF-B: "
+                                     "num_self_cond_cfg_tokens 4): the target is moved by (1 - 1/w)·(x̂_cond - "
+                                     "x̂_uncond) for a scale w the network reads as an input")
+    guidance_min: float = field(0.5, "training: w is log-uniform on (1 + min, 1 + max) minus 1 (ELF-B: 0.5)")
+    guidance_max: float = field(5.0, "training: the upper end of w (ELF-B: 5)")
+    guidance_scale: float = field(3.0, "sampling: the guidance scale w fed to the network (ELF-B: 3)")
+    time_dim: int = field(32, "sinusoidal features of t (and of w) concatenated to every position's input")
     ce_weight: float = field(0.0, "weight of an extra cross-entropy loss on the logits (head=logits only)")
-    steps: int = field(32, "Euler steps at sampling")
+    sampler: Literal["sde", "euler"] = field("sde", "sde: ELF's stochastic sampler (each step first moves back to "
+                                             "t·(1 - γ·h) with fresh noise, the last step plain); euler: the ODE")
+    sde_gamma: float = field(1.5, "sde: the churn γ per unit time (ELF-B, 32 steps: 1.5)")
+    sample_schedule: Literal["logit_normal", "uniform"] = field(
+        "logit_normal", "sampling times: logit_normal = 0, the sorted draws of steps - 1 training times, 1 (ELF); "
+        "uniform = evenly spaced")
+    steps: int = field(32, "network passes per document at sampling (ELF-B: 32)")
 
     def validate(self) -> None:
-        if self.rounding == "lm_head" and self.head != "logits":
-            raise ForethoughtError("token_flow.rounding=lm_head needs token_flow.head=logits; use rounding=nearest")
-        if self.ce_weight and self.head != "logits":
-            raise ForethoughtError("token_flow.ce_weight > 0 needs token_flow.head=logits")
-        if not 0.0 <= self.self_cond_prob <= 1.0:
-            raise ForethoughtError(f"token_flow.self_cond_prob must be in [0, 1], got {self.self_cond_prob}")
         try:
+            at_least(self, 0, "latent_std", "sde_gamma", "guidance_min", "ce_weight")
+            if self.rounding == "lm_head" and self.head != "logits":
+                raise ForethoughtError("rounding=lm_head needs head=logits; use rounding=decoder or nearest")
+            if self.ce_weight and self.head != "logits":
+                raise ForethoughtError("ce_weight > 0 needs head=logits")
+            if self.latents == "contextual" and (self.head == "logits" or self.rounding == "nearest"):
+                raise ForethoughtError("contextual latents have no token table to take an expectation or a nearest "
+                                       "row over: use head=embedding and rounding=decoder")
+            if self.rounding == "decoder" and self.decoder_prob == 0:
+                raise ForethoughtError("rounding=decoder needs the decoder branch (decoder_prob > 0)")
+            if self.self_cond_guidance and not (self.self_cond and self.self_cond_prob > 0):
+                raise ForethoughtError("self_cond_guidance needs self_cond with self_cond_prob > 0")
+            if not 0.0 <= self.self_cond_prob <= 1.0:
+                raise ForethoughtError(f"self_cond_prob must be in [0, 1], got {self.self_cond_prob}")
+            within(self, 0, 1, "decoder_prob")
+            if self.decoder_prob == 1:
+                raise ForethoughtError("decoder_prob must be below 1 (the flow must train too)")
             at_least(self, 1, "seq_len", "n_embd", "n_layer", "n_head", "time_dim", "steps")
             if self.n_embd % self.n_head:
                 raise ForethoughtError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-            finite(self, "time_mu")
-            positive(self, "time_sigma")
+            finite(self, "time_mu", "decoder_time_mu", "latent_mean")
+            positive(self, "time_sigma", "decoder_time_sigma", "noise_scale", "decoder_noise_scale",
+                     "guidance_scale")
+            finite(self, "guidance_max")
+            if self.guidance_max < self.guidance_min:
+                raise ForethoughtError(f"guidance_max ({self.guidance_max}) must be at least guidance_min "
+                                       f"({self.guidance_min})")
             within(self, 0, 1, "min_gap")
             if self.min_gap == 0:
                 raise ForethoughtError("min_gap must be in (0, 1], got 0")
-            at_least(self, 0, "ce_weight")
         except ForethoughtError as e:  # this section's messages name it, as the checks above do
             raise ForethoughtError(f"token_flow.{e}") from None
 
@@ -476,12 +525,20 @@ class EvalConfig:
         "or its first windows")
     sweep: list[list[float]] = field([[1.2, 1.0], [1.0, 1.0], [0.8, 0.9], [0.7, 0.9]],
                                      "[temperature, top_p] sweep points of the PSF and AR decoders")
-    token_flow_knob: Literal["step_temperature", "noise"] = field(
-        "step_temperature", "the token flow's entropy knob: the softmax temperature at every Euler step "
-        "(> 1 lowers the entropy, < 1 raises it) or the SDE noise scale (> 0 lowers it)")
-    token_flow_sweep: list[float] = field([0.7, 1.0, 1.5, 2.0], "the knob's values, one sweep point each")
+    token_flow_knob: Literal["guidance", "step_temperature", "noise"] = field(
+        "guidance", "the token flow's entropy knob: its self-conditioning guidance scale (ELF's; flows trained "
+        "with token_flow.self_cond_guidance), the softmax temperature at every step (head=logits flows; > 1 lowers "
+        "the entropy, < 1 raises it) or the Euler sampler's SDE noise (> 0 lowers it)")
+    token_flow_sweep: list[float] = field([1.0, 2.0, 3.0, 4.0], "the knob's values, one sweep point each")
     token_flow_temperature: float = field(1.0, "the token flow's rounding temperature on its final logits "
                                           "(0 = argmax)")
+    densify: bool = field(True, "after the sweep, bisect each model's temperature (top-p fixed at densify_top_p; "
+                          "a token flow: its knob) until one of its points lies within entropy_tolerance of the "
+                          "references' entropy, so matched entropy interpolates over a short distance")
+    entropy_tolerance: float = field(0.05, "densify: nats of unigram entropy between the target and the nearest point")
+    densify_top_p: float = field(1.0, "densify: the top-p held fixed while the temperature is bisected")
+    densify_points: int = field(8, "densify: points added per model at most (a model that has not reached the "
+                                "tolerance by then is flagged in its row)")
     judge: str = field("smollm2-135m", "text corpora: the judge causal LM (alias, HF id or folder); the planted "
                        "corpus is judged by its true generator")
     judge_batch: int = field(16, "texts per judge forward pass")
@@ -536,10 +593,16 @@ class EvalConfig:
         if not self.token_flow_sweep:
             raise ForethoughtError("token_flow_sweep needs at least one value of the token flow's knob")
         for v in self.token_flow_sweep:
-            bad = not math.isfinite(v) or (v <= 0 if self.token_flow_knob == "step_temperature" else v < 0)
+            bad = not math.isfinite(v) or (v < 0 if self.token_flow_knob == "noise" else v <= 0)
             if bad:
-                need = "> 0" if self.token_flow_knob == "step_temperature" else ">= 0"
+                need = ">= 0" if self.token_flow_knob == "noise" else "> 0"
                 raise ForethoughtError(f"token_flow_sweep: {self.token_flow_knob} must be a number {need}, got {v}")
+        if not (math.isfinite(self.entropy_tolerance) and self.entropy_tolerance > 0):
+            raise ForethoughtError(f"entropy_tolerance must be a number > 0 (nats), got {self.entropy_tolerance}")
+        if not 0 < self.densify_top_p <= 1:
+            raise ForethoughtError(f"densify_top_p must be in (0, 1], got {self.densify_top_p}")
+        if self.densify_points < 1:
+            raise ForethoughtError(f"densify_points must be at least 1, got {self.densify_points}")
         if not (math.isfinite(self.token_flow_temperature) and self.token_flow_temperature >= 0):
             raise ForethoughtError(f"token_flow_temperature must be a number >= 0, got {self.token_flow_temperature}")
         unknown = [m for m in self.models if m not in OWN_MODELS]
@@ -598,6 +661,15 @@ class TokenFlowRunConfig:
     param_tolerance: float = field(0.2, "size matched: the parameter ratio to PSF encoder + decoder must be within "
                                    "1 ± this")
     steps: int = field(0, "training steps (0 = the AR baseline's: the same windows and tokens)")
+    optimizer: Literal["elf", "ar"] = field(
+        "elf", "elf: ELF-B's settings in the shared AdamW trainer (lr = blr·batch/256, constant after a linear "
+        "warmup of warmup_fraction of the steps, weight decay 0, beta2 0.95, gradient clip 1); ar: the AR "
+        "stage's optimiser settings")
+    blr: float = field(1e-3, "optimizer elf: the base learning rate per 256 sequences (ELF-B: 1e-3)")
+    warmup_fraction: float = field(0.1, "optimizer elf: warmup steps as a fraction of the steps (ELF-B: 0.5 of 5 "
+                                   "epochs)")
+    latent_batches: int = field(4, "contextual latents with token_flow.latent_std 0: training batches on which "
+                                "the latents' mean and standard deviation are measured")
     token_flow: TokenFlowConfig = field(TokenFlowConfig(), "the flow (seq_len is the recipe's L; n_embd, n_layer "
                                         "and n_head are used with size: config only)")
 
@@ -611,6 +683,9 @@ class TokenFlowRunConfig:
             raise ForethoughtError(f"param_tolerance must be in (0, 1), got {self.param_tolerance}")
         if self.steps < 0:
             raise ForethoughtError(f"steps must be >= 0 (0 = the AR baseline's), got {self.steps}")
+        positive(self, "blr")
+        within(self, 0, 1, "warmup_fraction", high_open=True)
+        at_least(self, 1, "latent_batches")
         for key in ("n_embd", "n_layer", "n_head", "steps", "time_dim"):
             if getattr(self.token_flow, key) < 1:
                 raise ForethoughtError(f"token_flow.{key} must be at least 1, got {getattr(self.token_flow, key)}")

@@ -25,7 +25,27 @@ from forethought.psf.model import PSFModel
 from forethought.psf.prior import FlowPrior
 from forethought.psf.token_flow import TokenFlow, check_knobs, is_token_flow_run, load_token_flow, sample_token_flow
 
-KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain ODE sampler
+KNOB_NEUTRAL = {"step_temperature": 1.0, "noise": 0.0}  # the plain sampler (guidance: the flow's own scale)
+TEMPERATURE_RANGE = (0.05, 5.0)  # where densification looks for a decoder's temperature
+
+
+@dataclass(frozen=True)
+class Knob:
+    """The one setting a sweep densifies (psf eval ``densify``): its name, the settings held fixed beside it,
+    the range searched, and whether the entropy rises with it (the prior direction before two points decide)."""
+
+    name: str
+    fixed: dict[str, float]
+    low: float
+    high: float
+    increasing: bool
+    start: float
+
+    def point(self, value: float) -> dict[str, float]:
+        return {self.name: float(value), **self.fixed}
+
+    def matches(self, point: dict[str, float]) -> bool:
+        return set(point) == {self.name, *self.fixed} and all(point[k] == v for k, v in self.fixed.items())
 
 
 @dataclass
@@ -45,6 +65,7 @@ class Candidate:
     # PSF models: (prompt (n, m·L/K), generator, replace) -> (n, L) continuations; None for the others
     prompted: Callable[[torch.Tensor, torch.Generator, bool], torch.Tensor] | None = None
     conditioned: bool = False  # its prior takes the prompt's states as input (conditioning known_mask)
+    knob: Knob | None = None  # what densification bisects (None: the sweep stays as given)
 
 
 def analytic_psf(model: PSFModel, prior: FlowPrior, steps: int, mean: bool) -> int:
@@ -73,12 +94,17 @@ def analytic_ar(ar: torch.nn.Module, L: int) -> int:
 
 
 def analytic_token_flow(tf: TokenFlow) -> int:
-    """Analytic FLOPs of one token-flow document: ``steps`` dense passes over L positions (+ softmax·E)."""
+    """Analytic FLOPs of one token-flow document: ``steps`` dense passes over L positions (+ softmax·E), and with
+    ``rounding: decoder`` one more pass and the decoder head."""
     c = tf.config
     per_step = analytic_flops(matmul_params(tf.net), c.seq_len, c.n_layer, c.n_embd)
     if c.head == "logits":
         per_step += 2 * c.seq_len * tf.vocab_size * tf.dim  # x̂ = softmax(logits) · E
-    return int(c.steps * per_step)
+    flops = c.steps * per_step
+    if c.rounding == "decoder":
+        head = tf.dec_proj.weight.numel() + tf.dec_out.weight.numel()
+        flops += analytic_flops(matmul_params(tf.net), c.seq_len, c.n_layer, c.n_embd) + 2 * c.seq_len * head
+    return int(flops)
 
 
 def psf_training(results: dict) -> dict[str, Any]:
@@ -124,7 +150,12 @@ def psf_candidate(name: str, art: RecipeArtifacts, run: Path, trajectory: Litera
     return Candidate(name, "psf_mean_trajectory" if mean else "psf", run, points_of(cfg.sweep), sample,
                      {"temperature": 1.0, "top_p": 1.0}, ([] if mean else [prior]) + [model.decoder],
                      analytic_psf(model, prior, steps, mean), counts["total"] + n_prior, info,
-                     None if mean else prompted, bool(getattr(prior, "conditioned", False)))
+                     None if mean else prompted, bool(getattr(prior, "conditioned", False)), temperature_knob(cfg))
+
+
+def temperature_knob(cfg: EvalConfig) -> Knob:
+    """A decoder's densified knob: its temperature, top-p fixed at ``densify_top_p``."""
+    return Knob("temperature", {"top_p": float(cfg.densify_top_p)}, *TEMPERATURE_RANGE, increasing=True, start=1.0)
 
 
 def ar_candidate(art: RecipeArtifacts, run: Path, cfg: EvalConfig, enc_dec: int) -> Candidate:
@@ -138,12 +169,13 @@ def ar_candidate(art: RecipeArtifacts, run: Path, cfg: EvalConfig, enc_dec: int)
     info = {"kv_cache": True, "params_ratio_to_psf_encoder_decoder": ar.num_params() / enc_dec,
             "train_tokens": res["training_tokens"], "train_wall_s": res["train_wall_s"]}
     return Candidate("ar", "ar", run, points_of(cfg.sweep), sample, {"temperature": 1.0, "top_p": 1.0}, [ar],
-                     analytic_ar(ar, L), ar.num_params(), info)
+                     analytic_ar(ar, L), ar.num_params(), info, knob=temperature_knob(cfg))
 
 
 def token_flow_candidate(name: str, tf: TokenFlow, results: dict, run: Path, cfg: EvalConfig,
                          enc_dec: int) -> Candidate:
     knob, b = cfg.token_flow_knob, cfg.batch_size
+    neutral = {**KNOB_NEUTRAL, "guidance": tf.config.guidance_scale}  # guidance: the flow's own sampling scale
     for v in cfg.token_flow_sweep:  # before anything is sampled: e.g. step_temperature needs a logits head
         check_knobs(tf, **{**KNOB_NEUTRAL, knob: v})
 
@@ -155,8 +187,13 @@ def token_flow_candidate(name: str, tf: TokenFlow, results: dict, run: Path, cfg
             "config": asdict(tf.config), "knob": knob, "rounding_temperature": cfg.token_flow_temperature,
             "top_p": "none (no nucleus)", "frozen_table_params": tf.table.numel(),
             "train_tokens": results.get("training_tokens"), "train_wall_s": results.get("train_wall_s")}
+    # every knob is expected to lower the entropy as it grows (the data decide once two points are in); noise
+    # beyond steps/8 per unit time stops doing so
+    low, high = {"step_temperature": (0.05, 20.0), "noise": (0.0, tf.config.steps / 8),
+                 "guidance": (0.05, 20.0)}[knob]
     return Candidate(name, "token_flow", run, [{knob: float(v)} for v in cfg.token_flow_sweep], sample,
-                     {knob: KNOB_NEUTRAL[knob]}, [tf], analytic_token_flow(tf), tf.num_params(), info)
+                     {knob: neutral[knob]}, [tf], analytic_token_flow(tf), tf.num_params(), info,
+                     knob=Knob(knob, {}, low, high, increasing=False, start=neutral[knob]))
 
 
 def points_of(sweep: list[list[float]]) -> list[dict[str, float]]:

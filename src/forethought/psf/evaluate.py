@@ -11,8 +11,9 @@ What is evaluated (each a *model*, named in the results):
   They must share the run's corpus, tokenizer and L.
 
 Each model samples ``samples`` documents at every sweep point: (temperature, top-p) for the decoders, the
-entropy knob's values for a token flow (``token_flow_knob``: its softmax temperature at every Euler step, or
-its SDE noise). Sweep point i is sampled with seed ``mix_seed("psf-eval-point", seed, i)`` for every model.
+entropy knob's values for a token flow (``token_flow_knob``: its self-conditioning guidance scale, its softmax
+temperature at every step, or its Euler sampler's SDE noise). Sweep point i is sampled with seed
+``mix_seed("psf-eval-point", seed, i)`` for every model.
 
 **References** are ``references`` windows of L tokens of the **test** split (never trained on), tokenised as
 training data and taken evenly spaced over the whole split (``reference_spread``; the first N windows of
@@ -32,9 +33,21 @@ each with a **95 % percentile bootstrap interval over samples**: ``n_boot`` resa
 the first ``mauve_boot`` of them, one k-means fit each). The references are resampled too, once per bootstrap
 draw and shared by every model, so the target entropy's uncertainty enters the matched-entropy interval.
 
+**Densified sweeps** (``densify``, default on): after its sweep, each model's temperature (top-p fixed at
+``densify_top_p``; a token flow: its knob) is bisected (forethought.eval.curves.next_knob_value) until one of its
+points lies within ``entropy_tolerance`` (0.05 nats) of the references' entropy, at most ``densify_points`` added
+points (a row's ``densify`` says how many and whether the tolerance was reached). An added point at knob value v
+samples with seed ``mix_seed("psf-eval-densify", seed, repr(v))`` (every model alike). The judge-token cap is fixed
+by the references and the sweep's own points before any point is added (added sets are cut to it too).
+
 **Matched entropy**: gen-PPL at the references' mean unigram entropy, interpolated on each model's sweep
 (forethought.eval.curves.ppl_at_entropy) only where the sweep brackets it (else null), with the bootstrap
-interval over the draws that bracket their own target (``bracketed_fraction`` says how many did).
+interval over the draws that bracket their own target (``bracketed_fraction`` says how many did), **widened by
+the interpolation error** (forethought.eval.curves.interpolation_error: the straight line against the quadratic
+through the three nearest points, in nats/token) on both sides. On the planted corpus a matched-entropy NLL below
+the entropy floor is flagged ``valid: false`` (unigram entropy of a short document does not control its
+diversity there), and so is every difference that uses it: compare at temperature 1 (``at_temperature_1`` of
+each difference: NLL, persistence, coherence) instead.
 
 **Differences** psf - every other model (ar, the compared runs, the mean trajectory): at every sweep point the
 other model shares with psf (same temperature and top-p), for every metric, and at matched entropy. They are
@@ -59,7 +72,7 @@ import functools
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +91,7 @@ from forethought.data.planted import (
     planted_split,
 )
 from forethought.eval.cost import count_forward_calls, flops_per_document, samples_per_second
-from forethought.eval.curves import plot_entropy_curves
+from forethought.eval.curves import interpolation_error, next_knob_value, plot_entropy_curves
 from forethought.eval.judge import load_judge, matched_length, score_texts
 from forethought.eval.mauve import mauve_available, mauve_score
 from forethought.eval.stats import resample_indices
@@ -185,28 +198,32 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     wikitext = is_wikitext(art.cfg.data.corpus)
     sets: dict[str, list[tuple[list[list[int]], list[str]]]] = {}
     keys: dict[str, list[str]] = {}
+
+    def draw(name: str, c: Candidate, point: dict[str, float], seed: int, tag: str) -> None:
+        """Sample (or read from the cache) one set of ``c`` at ``point`` and append it to sets / keys."""
+        k = cache_key(name=name, kind=c.kind, run=run_fingerprint(c.run), seed=seed, n=cfg.samples,
+                      batch=cfg.batch_size, **point,
+                      **({"rounding": cfg.token_flow_temperature} if c.kind == "token_flow" else {}))
+
+        def make() -> tuple[list[list[int]], list[str]]:
+            ids = c.sample(cfg.samples, point, device_generator(seed, device)).cpu()
+            texts = (art.tokenizer.batch_decode(ids.tolist()) if planted
+                     else decode_samples(ids, art.tokenizer, wikitext=wikitext))
+            return ids.tolist(), texts
+
+        ids, texts, wall, hit = cached_samples(cache / f"{tag}-{k}.json", make)
+        sets.setdefault(name, []).append((ids, texts))
+        keys.setdefault(name, []).append(k)
+        timings[f"sample_{name}"] = timings.get(f"sample_{name}", 0.0) + wall
+        if hit:
+            hits.append(f"{tag} samples")
+
     for name, c in cands.items():
-        sets[name], keys[name] = [], []
-        fp = run_fingerprint(c.run)
         for i, point in enumerate(c.points):
-            k = cache_key(name=name, kind=c.kind, run=fp, seed=mix_seed("psf-eval-point", cfg.seed, i), n=cfg.samples, batch=cfg.batch_size,
-                          **point, **({"rounding": cfg.token_flow_temperature} if c.kind == "token_flow" else {}))
-
-            def make(c: Candidate = c, i: int = i, point: dict = point) -> tuple[list[list[int]], list[str]]:
-                ids = c.sample(cfg.samples, point, device_generator(mix_seed("psf-eval-point", cfg.seed, i), device)).cpu()
-                texts = (art.tokenizer.batch_decode(ids.tolist()) if planted
-                         else decode_samples(ids, art.tokenizer, wikitext=wikitext))
-                return ids.tolist(), texts
-
-            ids, texts, wall, hit = cached_samples(cache / f"{name}-p{i}-{k}.json", make)
-            sets[name].append((ids, texts))
-            keys[name].append(k)
-            timings[f"sample_{name}"] = timings.get(f"sample_{name}", 0.0) + wall
-            if hit:
-                hits.append(f"{name}-p{i} samples")
+            draw(name, c, point, mix_seed("psf-eval-point", cfg.seed, i), f"{name}-p{i}")
     timings["sampling"] = time.perf_counter() - t0
 
-    # judging
+    # judging: the judge-token cap is fixed by the references and the sweep's own points, before densification
     t0 = time.perf_counter()
     cap = None
     if planted:
@@ -214,8 +231,11 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         if cfg.prepare_only:
             return {"prepared": list(cands), "timings": timings, "cache_hits": hits}
         ref_scores = planted_scores(gen, refs.ids)
-        scores = {name: [planted_scores(gen, np.asarray(ids)) for ids, _ in s] for name, s in sets.items()}
         floor, floor_se = entropy_rate(gen)
+        scores = {name: [planted_scores(gen, np.asarray(ids)) for ids, _ in s] for name, s in sets.items()}
+
+        def score_set(tag: str, ids: list[list[int]], texts: list[str], k: str) -> Scores:
+            return planted_scores(gen, np.asarray(ids))
     else:
         limit = getattr(judge.config, "max_position_embeddings", None) or getattr(judge.config, "n_positions", None)
         full = limit - 1 if limit else None  # each pass reads whole texts (up to the judge's window); cut below
@@ -238,11 +258,44 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         if full:
             cap = min(cap, full)
         ref_scores = judge_scores(ref_pass, cap)
+        floor = None
         scores = {name: [judge_scores(jp, cap) for jp in ps] for name, ps in passes.items()}
+
+        def score_set(tag: str, ids: list[list[int]], texts: list[str], k: str) -> Scores:
+            return judge_scores(judged(tag, texts, k), cap)
+
+    # densification: bisect each model's knob until a point lies within the tolerance of the target entropy
+    t0 = time.perf_counter()
+    target_entropy = metrics(ref_scores)["entropy"]
+    densified: dict[str, dict[str, Any]] = {}
+    for name, c in list(cands.items()):
+        if not cfg.densify or c.knob is None:
+            continue
+        points, added = list(c.points), 0
+        while added < cfg.densify_points:
+            measured = [(p[c.knob.name], metrics(sc)["entropy"]) for p, sc in zip(points, scores[name])
+                        if c.knob.matches(p)]
+            v = next_knob_value(measured, target_entropy, cfg.entropy_tolerance, c.knob.increasing, c.knob.low,
+                                c.knob.high, c.knob.start)
+            if v is None or c.knob.point(v) in points:
+                break
+            point, tag = c.knob.point(v), f"{name}-d{added}"
+            draw(name, c, point, mix_seed("psf-eval-densify", cfg.seed, repr(float(v))), tag)
+            ids, texts = sets[name][-1]
+            scores[name].append(score_set(tag, ids, texts, keys[name][-1]))
+            points.append(point)
+            added += 1
+        cands[name] = replace(c, points=points)
+        gap = min(abs(metrics(sc)["entropy"] - target_entropy) for sc in scores[name])
+        densified[name] = {"added": added, "nearest_entropy_gap": gap,
+                           "within_tolerance": bool(gap <= cfg.entropy_tolerance)}
+    timings["densify"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     use_mauve = cfg.mauve and not planted
-    rows, differences, target, ref_row = score_models(cands, sets, scores, ref_scores, cfg, use_mauve)
+    rows, differences, target, ref_row = score_models(cands, sets, scores, ref_scores, cfg, use_mauve, floor)
+    for name, d in densified.items():
+        rows[name]["densify"] = d
     timings["scores_and_bootstrap"] = time.perf_counter() - t0
 
     prompted = None
@@ -347,10 +400,11 @@ def point_row(s: Scores, boot: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list[Scores]], refs: Scores,
-                 cfg: EvalConfig, use_mauve: bool
+                 cfg: EvalConfig, use_mauve: bool, floor: float | None = None
                  ) -> tuple[dict[str, dict], dict[str, dict], dict[str, Any], dict[str, Any]]:
     """Rows (per model: sweep points with intervals, matched entropy, the reported point), the differences
-    psf - other, the target entropy with its interval and the references' own metrics."""
+    psf - other, the target entropy with its interval and the references' own metrics. ``floor`` (the planted
+    corpus's entropy rate) flags a matched-entropy NLL below it as invalid."""
     rng = np.random.default_rng(cfg.seed)
     ref_idx = resample_indices(len(refs), cfg.n_boot, rng)
     ref_boot = metrics(refs, ref_idx)
@@ -359,7 +413,7 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
     rows: dict[str, dict] = {}
     for name, c in cands.items():
         sweep, boots[name] = [], []
-        for point, s, (_, texts) in zip(c.points, scores[name], sets[name]):
+        for i, (point, s, (_, texts)) in enumerate(zip(c.points, scores[name], sets[name])):
             idx = resample_indices(len(s), cfg.n_boot, rng)
             boot = metrics(s, idx)
             row = {**point, **point_row(s, boot)}
@@ -371,6 +425,7 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
                                                  for b in range(cfg.mauve_boot)])
                     row["interval"]["mauve"] = interval(boot["mauve"])
             row["example"] = texts[0][:300]
+            row["densified"] = i >= len(cfg.token_flow_sweep if c.kind == "token_flow" else cfg.sweep)  # bisection's
             sweep.append(row)
             boots[name].append(boot)
         curve = [(p["entropy"], p["gen_ppl"]) for p in sweep]
@@ -378,14 +433,21 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
         at_boot = np.array([matched([(b["entropy"][j], b["gen_ppl"][j]) for b in boots[name]],
                                     ref_boot["entropy"][j]) for j in range(cfg.n_boot)])
         near = min(sweep, key=lambda p: abs(p["entropy"] - target["value"]))
-        rows[name] = {"kind": c.kind, "run_dir": str(c.run), "gen_ppl_at_matched_entropy": at,
-                      "matched_entropy": {"gen_ppl": at, "interval": interval(at_boot) if at is not None else None,
-                                          "bracketed_fraction": float(np.isfinite(at_boot).mean()),
-                                          "_boot": at_boot},
+        err = interpolation_error(curve, target["value"]) if at is not None else None
+        me: dict[str, Any] = {"gen_ppl": at, "interval": widen(interval(at_boot), err) if at is not None else None,
+                              "interval_sampling_only": interval(at_boot) if at is not None else None,
+                              "interpolation_error_nats": err,
+                              "nearest_entropy_gap": abs(near["entropy"] - target["value"]),
+                              "bracketed_fraction": float(np.isfinite(at_boot).mean()), "_boot": at_boot,
+                              "_err": err or 0.0}
+        if at is not None:
+            me["nll_per_token"] = math.log(at)
+            if floor is not None:  # an NLL below the entropy rate: unigram entropy did not match the diversity
+                me["below_floor"] = me["nll_per_token"] < floor
+                me["valid"] = not me["below_floor"]
+        rows[name] = {"kind": c.kind, "run_dir": str(c.run), "gen_ppl_at_matched_entropy": at, "matched_entropy": me,
                       "entropy": near["entropy"], "gen_ppl": near["gen_ppl"], "mauve": near.get("mauve"),
                       "reported_point": {k: near[k] for k in c.points[0]}, "sweep": sweep}
-        if at is not None:
-            rows[name]["matched_entropy"]["nll_per_token"] = math.log(at)
     differences = {}
     if "psf" in cands:
         for name, c in cands.items():
@@ -393,11 +455,24 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
                 differences[f"psf - {name}"] = difference(cands["psf"], c, rows, boots)
     for row in rows.values():
         row["matched_entropy"].pop("_boot")
+        row["matched_entropy"].pop("_err")
     return rows, differences, target, point_row(refs, ref_boot)
 
 
+def widen(iv: list[float] | None, err: float | None) -> list[float] | None:
+    """A gen-PPL interval widened by the interpolation error ``err`` (nats/token) on both sides, in log space."""
+    if iv is None or not err:
+        return iv
+    return [iv[0] * math.exp(-err), iv[1] * math.exp(err)]
+
+
+TEMPERATURE_1 = {"temperature": 1.0, "top_p": 1.0}  # where neither a decoder nor its nucleus is truncated
+
+
 def difference(a: Candidate, b: Candidate, rows: dict, boots: dict) -> dict[str, Any]:
-    """a - b at every sweep point they share and at matched entropy (unpaired bootstrap)."""
+    """a - b at every sweep point they share, at temperature 1 (top-p 1) and at matched entropy (unpaired
+    bootstrap). At matched entropy each side's interpolation error widens the interval: the gen-PPL difference
+    spans a·e^(±err_a) - b·e^(∓err_b) over the draws, the NLL difference ± (err_a + err_b)."""
     per_point = []
     for i, point in enumerate(a.points):
         if point not in b.points:
@@ -413,15 +488,31 @@ def difference(a: Candidate, b: Candidate, rows: dict, boots: dict) -> dict[str,
         per_point.append(entry)
     ma, mb = rows[a.name]["matched_entropy"], rows[b.name]["matched_entropy"]
     both = ma["gen_ppl"] is not None and mb["gen_ppl"] is not None
+    ea, eb = ma["_err"], mb["_err"]
     d = ma["_boot"] - mb["_boot"]
     with np.errstate(invalid="ignore"):  # nan (unbracketed draws) stays nan
         d_nll = np.log(ma["_boot"]) - np.log(mb["_boot"])  # NLL per token = log gen-PPL
-    return {"per_point": per_point,
-            "matched_entropy": {"gen_ppl_diff": ma["gen_ppl"] - mb["gen_ppl"] if both else None,
-                                "interval": interval(d) if both else None,
-                                "nll_per_token_diff": math.log(ma["gen_ppl"] / mb["gen_ppl"]) if both else None,
-                                "nll_per_token_interval": interval(d_nll) if both else None,
-                                "bracketed_fraction": float(np.isfinite(d).mean())},
+        lo = interval(ma["_boot"] * math.exp(-ea) - mb["_boot"] * math.exp(eb))
+        hi = interval(ma["_boot"] * math.exp(ea) - mb["_boot"] * math.exp(-eb))
+    nll_iv = interval(d_nll)
+    matched_entropy: dict[str, Any] = {
+        "gen_ppl_diff": ma["gen_ppl"] - mb["gen_ppl"] if both else None,
+        "interval": [lo[0], hi[1]] if both and lo and hi else None,
+        "nll_per_token_diff": math.log(ma["gen_ppl"] / mb["gen_ppl"]) if both else None,
+        "nll_per_token_interval": [nll_iv[0] - ea - eb, nll_iv[1] + ea + eb] if both and nll_iv else None,
+        "interpolation_error_nats": ea + eb if both else None,
+        "bracketed_fraction": float(np.isfinite(d).mean())}
+    if both and ("valid" in ma or "valid" in mb):
+        matched_entropy["valid"] = bool(ma.get("valid", True) and mb.get("valid", True))
+        if not matched_entropy["valid"]:
+            matched_entropy["invalid_reason"] = ("a matched-entropy NLL below the entropy floor: unigram entropy "
+                                                 "does not match these models' diversity; compare at temperature 1")
+    t1 = next((p for p in per_point if all(p.get(k) == v for k, v in TEMPERATURE_1.items())), None)
+    return {"per_point": per_point, "matched_entropy": matched_entropy,
+            "at_temperature_1": None if t1 is None else {k: {"diff": t1["diff"][k], "interval": t1["interval"][k]}
+                                                         for k in ("nll_per_token", "gen_ppl", "entropy",
+                                                                   "persistence", "block_coherence")
+                                                         if k in t1["diff"]},
             "points_shared": len(per_point)}
 
 
@@ -446,8 +537,12 @@ def conventions(planted: bool) -> dict[str, str]:
                    + ("its token ids" if planted else "its judge tokens after the cap"),
         "repetition_n": "mean over samples of the fraction of a sample's n-grams that repeat an earlier one "
                         "(1 - distinct-n)",
-        "gen_ppl_at_matched_entropy": "log-linear interpolation on the sweep at target_entropy (the references' "
-                                      "entropy); null when not bracketed",
+        "gen_ppl_at_matched_entropy": "log-linear interpolation on the sweep (densified: bisection until a point "
+                                      "lies within entropy_tolerance) at target_entropy (the references' entropy); "
+                                      "null when not bracketed; its interval is the bootstrap's widened by the "
+                                      "interpolation error (|linear - quadratic| in log gen-PPL through the nearest "
+                                      "three points)" + ("; flagged invalid where its NLL falls below the entropy "
+                                                         "floor" if planted else ""),
         "entropy/gen_ppl/mauve of a model": "of the sweep point nearest the target entropy (reported_point)",
         "interval": "95% percentile bootstrap over samples",
         "flops_per_sample": "FlopCounterMode around sampling one document at cost_setting",
@@ -487,7 +582,8 @@ def report_table(res: dict) -> str:
         m = r["matched_entropy"]
         if planted:
             log_iv = None if m["interval"] is None else [math.log(x) for x in m["interval"]]
-            at = fmt_iv(m.get("nll_per_token"), log_iv, ".3f")
+            at = fmt_iv(m.get("nll_per_token"), log_iv, ".3f") + (" INVALID (below the floor)"
+                                                                   if m.get("valid") is False else "")
         else:
             at = fmt_iv(m["gen_ppl"], m["interval"])
         cells = [", ".join(f"{v:g}" for v in r["reported_point"].values()), at,
@@ -495,11 +591,22 @@ def report_table(res: dict) -> str:
         cells += [fmt_iv(near.get(k), iv.get(k), spec) for k, _, spec in cols]
         cells += [fmt_iv(r.get(k), None) for k in ("flops_per_sample", "serial_depth", "samples_per_s_b32")]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    dense = {name: r["densify"] for name, r in res["models"].items() if "densify" in r}
+    if dense:
+        lines += ["", "densified sweeps: " + "; ".join(
+            f"{name} +{d['added']} points, nearest {d['nearest_entropy_gap']:.3f} nats from the target"
+            + ("" if d["within_tolerance"] else " (NOT within the tolerance)") for name, d in dense.items())]
     if res["differences"]:
         lines += ["", "differences (unpaired bootstrap, 95%):"]
         for name, d in res["differences"].items():
             m = d["matched_entropy"]
-            parts = [f"gen-PPL @ matched entropy {fmt_iv(m['gen_ppl_diff'], m['interval'], '+.3g')}"]
+            parts = [f"gen-PPL @ matched entropy {fmt_iv(m['gen_ppl_diff'], m['interval'], '+.3g')}"
+                     + (" INVALID (a matched NLL below the floor)" if m.get("valid") is False else "")]
+            if d.get("at_temperature_1"):
+                t1 = d["at_temperature_1"]
+                parts.append("temperature 1: " + ", ".join(
+                    f"{k} {fmt_iv(v['diff'], v['interval'], '+.3f')}" for k, v in t1.items()
+                    if k in ("nll_per_token", "persistence")))
             for p in d["per_point"]:
                 setting = ", ".join(f"{k} {v:g}" for k, v in p.items() if k not in ("diff", "interval"))
                 nll = fmt_iv(p["diff"]["nll_per_token"], p["interval"]["nll_per_token"], "+.3f")

@@ -1,42 +1,47 @@
-"""Token-level continuous flow baseline in the style of ELF: rectified flow over all L token embeddings — the
-comparison the Predictive State Flow paper draws, a flow over every token rather than over K block states.
+"""Token-level continuous flow baseline, ELF-B's recipe (Embedded Language Flows, github lillian039/ELF:
+``train_owt_ELF-B.yml``, ``uncond_sampling_configs.yml``, ``train_step.py``, ``sampling_utils.py``) as far as it
+carries over offline — the comparison the Predictive State Flow paper draws, a flow over every token rather than
+over K block states. Every part is a :class:`TokenFlowConfig` setting whose default is ELF-B's value; docs/psf.md
+lists what still differs and why. :data:`TABLE_FLOW` is the earlier, plainer baseline (also how checkpoints saved
+before these settings load).
 
-- **Space**: the token table of a trained autoregressive model, frozen. Normalised by subtracting the mean
-  embedding over the vocabulary (AR tables share a large common direction, which would make all tokens look
-  alike) and rescaling every row to norm √D, so each coordinate has unit RMS like the N(0, I) noise, and the
-  nearest embedding is simply the largest dot product.
-- **Flow**: the same conventions and pure functions as the PSF prior (forethought.psf.prior), so the two
-  flows differ only in what they model: ``x_t = (1 - t)·noise + t·x`` (t = 1 is data), logit-normal time
-  (mu = 0, sigma = 1 by default), x-prediction with the velocity loss ``(x̂ - x_t)/(1 - t)`` against
-  ``(x - x_t)/(1 - t)``, 1 - t clamped at 0.05; Euler from t = 0 to 1 in ``steps`` uniform steps (default 32).
-- **Denoiser**: our GPT with full attention over the L positions. Its input per position is
-  ``[x_t, self-conditioning x̂, time features]`` through the linear input embedding (``input_dim`` = D + D +
-  ``time_dim``): time enters as fixed sinusoidal features of t concatenated to every position, so no change
-  to the GPT is needed. Output (``head``): ``logits`` (default) — an LM head over the vocabulary, and
-  x̂ = softmax(logits)·E (the expected normalised embedding, so the prediction stays on the data's span);
-  or ``embedding`` — a linear regression head giving x̂ directly.
-- **Self-conditioning** (Chen et al., Analog Bits): in training, for a random half of the examples a first
-  no-grad pass with a zero self-conditioning input gives x̂, which is fed (detached) to the second pass; the
-  other half gets zeros. At sampling every step is fed the previous step's x̂ (zeros at the first step).
-- **Rounding** the final x̂ to tokens: ``lm_head`` (argmax of the last step's logits; needs ``head=logits``)
-  or ``nearest`` (nearest normalised embedding). With ``temperature > 0`` tokens are instead sampled from
-  softmax(scores / temperature) in float64; for ``nearest`` the scores are dot products with the table, whose
-  scale is about D, so its temperatures are not comparable with lm_head's. This last-step temperature barely
-  moves the samples' entropy: at t -> 1 the denoiser sees its tokens almost clean and its final logits are
-  nearly one-hot (issue 14: unigram entropy 4.70-4.75 over the whole temperature sweep on WikiText-2).
-- **Entropy knobs** of :func:`sample_token_flow`, acting at *every* Euler step, where the randomness is:
-  ``step_temperature`` τ (``head=logits``): x̂ = softmax(logits / τ)·E at every step (also the self-conditioning
-  input). τ > 1 flattens the denoiser's distribution, so x̂ shrinks towards the vocabulary's mean embedding and
-  the trajectory settles on frequent tokens: **lower** unigram entropy; τ < 1 sharpens it: slightly higher.
-  ``noise`` η >= 0: SDE sampling, Euler-Maruyama on ``dx = [v - η·ε̂] dt + sqrt(2η(1 - t)) dW`` with
-  ε̂ = (x_t - t·x̂)/(1 - t) the implied noise. The drift correction is (g²/2)·score for g² = 2η(1 - t) (the
-  score of x_t is -ε̂/(1 - t)), so every η has the ODE's marginals for an exact denoiser; for a trained one,
-  more noise lowers the entropy. Keep η/steps at most about 1/8: each step shrinks x_t by η/steps and adds fresh
-  noise, and near η/steps = 1/2 the fresh noise replaces the state, so the entropy rises again.
-  Measured on the tiny planted-corpus flow of tests/test_token_flow.py (8 Euler steps, 64 samples): τ 0.5 / 1 /
-  1.5 / 2 gave 2.670 / 2.626 / 2.574 / 2.495 nats, η 0 / 0.5 / 1 2.626 / 2.605 / 2.559 (η 2 already rose back),
-  the last-step temperature 0.5 / 1 2.625 / 2.626.
-- **Cost**: ``steps`` evaluations of one full L-position pass per document; serial depth = ``steps``.
+- **Latents** (``latents``): ``contextual`` (ELF) — a frozen encoder's hidden states of the whole window,
+  ``x0 = (h - latent_mean) / latent_std``; ELF uses T5-small's encoder, which is not available offline, so
+  ``psf token-flow`` takes the AR baseline's last layer (after its final norm: the LM head's input) — causal,
+  where T5's is bidirectional. ``table``: the AR model's token table, frozen, centred and every row scaled to
+  norm √D (AR tables share a large common direction).
+- **Flow** (t = 1 is data): ``x_t = t·x0 + (1 - t)·s·ε`` with ``s = noise_scale`` (ELF-B 2), logit-normal time
+  ``t = sigmoid(N(time_mu, time_sigma))`` (ELF-B -1.5, 0.8: most mass at low signal), x-prediction with the
+  velocity loss ``(x̂ - x_t)/max(1 - t, min_gap)`` against ``(x0 - x_t)/max(1 - t, min_gap)`` (ELF's t_eps 0.05).
+- **Cross-entropy decoder branch** (``decoder_prob``, ELF-B 0.2): that fraction of training steps (one coin per
+  step, as ELF's) trains the network in decoder mode instead: input ``λ·x0 + (1 - λ)·decoder_noise_scale·ε``
+  with ``λ = sigmoid(N(0.8, 0.8))`` per token, t = 1, a decoder-mode flag on every position (ELF: four gated
+  mode tokens), cross-entropy of the tokens from a factored head ``gelu(h·W1)·W2`` (hidden -> latent dim ->
+  vocabulary, ELF's unembedding). At sampling the final latent goes through this head (``rounding: decoder``).
+- **Self-conditioning** (Chen et al., Analog Bits; ``self_cond_prob`` 0.5): a first no-grad pass with a zero
+  self-conditioning input gives x̂_uncond, fed (detached) to the trained pass for that fraction of the examples.
+  **Guidance** (``self_cond_guidance``, ELF-B's self-conditioning CFG): each example draws a scale w
+  (log-uniform on (1 + guidance_min, 1 + guidance_max), minus 1), which the network reads (sinusoidal features
+  beside t's), and where it self-conditions its target moves by ``(1 - 1/w)·(x̂_cond - x̂_uncond)``, x̂_cond from a
+  second no-grad pass fed x̂_uncond — ELF's guided velocity target, written in x (the velocities share the
+  denominator). Sampling then needs one pass per step at ``guidance_scale`` (ELF-B 3).
+- **Sampler** (``sampler: sde``, ELF's ``_sde_step``): times ``0 < t_1 < ... < 1`` (``sample_schedule``:
+  ``logit_normal`` = the sorted draws of steps - 1 training times, as ELF's; or uniform); each step but the last
+  first moves back to ``t_b = α·t`` with ``α = clip(1 - γ·h, 0, 1)``, ``z_b = α·z + (1 - α)·s·ε`` (``sde_gamma``
+  γ, ELF-B 1.5 at 32 steps; h = the step), then ``z = z_b + (t_next - t_b)·v̂(z_b, t_b)``; the last step is plain
+  Euler; then the decoder head at t = 1 writes the tokens (``rounding`` decoder: argmax, or float64 sampling at
+  ``temperature``). ``sampler: euler`` is the probability-flow ODE.
+- **Denoiser**: our GPT with full attention over the L positions; its input per position is ``[x_t,
+  self-conditioning x̂, features of t (and w), decoder flag]`` through the linear input embedding. Output
+  (``head``): ``embedding`` (ELF) = x̂ directly; ``logits`` (table latents) = an LM head, x̂ = softmax(logits)·E.
+- **Entropy knobs** of :func:`sample_token_flow`, acting at every step: ``guidance`` w (ELF's own scale);
+  ``step_temperature`` τ (``head=logits``): x̂ = softmax(logits / τ)·E (τ > 1 lowers the entropy); ``noise`` η
+  (``sampler: euler``): Euler-Maruyama on ``dx = [v - η·ε̂] dt + sqrt(2η(1 - t))·s dW`` with ε̂ the implied noise,
+  which keeps the ODE's marginals for an exact denoiser (more noise lowers the entropy; keep η/steps ≤ 1/8). The
+  rounding temperature alone barely moves the entropy: the final logits are nearly one-hot. Measured on the
+  tiny planted-corpus table flow of tests/test_token_flow.py (8 Euler steps, 64 samples): τ 0.5 / 1 / 1.5 / 2
+  gave 2.670 / 2.626 / 2.574 / 2.495 nats, η 0 / 0.5 / 1 2.626 / 2.605 / 2.559.
+- **Cost**: ``steps`` full L-position passes per document (+ one decoder pass with ``rounding: decoder``).
 """
 
 from __future__ import annotations
@@ -67,6 +72,10 @@ if TYPE_CHECKING:  # sampling and loading a flow never import the training loop
     from forethought.core.trainer import TrainConfig
 
 MODEL_TYPE = "forethought-token-flow"  # config.json of its checkpoints
+# the earlier baseline: a frozen token table, an LM head, the plain Euler ODE, no decoder branch, no guidance
+TABLE_FLOW: dict[str, Any] = {"latents": "table", "head": "logits", "rounding": "lm_head", "noise_scale": 1.0,
+                              "time_mu": 0.0, "time_sigma": 1.0, "decoder_prob": 0.0, "self_cond_guidance": False,
+                              "sampler": "euler", "sample_schedule": "uniform"}
 
 
 def embedding_table(model: nn.Module) -> torch.Tensor:
@@ -87,8 +96,42 @@ def normalise_table(table: torch.Tensor) -> torch.Tensor:
     return centred * (table.shape[1] ** 0.5) / centred.norm(dim=1, keepdim=True).clamp_min(1e-8)
 
 
+@torch.no_grad()
+def contextual_latents(encoder: GPT, tokens: torch.Tensor) -> torch.Tensor:
+    """(B, L) ids -> (B, L, D): a frozen GPT's last hidden states after its final norm (the LM head's input), the
+    window fed as it is, so position i's latent has read tokens 1..i (itself included)."""
+    _, hidden = encoder(tokens, output_hidden_states=True)
+    return encoder.ln_f(hidden[-1]).float()
+
+
+def log_uniform_guidance(n: int, low: float, high: float, generator: torch.Generator | None = None,
+                         device: torch.device | str = "cpu") -> torch.Tensor:
+    """(n,) guidance scales w: log-uniform on (1 + low, 1 + high), minus 1 (ELF's sample_cfg_scale)."""
+    u = torch.rand(n, generator=generator, dtype=torch.float64)
+    a, b = 1.0 + low, 1.0 + high
+    return (a * torch.exp(u * math.log(b / a)) - 1.0).float().to(device)
+
+
+def sampling_times(steps: int, cfg: TokenFlowConfig, generator: torch.Generator | None = None) -> list[float]:
+    """steps + 1 times from 0 to 1: evenly spaced, or (logit_normal, ELF's) 0, the sorted draws of steps - 1
+    training times, 1."""
+    if cfg.sample_schedule == "uniform" or steps == 1:
+        return [i / steps for i in range(steps + 1)]
+    z = randn((steps - 1,), generator, "cpu").double()  # drawn on the generator's device (a GPU's too)
+    inner = torch.sigmoid(cfg.time_mu + cfg.time_sigma * z).clamp(1e-6, 1 - 1e-6).sort().values
+    return [0.0, *inner.tolist(), 1.0]
+
+
+def sde_back(z: torch.Tensor, t: float, t_next: float, gamma: float, noise: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """ELF's churn before an SDE step: back to t_b = α·t with α = clip(1 - γ·(t_next - t), 0, 1), z_b = α·z +
+    (1 - α)·noise (``noise`` already scaled). γ = 0 leaves (z, t) as they are."""
+    alpha = min(max(1.0 - gamma * (t_next - t), 0.0), 1.0)
+    return alpha * z + (1 - alpha) * noise, alpha * t
+
+
 class TokenFlow(nn.Module):
-    """x-predictor over (B, L, D) noisy normalised token embeddings, with the frozen table as a buffer."""
+    """x-predictor over (B, L, D) noisy latents (+ the decoder branch's head), with the frozen token table as a
+    buffer (the latents of ``latents: table``)."""
 
     def __init__(self, cfg: TokenFlowConfig, table: torch.Tensor):
         super().__init__()
@@ -97,25 +140,44 @@ class TokenFlow(nn.Module):
         vocab, dim = table.shape
         self.vocab_size, self.dim = vocab, dim
         self.register_buffer("table", normalise_table(table))  # (V, D) frozen, saved with the weights
-        in_dim = dim * (2 if cfg.self_cond else 1) + cfg.time_dim
+        self.decoder_branch = cfg.decoder_prob > 0
+        in_dim = (dim * (2 if cfg.self_cond else 1) + cfg.time_dim * (2 if cfg.self_cond_guidance else 1)
+                  + int(self.decoder_branch))
         self.net = GPT(GPTConfig(vocab_size=vocab, n_positions=cfg.seq_len, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
                                  n_head=cfg.n_head, attention="full", input_dim=in_dim,
                                  output_dim=dim if cfg.head == "embedding" else 0))
+        if self.decoder_branch:  # ELF's factored unembedding: hidden -> latent dim -> vocabulary
+            self.dec_proj = nn.Linear(cfg.n_embd, dim)
+            self.dec_out = nn.Linear(dim, vocab)
 
     def num_params(self) -> int:
         """Trained parameters (the frozen embedding table is a buffer and not counted)."""
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, x_t: torch.Tensor, t: torch.Tensor, self_cond: torch.Tensor | None = None
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor, self_cond: torch.Tensor | None = None,
+                guidance: torch.Tensor | None = None, decode: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x_t (B, L, D), t (B,), self_cond (B, L, D) or None (= zeros) -> x̂ (B, L, D), logits (B, L, V) | None."""
+        """x_t (B, L, D), t (B,), self_cond (B, L, D) or None (= zeros), guidance w (B,) or None (= the sampling
+        scale) -> x̂ (B, L, D) and logits (B, L, V): the LM head's (head=logits), the decoder head's (``decode``,
+        the decoder mode), else None."""
         B, L, _ = x_t.shape
+        cfg = self.config
         parts = [x_t]
-        if self.config.self_cond:
+        if cfg.self_cond:
             parts.append(torch.zeros_like(x_t) if self_cond is None else self_cond)
-        parts.append(time_embedding(t, self.config.time_dim)[:, None].expand(B, L, -1))  # (B, L, time_dim)
-        out = self.net(torch.cat(parts, dim=-1))  # (B, L, V) or (B, L, D)
-        if self.config.head == "embedding":
+        parts.append(time_embedding(t, cfg.time_dim)[:, None].expand(B, L, -1))  # (B, L, time_dim)
+        if cfg.self_cond_guidance:
+            w = torch.full((B,), cfg.guidance_scale, device=x_t.device) if guidance is None else guidance
+            parts.append(time_embedding(w, cfg.time_dim)[:, None].expand(B, L, -1))
+        if self.decoder_branch:
+            parts.append(torch.full((B, L, 1), float(decode), device=x_t.device))  # the mode flag
+        elif decode:
+            raise ForethoughtError("this token flow has no decoder branch (decoder_prob 0)")
+        out, hidden = self.net(torch.cat(parts, dim=-1), output_hidden_states=True)  # (B, L, V | D)
+        if decode:
+            h = self.net.ln_f(hidden[-1])  # (B, L, n_embd)
+            return out if cfg.head == "embedding" else x_t, self.dec_out(F.gelu(self.dec_proj(h)))
+        if cfg.head == "embedding":
             return out, None
         x_hat = F.softmax(out.float(), dim=-1) @ self.table  # (B, L, D): expected embedding
         return x_hat, out
@@ -125,30 +187,50 @@ class TokenFlow(nn.Module):
         return model_record(MODEL_TYPE, asdict(self.config), vocab_size=self.vocab_size, dim=self.dim)
 
 
-def token_flow_loss(model: nn.Module, tokens: torch.Tensor, generator: torch.Generator | None = None
-                    ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Training loss on a (B, L) batch of token ids; returns (loss, metrics) as the trainer expects.
+def token_flow_loss(model: nn.Module, tokens: torch.Tensor, generator: torch.Generator | None = None,
+                    latents: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Training loss on a (B, L) batch of token ids and, for contextual latents, their (B, L, D) normalised
+    latents; returns (loss, metrics) as the trainer expects. One step is a decoder step (cross-entropy, with
+    probability ``decoder_prob``) or a flow step (velocity loss, self-conditioning and its guidance).
 
-    Randomness (noise, time, self-conditioning coin) comes from ``generator`` when given, else the global RNG
-    (which the trainer saves and restores, so resumed runs stay exact).
+    Randomness (coins, noise, times, scales) comes from ``generator`` when given, else the global RNG (which the
+    trainer saves and restores, so resumed runs stay exact).
     """
     core = unwrap(model)
     cfg = core.config
     dev = tokens.device
-    x = core.table[tokens]  # (B, L, D)
-    B = x.shape[0]
-    noise = torch.randn(x.shape, generator=generator).to(dev)
+    if cfg.latents == "contextual":
+        if latents is None:
+            raise ForethoughtError("contextual latents: pass the encoder's latents of the batch")
+        x = latents
+    else:
+        x = core.table[tokens]  # (B, L, D)
+    B, L, _ = x.shape
+    w = (log_uniform_guidance(B, cfg.guidance_min, cfg.guidance_max, generator, dev) if cfg.self_cond_guidance
+         else None)
+    if cfg.decoder_prob and float(torch.rand(1, generator=generator)) < cfg.decoder_prob:
+        lam = torch.sigmoid(cfg.decoder_time_mu + cfg.decoder_time_sigma
+                            * torch.randn(B, L, 1, generator=generator)).to(dev)  # (B, L, 1) per token
+        z = lam * x + (1 - lam) * cfg.decoder_noise_scale * torch.randn(x.shape, generator=generator).to(dev)
+        _, logits = model(z, torch.ones(B, device=dev), None, w, decode=True)
+        ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+        return ce, {"decoder_ce": float(ce.detach())}
+    noise = cfg.noise_scale * torch.randn(x.shape, generator=generator).to(dev)
     t = logit_normal_t(B, cfg.time_mu, cfg.time_sigma, generator=generator, device=dev)  # (B,)
     x_t = interpolate(x, noise, t)
-    sc = None
+    sc, target = None, x
     if cfg.self_cond and cfg.self_cond_prob > 0:
-        use = (torch.rand(B, generator=generator) < cfg.self_cond_prob).to(dev)  # (B,)
+        use = (torch.rand(B, generator=generator) < cfg.self_cond_prob).to(dev)[:, None, None]  # (B, 1, 1)
         if bool(use.any()):
             with torch.no_grad():  # the estimate is an input, not a path for gradients
-                first, _ = model(x_t, t, None)
-            sc = torch.where(use[:, None, None], first.detach(), torch.zeros_like(first))
-    x_hat, logits = model(x_t, t, sc)
-    flow = flow_loss(x_hat, x, x_t, t, cfg.min_gap)
+                uncond, _ = model(x_t, t, None, w)
+                sc = torch.where(use, uncond, torch.zeros_like(uncond))
+                if w is not None:  # guidance: v + (1 - 1/w)(v_cond - v_uncond), written in x
+                    cond, _ = model(x_t, t, uncond, w)
+                    g = (1 - 1 / w.clamp_min(1e-6))[:, None, None]
+                    target = x + torch.where(use, g * (cond - uncond), torch.zeros_like(x))
+    x_hat, logits = model(x_t, t, sc, w)
+    flow = flow_loss(x_hat, target, x_t, t, cfg.min_gap)
     loss = flow
     metrics = {"flow": float(flow.detach())}
     if logits is not None:
@@ -163,16 +245,16 @@ def token_flow_loss(model: nn.Module, tokens: torch.Tensor, generator: torch.Gen
 def round_to_tokens(model: TokenFlow, x_hat: torch.Tensor, logits: torch.Tensor | None, temperature: float = 0.0,
                     generator: torch.Generator | None = None) -> torch.Tensor:
     """Final x̂ (B, L, D) (+ logits) -> (B, L) token ids: argmax, or float64 sampling at ``temperature``."""
-    if model.config.rounding == "lm_head":
+    if model.config.rounding in ("lm_head", "decoder"):
         if logits is None:
-            raise ForethoughtError("rounding=lm_head needs a logits head")
+            raise ForethoughtError(f"rounding={model.config.rounding} needs its logits")
         scores = logits
     else:
         scores = x_hat @ model.table.T  # (B, L, V): equal row norms, so the largest is the nearest
     return sample_tokens(scores, temperature, 1.0, generator)  # float64: no fp32 sampling artefacts
 
 
-def check_knobs(model: TokenFlow, step_temperature: float, noise: float) -> None:
+def check_knobs(model: TokenFlow, step_temperature: float, noise: float, guidance: float | None = None) -> None:
     """The entropy knobs' ranges (see the module docstring)."""
     if not (math.isfinite(step_temperature) and step_temperature > 0):
         raise ForethoughtError(f"step_temperature must be a number > 0, got {step_temperature}")
@@ -180,43 +262,64 @@ def check_knobs(model: TokenFlow, step_temperature: float, noise: float) -> None
         raise ForethoughtError("step_temperature needs a token flow with head=logits (x̂ = softmax(logits/τ)·E)")
     if not (math.isfinite(noise) and noise >= 0):
         raise ForethoughtError(f"noise must be a number >= 0, got {noise}")
+    if noise and model.config.sampler != "euler":
+        raise ForethoughtError("noise is the Euler sampler's knob; this flow samples with sampler=sde (its knob: "
+                               "guidance)")
+    if guidance is not None:
+        if not (math.isfinite(guidance) and guidance > 0):
+            raise ForethoughtError(f"guidance must be a number > 0, got {guidance}")
+        if not model.config.self_cond_guidance:
+            raise ForethoughtError("guidance needs a token flow trained with self_cond_guidance")
 
 
 @torch.no_grad()
 def sample_token_flow(model: TokenFlow, n: int, steps: int | None = None, generator: torch.Generator | None = None,
                       temperature: float = 0.0, batch_size: int | None = None, *, step_temperature: float = 1.0,
-                      noise: float = 0.0) -> torch.Tensor:
-    """(n, L) token ids: Euler (or, with ``noise`` > 0, Euler-Maruyama) from noise (t = 0) to data (t = 1) in
-    ``steps`` network passes, then rounding at ``temperature`` (0 = argmax).
+                      noise: float = 0.0, guidance: float | None = None) -> torch.Tensor:
+    """(n, L) token ids: the flow's sampler (``sampler``: ELF's SDE or the Euler ODE) from noise (t = 0) to data
+    (t = 1) in ``steps`` network passes, then rounding at ``temperature`` (0 = argmax; ``rounding: decoder``
+    runs the decoder head once more at t = 1).
 
-    ``step_temperature`` and ``noise`` are the entropy knobs (module docstring); 1 and 0 are the plain ODE.
-    Noise is drawn on ``generator``'s device (a CPU generator gives the same samples on every device).
-    ``batch_size`` splits n into sequential batches (memory only; each document still costs ``steps`` passes).
+    ``step_temperature``, ``noise`` and ``guidance`` (None = the flow's ``guidance_scale``) are the entropy knobs
+    (module docstring). Noise and times are drawn on ``generator`` (on its device: a CPU generator gives the same
+    samples on every device). ``batch_size`` splits n into sequential batches (memory only).
     """
     model.eval()
-    steps = steps or model.config.steps
+    cfg = model.config
+    steps = steps or cfg.steps
     if steps <= 0 or n <= 0:
         raise ForethoughtError(f"sampling needs n > 0 and steps > 0, got n={n}, steps={steps}")
-    check_knobs(model, step_temperature, noise)
+    check_knobs(model, step_temperature, noise, guidance)
     dev = model.table.device
-    dt = 1.0 / steps
     out = []
     for start in range(0, n, batch_size or n):
         b = min(batch_size or n, n - start)
-        shape = (b, model.config.seq_len, model.dim)
-        x = randn(shape, generator, dev)  # (b, L, D) at t = 0
-        x_hat, logits = x, None
+        shape = (b, cfg.seq_len, model.dim)
+        w = None if not cfg.self_cond_guidance else torch.full((b,), guidance or cfg.guidance_scale, device=dev)
+        times = sampling_times(steps, cfg, generator)
+        x = cfg.noise_scale * randn(shape, generator, dev)  # (b, L, D) at t = 0
+        x_hat, logits = None, None
         for i in range(steps):
-            t = i / steps
-            x_hat, logits = model(x, torch.full((b,), t, device=dev), x_hat if (i and model.config.self_cond) else None)
+            t, t_next = times[i], times[i + 1]
+            last = i == steps - 1
+            z, t_in = x, t
+            if cfg.sampler == "sde" and not last:  # ELF: the last step is a plain ODE step
+                z, t_in = sde_back(x, t, t_next, cfg.sde_gamma, cfg.noise_scale * randn(shape, generator, dev))
+            sc = x_hat if cfg.self_cond else None  # zeros at the first step
+            x_hat, logits = model(z, torch.full((b,), t_in, device=dev), sc, w)
             if step_temperature != 1.0:
                 x_hat = F.softmax(logits.float() / step_temperature, dim=-1) @ model.table  # (b, L, D)
-            if noise and i < steps - 1:  # the last step lands on x̂, where no noise is left
+            if cfg.sampler == "sde":
+                x = z + (t_next - t_in) * (x_hat - z) / max(1 - t_in, cfg.min_gap)  # ELF's clamped velocity
+            elif noise and not last:  # Euler-Maruyama; the last step lands on x̂, where no noise is left
+                dt = t_next - t
                 eps_hat = (x - t * x_hat) / (1 - t)  # the noise that x_t implies
                 x = euler_step(x, x_hat, t, dt) - dt * noise * eps_hat
-                x = x + math.sqrt(2 * noise * (1 - t) * dt) * randn(shape, generator, dev)
+                x = x + math.sqrt(2 * noise * (1 - t) * dt) * cfg.noise_scale * randn(shape, generator, dev)
             else:
-                x = euler_step(x, x_hat, t, dt)  # the last step lands on x̂ exactly
+                x = euler_step(x, x_hat, t, t_next - t)  # the last step lands on x̂ exactly
+        if cfg.rounding == "decoder":
+            x_hat, logits = model(x, torch.ones(b, device=dev), None, w, decode=True)
         out.append(round_to_tokens(model, x_hat, logits, temperature, generator))
     return torch.cat(out)  # (n, L)
 
@@ -235,7 +338,10 @@ def load_token_flow(run_dir: str | Path, device: str | torch.device = "cpu") -> 
         size = [record.get("vocab_size"), record.get("dim")]
         if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in size):
             raise ForethoughtError(f"{where} is corrupt: vocab_size and dim must be positive integers")
-        return TokenFlow(config_from_record(TokenFlowConfig, record["config"], where), torch.zeros(*size))
+        saved = record["config"]
+        if isinstance(saved, dict) and "latents" not in saved:  # saved before ELF-B's settings: the table flow
+            saved = {**TABLE_FLOW, **saved}
+        return TokenFlow(config_from_record(TokenFlowConfig, saved, where), torch.zeros(*size))
 
     model = load_pretrained(ckpt, MODEL_TYPE, build)[0]  # the frozen table comes with the weights
     results = read_json_object(run_dir / "results.json") if (run_dir / "results.json").is_file() else {}
@@ -254,7 +360,8 @@ def is_token_flow_run(run_dir: str | Path) -> bool:
 
 
 def train_token_flow(model: TokenFlow, tokens: torch.Tensor, cfg: TrainConfig, run: Run, rt: Runtime, *,
-                     seed: int = 0, resume: str | None = None) -> dict[str, Any]:
+                     seed: int = 0, resume: str | None = None,
+                     encode: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, Any]:
     """Train on (N, L) token windows with the shared trainer (checkpoints, --resume auto, metrics).
 
     Batch for step s: ``cfg.batch_size`` windows drawn with replacement by ``step_generator(seed, s)``, a pure
@@ -269,14 +376,22 @@ def train_token_flow(model: TokenFlow, tokens: torch.Tensor, cfg: TrainConfig, r
         idx = torch.randint(len(tokens), (cfg.batch_size,), generator=step_generator(seed, step))
         return {"tokens": tokens[idx], "step": step}  # (B, L)
 
-    return train_token_flow_batches(model, batch_fn, cfg, run, rt, resume=resume)
+    return train_token_flow_batches(model, batch_fn, cfg, run, rt, resume=resume, encode=encode)
 
 
 def train_token_flow_batches(model: TokenFlow, batch_fn: Callable[[int], dict], cfg: TrainConfig, run: Run,
-                             rt: Runtime, *, resume: str | None = None) -> dict[str, Any]:
+                             rt: Runtime, *, resume: str | None = None,
+                             encode: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, Any]:
     """Train with the shared trainer on ``batch_fn(step)["tokens"]`` (B, L), e.g. a recipe run's own batches
-    (forethought.psf.recipe.recipe_batches); returns the trainer's summary."""
+    (forethought.psf.recipe.recipe_batches); ``encode`` (B, L) ids -> (B, L, D) normalised latents is the frozen
+    encoder of contextual latents (required for them, unused otherwise). Returns the trainer's summary."""
     from forethought.core.trainer import train  # the training loop, only when training
 
-    return train(model, lambda m, batch: token_flow_loss(m, batch["tokens"]), batch_fn, cfg, run, rt,
-                 resume=resume, desc="token-flow", model_config=model.config_dict())
+    if (model.config.latents == "contextual") != (encode is not None):
+        raise ForethoughtError("contextual latents need an encoder (encode), table latents none")
+
+    def loss(m: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        return token_flow_loss(m, batch["tokens"], latents=None if encode is None else encode(batch["tokens"]))
+
+    return train(model, loss, batch_fn, cfg, run, rt, resume=resume, desc="token-flow",
+                 model_config=model.config_dict())

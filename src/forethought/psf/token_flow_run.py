@@ -5,6 +5,11 @@ finished ``psf recipe`` run that trained the AR baseline (``baselines: [ar]``).
 - **Batches**: exactly the AR baseline's: the recipe's own batch function (forethought.psf.recipe.recipe_batches:
   the same seed, window alignment and batch size), for the AR stage's number of steps unless ``steps`` is set,
   so the flow sees the same training windows and tokens. Optimiser settings are the AR stage's.
+- **Latents**: contextual (the default, ELF's kind): the AR baseline's last hidden states (frozen, after its
+  final norm) of each training window, standardised by ``token_flow.latent_mean`` / ``latent_std`` (0 = measured
+  on ``latent_batches`` training batches and written into the saved config); or the frozen token table.
+- **Optimiser**: ``optimizer: elf`` (default) ELF-B's settings in the shared AdamW trainer (lr = blr·batch/256,
+  constant after a warmup, no weight decay, beta2 0.95, clip 1); ``ar`` the AR stage's.
 - **Size**: ``size: matched`` (default) takes PSF's width and head count and the depth whose trained parameters
   are closest to PSF encoder + decoder; other widths (nearest first) only when no depth lands within
   ``param_tolerance``, and an error when none does. ``size: config`` takes ``token_flow.*`` as given.
@@ -23,6 +28,7 @@ from typing import Any
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import read_json_object
+from forethought.core.train_config import TrainConfig
 from forethought.psf.config import TokenFlowConfig, TokenFlowRunConfig
 
 
@@ -65,6 +71,14 @@ def matched_size(base: TokenFlowConfig, width: int, heads: int, target: int, dim
                            f"parameters); closest {best[1]} ({best[1] / target:.3f}); use size: config")
 
 
+def elf_train_config(base: TrainConfig, blr: float, warmup_fraction: float) -> TrainConfig:
+    """ELF-B's optimisation settings on the AR stage's steps and batch size (ELF's train.py: lr = blr·global
+    batch/256, a linear warmup then a constant rate, no weight decay, AdamW's beta2 0.95, clip 1; its Muon is
+    not in the shared trainer)."""
+    return replace(base, lr=blr * base.batch_size / 256, schedule="constant",
+                   warmup_steps=int(warmup_fraction * base.steps), weight_decay=0.0, beta2=0.95, grad_clip=1.0)
+
+
 def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
     cfg.validate()  # also when the config was built in Python rather than loaded
     folder = Path(cfg.recipe_run)
@@ -77,7 +91,7 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
     from forethought.psf.build import load_data
     from forethought.psf.generate import load_recipe
     from forethought.psf.recipe import RecipeConfig, recipe_batches
-    from forethought.psf.token_flow import TokenFlow, embedding_table, train_token_flow_batches
+    from forethought.psf.token_flow import TokenFlow, contextual_latents, embedding_table, train_token_flow_batches
 
     recipe = load_config(RecipeConfig, folder / "config.yaml", [])
     art = load_recipe(folder)
@@ -96,19 +110,39 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
     tcfg = copy.deepcopy(recipe.ar.train)
     ar_res = recipe_results["stages"]["ar"]
     tcfg.steps = cfg.steps or int(ar_res["steps"])  # the AR baseline's steps and batch size: its windows and tokens
+    if cfg.optimizer == "elf":
+        tcfg = elf_train_config(tcfg, cfg.blr, cfg.warmup_fraction)
     train_tokens = load_data(recipe.data, L)[0]
     rt = compute_init(cfg.device, seed)
+    batches = recipe_batches(recipe, train_tokens, tcfg.batch_size)
+    encode = None
+    if fcfg.latents == "contextual":
+        ar = art.ar.to(rt.device).eval()
+        for p in ar.parameters():
+            p.requires_grad_(False)  # frozen: the encoder of the latents, not trained
+        if fcfg.latent_std == 0:  # measured, then saved with the flow's config
+            h = torch.cat([contextual_latents(ar, batches(s)["tokens"].to(rt.device)) for s in range(cfg.latent_batches)])
+            fcfg = replace(fcfg, latent_mean=float(h.mean()), latent_std=float(h.std()))
+        mean, std = fcfg.latent_mean, fcfg.latent_std
+
+        def encode(tokens: torch.Tensor) -> torch.Tensor:
+            return (contextual_latents(ar, tokens) - mean) / std  # (B, L, D)
     torch.manual_seed(seed)
     model = TokenFlow(fcfg, table)
     out_dir = cfg.out_dir or str(folder.parent)
     run_ = Run.create(out_dir, cfg.name, cfg)
-    out = train_token_flow_batches(model, recipe_batches(recipe, train_tokens, tcfg.batch_size), tcfg, run_, rt,
-                                   resume=resume)
+    out = train_token_flow_batches(model, batches, tcfg, run_, rt, resume=resume, encode=encode)
     res = {"recipe_run": str(folder), "params": n, "psf_encoder_decoder": target, "ratio": n / target,
            "size": cfg.size, "config": asdict(fcfg), "steps": tcfg.steps, "batch_size": tcfg.batch_size,
            "training_tokens": tcfg.steps * tcfg.batch_size * L, "ar_training_tokens": ar_res.get("training_tokens"),
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
-           "table": f"{folder.name}/ar token table (frozen)", "batches": "the recipe's (recipe_batches, its seed)"}
+           "latents": (f"{folder.name}/ar last hidden states (frozen), standardised by mean {fcfg.latent_mean:.4g}, "
+                       f"std {fcfg.latent_std:.4g}" if fcfg.latents == "contextual"
+                       else f"{folder.name}/ar token table (frozen)"),
+           "optimizer": {"kind": cfg.optimizer, "lr": tcfg.lr, "schedule": tcfg.schedule,
+                         "warmup_steps": tcfg.warmup_steps, "weight_decay": tcfg.weight_decay, "beta2": tcfg.beta2,
+                         "grad_clip": tcfg.grad_clip},
+           "batches": "the recipe's (recipe_batches, its seed)"}
     run_.write_results(res)
     print(f"token flow: {n} parameters ({n / target:.3f} of PSF encoder + decoder), {tcfg.steps} steps; "
           f"wrote {run_.dir}")

@@ -246,19 +246,6 @@ def _predgen_headline(r: dict) -> str:
             f"{len(d['seeds'])} seeds) **{d['mean']:+.3f}**, 95 % interval {interval(d['ci95_of_mean'])}")
 
 
-def _psf_headline(r: dict) -> str:
-    if r.get("schema") == SCHEMA:  # psf_wikitext collected by the experiment runner
-        d = next(iter(r["derived"].values()))
-        g, f = d["gen_ppl_at_matched_entropy"], d["flops_per_sample"]
-        return (f"WikiText-2 gen-PPL at the references' entropy **{g['psf']:.1f}** against a 32-step token flow's "
-                f"{g['token_flow']:.1f}, at {100 * f['psf'] / f['token_flow']:.1f} % of its FLOPs per document")
-    p, t = r["psf"], r["token_flow"]
-    return (f"WikiText-2 gen-PPL at the references' entropy **{p['gen_ppl_at_matched_entropy']:.1f}** "
-            f"{interval(p['matched_entropy']['interval'], '.1f')} against a 32-step token flow's "
-            f"{t['gen_ppl_at_matched_entropy']:.1f} {interval(t['matched_entropy']['interval'], '.1f')}, at "
-            f"{100 * p['flops_per_sample'] / t['flops_per_sample']:.1f} % of its FLOPs per document")
-
-
 @dataclass(frozen=True)
 class Block:
     """A generated block inside a hand-written system doc (``docs/<system>.md``): the lines between its two marker
@@ -280,8 +267,8 @@ BLOCKS: tuple[Block, ...] = (
 HEADLINES: tuple[Headline, ...] = (
     Headline("PredGen", "predgen_tasks.json", "predgen_curves.png",
              "PredGen: learning curves of the three methods (SST-2, ARC-Easy)", _predgen_headline),
-    Headline("Predictive State Flow", "psf_wikitext.json", "psf_wikitext_curves.png",
-             "PSF: gen-PPL against entropy, every model's sweep (WikiText-2)", _psf_headline),
+    Headline("Predictive State Flow", "psf_wikitext_codes.json", "psf_wikitext_codes_curves.png",
+             "PSF: gen-PPL against entropy, every model's sweep (WikiText-2, codes on)", psf.headline),
     Headline("Myopic training", "myopia_lm.json", "myopia_lm_per_position.png",
              "Myopia: validation loss and the gap per position (WikiText-2)", _myopia_headline),
 )

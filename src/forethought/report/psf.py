@@ -82,8 +82,10 @@ def planted(r: dict) -> list[str]:
            "documents as references; exact NLL under the true generator; mean ± std over seeds.", "",
            "| model | NLL/token @ matched entropy | excess over floor | topic persistence @ matched entropy | "
            "FLOPs / sample | serial depth |", "|---|---|---|---|---|---|"]
+    below = _below_floor(a, seeds)
     for m, v in a["models"].items():
-        out.append(f"| {m} | {_ms(v['nll_at_matched_entropy'], '.4f')} | {_ms(v['excess_over_floor'], '.4f')} | "
+        flag = f" **invalid**: below the floor at seeds {below[m]}" if below.get(m) else ""
+        out.append(f"| {m} | {_ms(v['nll_at_matched_entropy'], '.4f')}{flag} | {_ms(v['excess_over_floor'], '.4f')} | "
                    f"{_ms(v['persistence_at_matched_entropy'])} | {_ms(v['flops_per_sample'], '.3g')} | "
                    f"{_ms(v['serial_depth'], '.0f')} |")
     out += ["", "Each model's own distribution (temperature 1, no nucleus; the token flow at step temperature 1), "
@@ -97,6 +99,11 @@ def planted(r: dict) -> list[str]:
         out.append(f"| {m} | {_ms(v['nll_at_t1'])} | {_ms(v['entropy_at_t1'])} | {_ms(v['persistence_at_t1'])} | "
                    + ("–" if dn is None else f"{dn['mean_diff']:+.3f} {_iv(dn['interval'])}") + " | "
                    + ("–" if dp is None else f"{dp['mean_diff']:+.3f} {_iv(dp['interval'])}") + " |")
+    if any(below.values()):
+        out += ["", "A matched-entropy NLL below the floor (the entropy rate, the lowest expected NLL of any "
+                "distribution) is impossible for a model that matched the references' diversity: unigram entropy of a "
+                "short document does not control it here, so those rows are invalid; compare at temperature 1 and "
+                "by persistence (below)."]
     out += ["", "Differences psf − other over seeds (seed-paired: mean and Student-t 95 % interval). NLL at matched "
             "entropy: at the references' entropy where both sweeps reach it in every seed, else at the other "
             "model's own entropy (psf interpolated there); gain = the fraction of the other's NLL excess over "
@@ -108,6 +115,8 @@ def planted(r: dict) -> list[str]:
         c, per = a["nll_comparisons"][other], d["persistence_near"]
         basis = "–" if c is None else ("references' entropy" if c["basis"].startswith("the ref") else "its entropy")
         nll = "–" if c is None else f"{c['mean']:+.4f}"
+        if c is not None and c["basis"].startswith("the ref") and (below.get("psf") or below.get(other)):
+            nll += " (invalid: a matched NLL below the floor)"
         gain = "–" if c is None or c["gain_mean"] is None else f"{c['gain_mean']:.2f}"
         per_mean = "–" if per is None else f"{per['mean_diff']:+.3f}"
         out.append(f"| {other} | {basis} | {nll} | {_iv(c and c['interval'], '+.4f')} | {gain} | {per_mean} | "
@@ -122,6 +131,15 @@ def planted(r: dict) -> list[str]:
     return out
 
 
+
+
+def _below_floor(a: dict, seeds: list[int]) -> dict[str, list[int]]:
+    """Per model, the seeds whose NLL at matched entropy lies below the floor (a negative excess): invalid."""
+    out = {}
+    for m, v in a["models"].items():
+        per = (v.get("excess_over_floor") or {}).get("per_seed") or []
+        out[m] = [s for s, x in zip(seeds, per) if x is not None and x < 0]
+    return out
 
 
 def _se(x: dict | None, spec: str = ".3f") -> str:
@@ -550,3 +568,26 @@ def codes_lead(r: dict) -> list[str]:
                 f"{', '.join(map(str, ref['measures'][keys[0]]['seeds']))}), each arm minus it, paired by seed: "
                 + "; ".join(moves) + "."]
     return out
+
+
+def headline(r: dict) -> str:
+    """README's PSF headline from the WikiText-2 run with codes on: PSF against AR and against content states,
+    each a difference with its 95 % interval, at temperature 1 (neither model truncated) and at the references'
+    entropy, with what limits each reading (an interpolation across a wide gap, an unbracketed sweep). The token
+    flow stays out of it until it follows ELF-B's recipe in a committed run."""
+    rows, diffs = _wikitext_rows(r), r.get("differences") or {}
+    target = r["settings"]["target_entropy"]
+    ar = rows["ar"]
+    below = [q["entropy"] for q in ar["sweep"] if q["entropy"] <= target]
+    above = [q["entropy"] for q in ar["sweep"] if q["entropy"] > target]
+    gap = (f"; AR's sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
+           f"{min(above):.3f}, so its value there is interpolated" if below and above else "")
+    me_ar = (diffs.get("psf - ar") or {}).get("matched_entropy") or {}
+    at_ar = ("not bracketed by both sweeps" if me_ar.get("nll_per_token_diff") is None else
+             f"{me_ar['nll_per_token_diff']:+.3f} {_iv(me_ar['nll_per_token_interval'])}")
+    return (f"WikiText-2, realization codes on, one training seed; PSF minus AR NLL/token at temperature 1 "
+            f"(neither truncated) **{_t1_diff(diffs.get('psf - ar'))}** (positive: PSF worse), at the references' "
+            f"entropy {at_ar}{gap}; PSF minus content states at temperature 1 "
+            f"**{_t1_diff(diffs.get('psf - psf_content'))}** (negative: PSF better; the two sweeps' entropies "
+            f"differ at equal temperature), at the references' entropy {_me_diff(diffs.get('psf - psf_content'))} "
+            "(95 % bootstrap intervals)")
