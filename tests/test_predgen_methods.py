@@ -940,6 +940,11 @@ def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: 
     results = json.loads((tmp_path / "pg" / "results.json").read_text())
     assert ("likelihood variant" in results["prediction_by"]) == loglik
     assert ("not PredGen" in results["prediction_by"]) == loglik
+    # multiple choice: the rank decoder runs without --eval.decoder rank, and the prediction's agreement with it
+    # and with the written answer is what predictions.jsonl holds
+    for key in ("rank", "rank_norm", "decoded"):
+        same = sum(r["prediction"] == r[key] for r in rows) / len(rows)
+        assert results["agreement"][key] == pytest.approx(same), key
     # text answers: the writing methods' default prompt is lm-eval-harness's, which does not list the choices
     template = meta["task_spec"]["template"]
     assert ("{choices}" in template) == ("text" not in extra), template
