@@ -7,7 +7,16 @@ import math
 
 import pytest
 
-from forethought.experiments.predgen_mc import compare, method_summary, metric_of, select_on_validation
+from forethought.experiments.predgen_mc import (
+    agreement_rows,
+    bar,
+    compare,
+    method_summary,
+    metric_of,
+    role,
+    same_answer,
+    select_on_validation,
+)
 
 
 def _run(pred: float, decoded: float | None = None, val: float | None = None, wall: float = 10.0) -> dict:
@@ -68,6 +77,29 @@ def test_selection_uses_validation_on_seeds_every_candidate_has() -> None:
     assert pick == {"selected": "y", "seeds": ["0", "1"], "validation": {"x": 0.5, "y": 0.6}}
     assert select_on_validation(methods, ["x", "z"]) is None  # they share no validated seed
     assert select_on_validation(methods, ["w"]) is None
+    assert select_on_validation(methods, ["x", "w"]) is None  # one candidate ran: there is nothing to choose
+    assert select_on_validation(methods, ["y", "x", "w"])["selected"] == "y"
     low = select_on_validation(methods, ["x", "y"], higher_is_better=False)  # MSE: lower wins
     assert low["selected"] == "x"
 
+
+
+def test_agreement_rows_against_own_answers_and_the_generators_rank() -> None:
+    rows = [{"prediction": "A", "decoded": "A", "rank": "B"}, {"prediction": "B", "decoded": "A", "rank": "B"},
+            {"prediction": "C", "decoded": "C", "rank": "C"}, {"prediction": "D", "decoded": "A", "rank": "A"}]
+    assert same_answer(rows, "prediction", "rank") == 0.5 and same_answer(rows, "prediction", "decoded") == 0.5
+    assert same_answer(rows, "prediction", "rank_norm") is None and same_answer([], "prediction", "rank") is None
+    gen = {0: {"accuracy": 0.5, "rank": {"accuracy": 0.7}}, 1: {"accuracy": 0.4, "rank": {"accuracy": 0.6}}}
+    results = {"predgen-choices-lmeval": {0: _run(0.65), 2: _run(0.9)}, "generator-lmeval": gen,
+               "generator": {0: _run(0.1)}}
+    preds = {"predgen-choices-lmeval": {0: rows}, "generator-lmeval": {0: rows[:2], 1: rows[2:3]}}
+    out = agreement_rows(results, preds, "accuracy")
+    seed0 = out["predgen-choices-lmeval"]["0"]
+    # the bar is the Generator with the same prompt (lm-eval's), not the one that lists the choices
+    assert seed0["minus_generator_rank"] == pytest.approx(0.65 - 0.7)
+    assert (seed0["agrees_rank"], seed0["agrees_written"], seed0["role"]) == (0.5, 0.5, "PredGen T(Z)")
+    assert out["predgen-choices-lmeval"]["2"]["minus_generator_rank"] is None  # the Generator has no seed 2
+    assert "agrees_written" not in out["generator-lmeval"]["1"]  # a Generator's prediction is its written answer
+    assert out["generator-lmeval"]["1"]["agrees_rank"] == 1.0
+    assert bar("predgen-name") == "generator-name" and bar("predgen-choices-ll") == "generator"
+    assert "not PredGen" in role("predgen-choices-ll-lmeval") and role("predgen-logits") == "PredGen T(Z)"

@@ -3,6 +3,7 @@ import torch
 
 from forethought.predgen.losses import (
     mix_tokens,
+    replace_mask,
     sample_by_uniform,
     sampling_probability,
     wdal_paper,
@@ -60,6 +61,20 @@ def test_mix_tokens_per_token_and_per_sequence():
     assert torch.equal(mix_tokens(gold, pred, mask, 0.0), gold)
     # a row's coins travel with it: mixing a slice of the batch gives that slice of the mixed batch
     assert torch.equal(mix_tokens(gold[200:], pred[200:], mask[200:], 0.5, "token", u[200:]), mixed[200:])
+
+
+def test_replace_mask_per_batch_is_one_coin_for_every_row():
+    mask = torch.ones(50, 4, dtype=torch.bool)
+    mask[:, 3] = False  # e.g. a short answer's padding: never replaced
+    u = torch.rand(50, 4, generator=torch.Generator().manual_seed(1))
+    heads = replace_mask(mask, 0.3, "batch", u, batch_coin=0.29)
+    assert torch.equal(heads, mask)  # the coin is below p: every answer input of the batch is the model's
+    assert not replace_mask(mask, 0.3, "batch", u, batch_coin=0.31).any()  # above p: none (the row uniforms unread)
+    assert not replace_mask(mask, 0.0, "batch", u, batch_coin=0.0).any()
+    with pytest.raises(ValueError, match="batch_coin"):
+        replace_mask(mask, 0.3, "batch", u)
+    # the reference's ramp: linear to p_end over the ramp, then p_end
+    assert [sampling_probability(s, 500, "linear") for s in (250, 500, 800)] == [0.5, 1.0, 1.0]
 
 
 def test_sample_by_uniform_inverts_the_cdf():

@@ -901,10 +901,12 @@ def test_choice_loglik_is_the_rank_decoders_score(world: dict) -> None:
 
 
 @pytest.mark.parametrize("extra", [["--task.answer", "text"],
-                                   ["--head.reads", "choices", "--task.answer", "text", "--head.choice_loglik", "0"],
+                                   ["--head.reads", "choices", "--task.answer", "text", "--head.choice_loglik", "1"],
+                                   ["--head.reads", "choices_loglik", "--task.answer", "text"],
                                    ["--head.reads", "logits", "--task.answer", "text"],
                                    ["--task.answer", "name"], ["--task.answer", "name", "--head.reads", "choices"]],
-                         ids=["auto-text", "choices-no-loglik-text", "logits-text", "name", "choices-name"])
+                         ids=["auto-text", "choices-loglik-text", "choices_loglik-text", "logits-text", "name",
+                              "choices-name"])
 def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       extra: list[str]) -> None:
     """PredGen with each adapter and answer format trains, saves, reloads (same predictions) and predicts only
@@ -932,8 +934,17 @@ def test_cli_multiple_choice_adapters(world: dict, tmp_path: Path, monkeypatch: 
     meta = json.loads((tmp_path / "pg" / "model" / "predgen.json").read_text())
     given = extra[extra.index("--head.reads") + 1] if "--head.reads" in extra else None
     reads = given or ("choices" if "text" in extra else "states")  # auto: choices with text answers
-    assert meta["head"]["reads"] == reads
-    assert meta["head"]["choice_loglik"] == (0.0 if "--head.choice_loglik" in extra or reads != "choices" else 1.0)
+    loglik = "--head.choice_loglik" in extra or reads == "choices_loglik"  # the likelihood variant, either way
+    assert meta["head"]["reads"] == reads.removesuffix("_loglik")
+    assert meta["head"]["choice_loglik"] == (1.0 if loglik else 0.0)
+    results = json.loads((tmp_path / "pg" / "results.json").read_text())
+    assert ("likelihood variant" in results["prediction_by"]) == loglik
+    assert ("not PredGen" in results["prediction_by"]) == loglik
+    # multiple choice: the rank decoder runs without --eval.decoder rank, and the prediction's agreement with it
+    # and with the written answer is what predictions.jsonl holds
+    for key in ("rank", "rank_norm", "decoded"):
+        same = sum(r["prediction"] == r[key] for r in rows) / len(rows)
+        assert results["agreement"][key] == pytest.approx(same), key
     # text answers: the writing methods' default prompt is lm-eval-harness's, which does not list the choices
     template = meta["task_spec"]["template"]
     assert ("{choices}" in template) == ("text" not in extra), template
@@ -1024,3 +1035,70 @@ def test_regression_metrics_correlations_and_non_finite_predictions() -> None:
     assert math.isnan(bad["pearson"]) and math.isnan(bad["spearman"]) and not math.isfinite(bad["mse"])
     flat = regression_metrics(t, [2.0] * 5)
     assert math.isnan(flat["pearson"]) and math.isnan(flat["spearman"]) and flat["mae"] == pytest.approx(1.2)
+
+
+def _shift_lm(vocab: int = 16) -> Any:
+    """A one-layer Llama whose next token is always the input token + 1 (mod vocab): attention and MLP write
+    nothing (their output projections are zero), the embeddings are one-hot and the LM head shifts by one."""
+    lm = tiny_llama(vocab_size=vocab, hidden_size=vocab, layers=1, heads=2, kv_heads=1, eos_token_id=0).double()
+    with torch.no_grad():
+        for layer in lm.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        lm.model.embed_tokens.weight.copy_(torch.eye(vocab))
+        lm.lm_head.weight.copy_(torch.eye(vocab).roll(1, 0))  # row j reads e_{j-1}: logit j is high after j - 1
+    return lm
+
+
+def _ss_batch(prompt: list[list[int]], gold: list[list[int]], p: float, coins: list[list[float]]) -> dict:
+    P, M = max(map(len, prompt)), max(map(len, gold))
+    ids, pmask = torch.zeros(len(prompt), P, dtype=torch.long), torch.zeros(len(prompt), P, dtype=torch.long)
+    answer, amask = torch.zeros(len(gold), M, dtype=torch.long), torch.zeros(len(gold), M, dtype=torch.bool)
+    for b, (pr, g) in enumerate(zip(prompt, gold)):
+        ids[b, P - len(pr):], pmask[b, P - len(pr):] = torch.tensor(pr), 1
+        answer[b, :len(g)], amask[b, :len(g)] = torch.tensor(g), True
+    u = torch.zeros(len(gold), M, 2)
+    u[:, :M - 1, 0] = torch.tensor(coins)
+    return {"prompt_ids": ids, "prompt_mask": pmask, "answer_ids": answer, "answer_mask": amask, "p": p,
+            "uniform": u, "coin": 0.0}
+
+
+def test_scheduled_sampling_rollout_feeds_the_models_own_previous_tokens() -> None:
+    from forethought.predgen.decoding import prompt_pass
+    from forethought.predgen.methods import scheduled_inputs
+
+    lm = _shift_lm()
+    batch = _ss_batch([[3, 5]], [[9, 12, 7, 1]], 1.0, [[0.0, 0.0, 0.0]])  # p = 1: every input replaced
+    pp = prompt_pass(lm, batch["prompt_ids"], batch["prompt_mask"])
+    roll = scheduled_inputs(lm, pp, batch, PredGenSettings())  # the default: the paper's roll-out
+    one = scheduled_inputs(lm, pp, batch, PredGenSettings(own_tokens="one_pass"))
+    # roll-out: 5 -> 6 -> 7 -> 8, what the model writes after its own tokens; one pass: gold token + 1
+    assert roll.tolist() == [[6, 7, 8]] and one.tolist() == [[6, 10, 13]]
+    # they differ exactly after a replaced input: with input 1 alone replaced both read gold 9 before it
+    part = _ss_batch([[3, 5]], [[9, 12, 7, 1]], 0.5, [[0.9, 0.1, 0.9]])
+    assert scheduled_inputs(lm, pp, part, PredGenSettings()).tolist() == [[9, 10, 7]]
+    assert scheduled_inputs(lm, pp, part, PredGenSettings(own_tokens="one_pass")).tolist() == [[9, 10, 7]]
+    # the reference's per-batch coin: heads feeds the whole roll-out, tails none of it
+    ref = PredGenSettings(per="batch")
+    assert scheduled_inputs(lm, pp, {**part, "coin": 0.4}, ref).tolist() == [[6, 7, 8]]
+    assert scheduled_inputs(lm, pp, {**part, "coin": 0.6}, ref).tolist() == [[9, 12, 7]]
+
+
+def test_scheduled_sampling_rollout_is_greedy_generation_on_a_random_model() -> None:
+    from forethought.predgen.decoding import prompt_pass
+    from forethought.predgen.methods import scheduled_inputs
+
+    lm = tiny_llama(vocab_size=40, hidden_size=32, layers=2, heads=4, eos_token_id=1).double()
+    prompts, gold = [[2, 3, 4, 11], [7, 8]], [[5, 6, 7, 9, 1], [10, 1]]  # left padding; a short answer's pads
+    batch = _ss_batch(prompts, gold, 1.0, [[0.0] * 4, [0.0] * 4])
+    pp = prompt_pass(lm, batch["prompt_ids"], batch["prompt_mask"])
+    roll = scheduled_inputs(lm, pp, batch, PredGenSettings())
+    for b, prompt in enumerate(prompts):  # the model's greedy continuation, re-running the whole sequence
+        seq = list(prompt)
+        for _ in range(len(gold[b]) - 1):
+            seq.append(int(lm(input_ids=torch.tensor([seq])).logits[0, -1].argmax()))
+        fed = roll[b, :len(gold[b]) - 1].tolist()
+        assert fed == seq[len(prompt):]
+        assert roll[b, len(gold[b]) - 1:].tolist() == batch["answer_ids"][b, len(gold[b]) - 1:-1].tolist()
+    one = scheduled_inputs(lm, pp, batch, PredGenSettings(own_tokens="one_pass"))
+    assert one[:, 0].tolist() == roll[:, 0].tolist()  # the first input follows the prompt either way

@@ -71,8 +71,11 @@ LMEVAL = "Question: {question}\nAnswer:"
 # (method, task, answer, given head) -> (adapter it reads, starting β, task.template: '' = the task's own, which
 # lists the choices)
 TASK_DEFAULTS = [
-    ("predgen", "arc-easy", "text", {}, ("choices", 1.0, LMEVAL)),
-    ("predgen", "arc-easy", "text", {"choice_loglik": 0.0}, ("choices", 0.0, LMEVAL)),
+    ("predgen", "arc-easy", "text", {}, ("choices", 0.0, LMEVAL)),  # T(Z) against the choices' states
+    ("predgen", "arc-easy", "text", {"reads": "choices"}, ("choices", 0.0, LMEVAL)),
+    ("predgen", "arc-easy", "text", {"reads": "choices_loglik"}, ("choices", 1.0, LMEVAL)),  # the likelihood variant
+    ("predgen", "arc-easy", "text", {"reads": "choices", "choice_loglik": 1.0}, ("choices", 1.0, LMEVAL)),
+    ("predgen", "arc-easy", "text", {"reads": "choices_loglik", "choice_loglik": 0.5}, ("choices", 0.5, LMEVAL)),
     ("predgen", "arc-easy", "text", {"reads": "states"}, ("states", 0.0, LMEVAL)),
     ("predgen", "arc-easy", "letter", {}, ("states", 0.0, "")),
     ("predgen", "arc-easy", "name", {}, ("states", 0.0, "")),
@@ -80,12 +83,12 @@ TASK_DEFAULTS = [
     ("generator", "arc-challenge", "text", {}, ("states", 0.0, LMEVAL)),
     ("base", "piqa", "text", {}, ("states", 0.0, "Question: {goal}\nAnswer:")),
     ("predictor", "arc-easy", "text", {}, ("states", 0.0, "")),  # it writes nothing: its prompt lists the choices
-    ("predgen", "hellaswag", "text", {}, ("choices", 1.0, "")),  # no lm-eval prompt offered: the task's own
+    ("predgen", "hellaswag", "text", {}, ("choices", 0.0, "")),  # no lm-eval prompt offered: the task's own
 ]
 
 
 @pytest.mark.parametrize("method,task,answer,head,expected", TASK_DEFAULTS,
-                         ids=[f"{m}-{t}-{a}-{'-'.join(h)}" for m, t, a, h, _ in TASK_DEFAULTS])
+                         ids=[f"{m}-{t}-{a}-{'-'.join(map(str, h.values()))}" for m, t, a, h, _ in TASK_DEFAULTS])
 def test_task_dependent_defaults(method: str, task: str, answer: str, head: dict, expected: tuple) -> None:
     """head.reads auto, head.choice_loglik and the text-answer prompt resolve from the task and the method (the
     run's config records them); the given config is left as it was; a given prompt always wins."""

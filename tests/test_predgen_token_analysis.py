@@ -1,4 +1,4 @@
-"""The token-level analysis of ``predgen mine --words``: NPMI between input words and the answer the model writes.
+"""``predgen mine --words``: NPMI between input words and the answer the model writes.
 
 The pure statistic is checked against a brute-force evaluation of its definition; the command is checked end to
 end on a tiny Llama: its written answers against greedy decoding done by hand (full forwards, no cache, one

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forethought.experiments.predgen_mc import TASKS, mc, side
+from forethought.experiments.predgen_mc import SELECT, TASKS, mc, side
 from forethought.experiments.runner import Layout, collect
 from forethought.experiments.spec import load_spec
 
@@ -82,18 +82,27 @@ def test_collect_reproduces_the_legacy_json(collected: dict) -> None:
             assert per == {s: _compacted(row) for s, row in d["per_seed"].items()}
             checked += 4 + len(per)
         assert sum(n.startswith(f"{task}: ") for n in new["derived"]["comparisons"]) == len(e["paired"])
-        if "selected_on_validation" in e:
-            pick = new["derived"]["selection"][task]
-            assert pick["selected"] == e["selected_on_validation"]
-            assert pick["seeds"] == e["selection"]["seeds"] and pick["validation"] == e["selection"]["validation"]
+        # the legacy pick counted the likelihood variant (not PredGen) and a single candidate as a choice: PredGen's
+        # adapter is now chosen among its T(Z) forms, from the same validation means, and only between two or more
+        picks = new["derived"]["selection"].get(task, {})
+        old_means = e.get("selection", {}).get("validation", {})
+        tz = {v: m for v, m in old_means.items() if v in SELECT}
+        if len(tz) > 1:
+            assert picks["adapter"]["validation"] == tz and picks["adapter"]["seeds"] == e["selection"]["seeds"]
+            assert picks["adapter"]["selected"] == max(tz, key=tz.get)
         else:
-            assert task not in new["derived"]["selection"]
+            assert "adapter" not in picks
     assert checked > 400
     # the same runs, and the summed run time (start to results) the script reported
     runs = new["provenance"]["runs"]
     assert len(new["runs"]) == 33 and len(new["unfinished"]) == 87 - 33
     assert sum(r["finished"] - r["started"] for r in runs.values()) == pytest.approx(old["wall_s"], abs=1e-6)
-    assert all(c["passed"] for c in new["checks"].values()) and len(new["checks"]) == 3
+    assert len(new["checks"]) == 4 and all(c["passed"] is not None for c in new["checks"].values())
+    # each check reads the comparison interval the legacy JSON holds
+    for c in new["checks"].values():
+        task, _, rest = c["value"].removeprefix("derived.comparisons.").partition(": ")
+        legacy = next(d for k, d in old["tasks"][task]["paired"].items() if _name(task, k) == f"{task}: {rest[:-7]}")
+        assert c["observed"] == pytest.approx(legacy["ci95_of_seed_mean"][int(rest[-1])], abs=1e-12)
 
 
 def test_committed_json_is_what_collect_writes(collected: dict) -> None:
@@ -133,5 +142,10 @@ def test_mc_pairs_answers_across_runs_and_picks_on_validation() -> None:
     gen = out["per_example"]["arc-easy: predgen-choices − generator"]["0"]
     assert gen["difference"] == pytest.approx(0.25) and (gen["b"], gen["c"]) == (10, 0) and gen["mcnemar_p"] < 0.01
     assert "arc-easy: predgen − generator" not in out["comparisons"]  # a variant that did not run pairs with nothing
-    # validation picks the lm-eval variant although the eval split prefers the other one
-    assert out["selection"]["arc-easy"]["selected"] == "predgen-choices-lmeval"
+    # validation picks the lm-eval variant although the eval split prefers the other one (as adapter and as prompt)
+    assert out["selection"]["arc-easy"]["adapter"]["selected"] == "predgen-choices-lmeval"
+    assert out["selection"]["arc-easy"]["prompt: predgen-choices"]["selected"] == "predgen-choices-lmeval"
+    assert "prompt: generator" not in out["selection"]["arc-easy"]  # one prompt ran: nothing to choose
+    agree = out["agreement"]["arc-easy: predgen-choices"]["0"]
+    assert agree["agrees_written"] == pytest.approx(30 / n)  # predicted A on 0-29, wrote A on 0-19: same on 0-19, 30-39
+    assert agree["agrees_rank"] is None  # these records have no rank decoder

@@ -37,10 +37,20 @@ from forethought.predgen.config import (  # their home imports no torch; the nam
     EvalSettings,
     PredGenConfig,
     PredictConfig,
+    adapter_name,
     with_task_defaults,
 )
 from forethought.predgen.data import eval_subset, load_splits, split_record
-from forethought.predgen.methods import Encoder, Predictions, predict, sampling_p, training_loss, with_sampling
+from forethought.predgen.methods import (
+    Encoder,
+    Predictions,
+    agreement,
+    has_own_choices,
+    predict,
+    sampling_p,
+    training_loss,
+    with_sampling,
+)
 from forethought.predgen.metrics import classification_metrics, regression_metrics
 from forethought.predgen.model import (
     PredGenModel,
@@ -132,6 +142,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
                                "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"),
                                "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
                                "seed": cfg.run.seed, "val_examples": len(val_items)}
+    if method.answers_twice:  # what its prediction is: T(Z) in one of its forms, or the likelihood variant
+        results["prediction_by"] = adapter_name(cfg.head.reads, cfg.head.choice_loglik)
     if out.get("eval_curve"):
         results["learning_curve"] = learning_curve(out["eval_curve"], bs)
         results["learning_curve_split"] = "validation" if val_items else "eval"
@@ -285,6 +297,13 @@ def train_report(name: str, results: dict[str, Any]) -> str:
     for k in metric_keys:
         cells = [_cell(results.get(k))] + [_cell(results.get(key, {}).get(k, "-")) for key, _ in columns]
         lines.append(f"| {k} | {' | '.join(cells)} |")
+    if "prediction_by" in results:
+        lines += ["", f"Prediction: {results['prediction_by']}."]
+    if "agreement" in results:
+        names = {"rank": "the rank decoder (sum)", "rank_norm": "the rank decoder (per character)",
+                 "decoded": "its own written answer"}
+        shown = ", ".join(f"{names[k]} {v:.4f}" for k, v in results["agreement"].items())
+        lines += ["", f"How often the prediction is the same answer as {shown}."]
     if "validation" in results:
         v = results["validation"]
         shown = ", ".join(f"{k} {_cell(v[k])}" for k in metric_keys if k in v)
@@ -320,7 +339,9 @@ def evaluate(model: PredGenModel, method: Method | str, enc: Encoder, items: lis
     if not items:
         raise ForethoughtError("nothing to evaluate: the eval split is empty")
     expected = es.decoder == "expected"
-    preds = predict(model, method, enc, items, es.batch_size, layer, expected, device, rank=es.decoder == "rank")
+    # multiple choice: the rank decoder always runs, the bar any prediction must clear (and agree with less)
+    rank = es.decoder == "rank" or has_own_choices(items)
+    preds = predict(model, method, enc, items, es.batch_size, layer, expected, device, rank=rank)
     out: dict[str, Any] = dict(score(enc, items, preds.prediction))
     if preds.decoded is not None:
         out["decoded"] = score(enc, items, preds.decoded)
@@ -330,6 +351,9 @@ def evaluate(model: PredGenModel, method: Method | str, enc: Encoder, items: lis
     if preds.rank is not None:
         out["rank"] = score(enc, items, preds.rank)
         out["rank_norm"] = score(enc, items, preds.rank_norm)
+    agree = agreement(preds, method_named(method).answers_twice)
+    if agree:
+        out["agreement"] = agree
     out["examples_per_s"] = len(items) / preds.seconds
     out["eval_batch_size"] = es.batch_size
     if es.latency_examples > 0:

@@ -61,9 +61,17 @@ class PredGenSettings:
         "linear", "scheduled-sampling schedule of p (probability of feeding the model's own token)")
     p_start: float = field(0.0, "p at step 0")
     p_end: float = field(1.0, "p at the end of the ramp")
-    ramp_steps: int = field(0, "steps over which p ramps (0 = all training steps)")
-    per: Literal["token", "sequence"] = field("token", "one scheduled-sampling coin per token or per sequence")
+    ramp_steps: int = field(0, "steps over which p ramps, then stays at p_end (0 = all training steps; the "
+                            "reference code: linear 0 -> 1 over 500)")
+    per: Literal["token", "sequence", "batch"] = field(
+        "token", "one scheduled-sampling coin per answer token (the paper's), per sequence, or one per batch (the "
+        "reference code's: the whole batch is fed its own tokens or none)")
     tokens: Literal["greedy", "sampled"] = field("greedy", "the model's token: argmax, or sampled from its softmax")
+    own_tokens: Literal["rollout", "one_pass"] = field(
+        "rollout", "where the model's own tokens come from: rollout = generated from its own previous inputs (a "
+        "sequential KV-cached roll-out, as the paper and the reference code); one_pass = the argmax (or sample) "
+        "of one teacher-forced pass over the gold prefix, faster but an approximation (a token after a replaced "
+        "one is what the model writes after the gold token, not after its own)")
     adapter_states: Literal["rollout", "mixed", "teacher_forced"] = field(
         "rollout", "where the adapter reads Z: a model-fed roll-out (default, no gold answer tokens), the mixed "
         "scheduled-sampling pass, or the teacher-forced pass (leaks the label; for the ablation only)")
@@ -142,19 +150,22 @@ class HeadConfig:
     hidden: int = field(256, "predgen adapter MLP width (reads logits: the width of its first linear layer)")
     lr_scale: float = field(1.0, "the head's / adapter's learning rate is train.lr times this (1 = one rate for "
                             "all, as in the paper)")
-    reads: Literal["auto", "states", "logits", "choices"] = field(
-        "auto", "what PredGen's adapter reads: states = T(Z), the generated answer's hidden states -> a class "
-        "(or number); logits = the reference code's adapter, two bias-free linear layers over the answer "
-        "positions' vocabulary logits (classification); choices = a score per choice from Z and that choice's "
-        "own states under the same model, softmax over the example's own choices (classification); auto = "
-        "choices on multiple-choice tasks answered with the choice's text (task.answer text), states otherwise")
+    reads: Literal["auto", "states", "logits", "choices", "choices_loglik"] = field(
+        "auto", "what PredGen's adapter T(Z) reads: states = the generated answer's hidden states -> a class (or "
+        "number); logits = the reference code's adapter, two bias-free linear layers over the answer positions' "
+        "vocabulary logits (classification); choices = a score per choice comparing Z with that choice's own "
+        "states under the same model, softmax over the example's own choices (classification); choices_loglik = "
+        "not PredGen: choices plus each choice's log-likelihood, what the rank decoder reads (= choices with "
+        f"head.choice_loglik {CHOICE_LOGLIK0:g}); auto = choices on multiple-choice tasks answered with the choice's "
+        "text (task.answer text), states otherwise (letters, names, label words, numbers)")
     choice_alpha: float = field(CHOICE_ALPHA0, "reads choices: the starting weight α of cos(z, c_k) in each choice's score "
                                 "(learned); 5 starts the adapter at the answer it wrote, 0 leaves the choice to "
                                 "its MLP from the first step")
     choice_loglik: float | None = field(
         None, "reads choices: the starting weight β of each choice's log-likelihood under the model (its summed "
-        f"token log-probability after the prompt, as --eval.decoder rank scores it) in the choice's score "
-        f"(learned); 0 = the score does not read it; default {CHOICE_LOGLIK0:g} when the adapter reads choices")
+        "token log-probability after the prompt, as --eval.decoder rank scores it) in the choice's score "
+        "(learned); 0 = the score does not read it (PredGen's T(Z)); > 0 = the likelihood variant, which reads "
+        f"what the rank decoder reads; default 0, {CHOICE_LOGLIK0:g} with head.reads choices_loglik")
 
     def validate(self) -> None:
         at_least(self, 1, "hidden")
@@ -225,9 +236,11 @@ def with_task_defaults(cfg: PredGenConfig) -> PredGenConfig:
     On a built-in multiple-choice task answered with the choice's text (``task.answer text``): the methods that
     write their answer get lm-eval-harness's prompt for the task unless ``task.template`` is given (the choices
     are not listed; the Predictor, which writes nothing, keeps the prompt that lists them), and PredGen's adapter
-    (``head.reads auto``) scores the example's choices with their log-likelihood (``head.choice_loglik``
-    :data:`CHOICE_LOGLIK0`). Elsewhere ``auto`` reads the answer's states. Raises when a choice-scoring setting is
-    given for an adapter that does not read choices."""
+    (``head.reads auto``) is T(Z) comparing the answer's states with each choice's own states, without the
+    choices' likelihoods (``head.choice_loglik`` 0). Elsewhere ``auto`` reads the answer's states (the paper's
+    T(Z); with ``task.answer name`` a head over the states of the written answer1..answerN). ``choices_loglik``
+    is ``choices`` with β starting at :data:`CHOICE_LOGLIK0` (the likelihood variant). Raises when a
+    choice-scoring setting is given for an adapter that does not read choices."""
     method, key = method_named(cfg.method), builtin_name(cfg.task.name)
     text_mc = key in MULTIPLE_CHOICE and cfg.task.answer == "text"
     task = cfg.task
@@ -235,6 +248,8 @@ def with_task_defaults(cfg: PredGenConfig) -> PredGenConfig:
         task = dataclasses.replace(task, template=text_template(key))
     head = cfg.head
     reads = head.reads if head.reads != "auto" else ("choices" if text_mc and method.head_reads else "states")
+    loglik0 = CHOICE_LOGLIK0 if reads == "choices_loglik" else 0.0
+    reads = "choices" if reads == "choices_loglik" else reads
     if reads != "choices":
         for k, off in _CHOICE_OFF:
             if getattr(head, k) not in off:
@@ -242,8 +257,20 @@ def with_task_defaults(cfg: PredGenConfig) -> PredGenConfig:
                     f"head.{k} {getattr(head, k):g} is the choice-scoring adapter's; it applies with --head.reads "
                     f"choices, and this run's adapter reads {reads} (head.reads auto reads choices only with "
                     "--method predgen on a multiple-choice task with --task.answer text)")
-    loglik = (CHOICE_LOGLIK0 if reads == "choices" else 0.0) if head.choice_loglik is None else head.choice_loglik
+    loglik = loglik0 if head.choice_loglik is None else head.choice_loglik
     return dataclasses.replace(cfg, task=task, head=dataclasses.replace(head, reads=reads, choice_loglik=loglik))
+
+
+def adapter_name(reads: str, choice_loglik: float | None = 0.0) -> str:
+    """What a PredGen run's prediction is, for its results and reports: T(Z) in one of its forms, or the likelihood
+    variant (choice states plus the choices' log-likelihoods), which reads what the rank decoder reads and is not
+    reported as PredGen's T(Z)."""
+    if reads == "choices" and choice_loglik:
+        return "likelihood variant: choice states + the choices' log-likelihoods (reads what the rank decoder " \
+               "reads; not PredGen's T(Z))"
+    return {"states": "T(Z): the written answer's states", "logits": "T(Z) over the written answer's logits (the "
+            "reference code's adapter)", "choices": "T(Z): the written answer's states against each choice's "
+            "states"}[reads]
 
 
 @dataclass
@@ -286,10 +313,10 @@ class MineConfig:
     max_examples: int = field(1000, "at most this many examples (a seeded subset; 0 = all)")
     representations: list[str] = field(list(REPRESENTATIONS), "pooled_last, pooled_mean, tokens ([] = no MINE, "
                                        "with --words)")
-    words: int = field(0, "token-level analysis: the K input words most associated (NPMI) with each answer the "
-                       "model writes (classification; 0 = off)")
-    word_min_count: int = field(5, "token-level analysis: only words in at least this many of the examples")
-    word_list: list[str] = field([], "token-level analysis: also report these words' scores (any count)")
+    words: int = field(0, "NPMI of input words against the written answer: the K input words of highest NPMI "
+                       "with each answer the model writes (classification; 0 = off)")
+    word_min_count: int = field(5, "NPMI words: only words in at least this many of the examples")
+    word_list: list[str] = field([], "NPMI words: also report these words' scores (any count)")
     seeds: list[int] = field([0, 1, 2], "one half/half split and statistics-network init per seed")
     steps: int = field(600, "statistics-network training steps")
     batch_size: int = field(128, "examples per MINE step")

@@ -15,6 +15,7 @@ positions that predicted each answer token (what PredGen's task adapter reads).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +199,27 @@ def constrained_greedy(lm: Any, trie: AnswerTrie | list[AnswerTrie], prompt_ids:
         cache, logits, state = out.cache, out.logits[:, -1], out.hidden_states[layer][:, -1]
     return Decoded(torch.stack(toks, 1), torch.stack(masks, 1), torch.stack(states, 1), logprob, choice,
                    torch.stack(kept, 1) if keep_logits else None)
+
+
+@torch.no_grad()
+def feed_own(lm: Any, prompt: PromptPass, prompt_mask: torch.Tensor,
+             choose: Callable[[int, torch.Tensor], torch.Tensor], steps: int) -> torch.Tensor:
+    """A sequential, KV-cached roll-out of ``steps`` inputs after cached prompts (left-padded, mask (B, P)): input
+    t is ``choose(t, logits)`` (B,) from the logits (B, V) that followed inputs 0..t-1 (t = 0: the prompt's last
+    logits), so an input can be a token the model generated from its own previous inputs (scheduled sampling).
+    One forward of one token per input but the last; returns the inputs (B, steps)."""
+    cache, mask, logits = _new_cache(prompt.kv), prompt_mask, prompt.last_logits
+    fed = []
+    for t in range(steps):
+        tok = choose(t, logits)
+        fed.append(tok)
+        if t + 1 == steps:
+            break
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        out = lm(input_ids=tok[:, None], attention_mask=mask, position_ids=position_ids(mask)[:, -1:], cache=cache,
+                 use_cache=True)
+        cache, logits = out.cache, out.logits[:, -1]
+    return torch.stack(fed, 1) if fed else prompt_mask.new_zeros(prompt_mask.shape[0], 0, dtype=torch.long)
 
 
 @torch.no_grad()

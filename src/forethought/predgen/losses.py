@@ -11,8 +11,10 @@ adapter (director):
   ``m = max(L_W, L_D) + 1``, which equals ``log(1+L_W) + log(1+L_D) + (1+L_W)(1+L_D)``; computed so.
 
 Scheduled sampling: the probability of feeding the model's own token instead of the gold one grows with the
-training step (linear, exponential or inverse-sigmoid schedules, Bengio et al. 2015), decided per token or per
-sequence.
+training step (linear, exponential or inverse-sigmoid schedules, Bengio et al. 2015), decided per token (the
+paper's form), per sequence, or once per batch (the reference code's coin). Which inputs are replaced is decided
+here (:func:`replace_mask`); which token replaces them (the one the model generates from its own previous
+inputs, or a one-pass approximation) is ``methods.scheduled_inputs``'s.
 """
 
 from __future__ import annotations
@@ -73,17 +75,36 @@ def sampling_probability(step: int, total_steps: int, schedule: Schedule = "line
     return start + (end - start) * (1.0 - teacher)
 
 
+Per = Literal["token", "sequence", "batch"]
+
+
+def replace_mask(answer_mask: torch.Tensor, p: float, per: Per = "token", uniform: torch.Tensor | None = None,
+                 batch_coin: float | None = None) -> torch.Tensor:
+    """(B, T) bool: which answer-token inputs scheduled sampling replaces with the model's own token.
+    answer_mask (B, T) bool marks the inputs that may be replaced; each is replaced with probability p, by one coin
+    per token (``uniform`` (B, >= max(T, 1)) in [0, 1): column t is token t's coin), one per sequence (column 0)
+    or one for the whole batch (``batch_coin`` in [0, 1), the reference code's: every input or none)."""
+    B, T = answer_mask.shape
+    if p <= 0:
+        return torch.zeros(B, T, dtype=torch.bool, device=answer_mask.device)
+    if per == "batch":
+        if batch_coin is None:
+            raise ValueError("a per-batch coin needs batch_coin")
+        return answer_mask.bool() & (batch_coin < p)
+    if uniform is None:
+        raise ValueError(f"per-{per} coins need their uniforms")
+    coins = uniform[:, :T] if per == "token" else uniform[:, :1].expand(B, T)
+    return (coins.to(answer_mask.device) < p) & answer_mask.bool()
+
+
 def mix_tokens(gold: torch.Tensor, predicted: torch.Tensor, answer_mask: torch.Tensor, p: float,
-               per: Literal["token", "sequence"] = "token", uniform: torch.Tensor | None = None) -> torch.Tensor:
-    """Decoder inputs for the mixed pass. gold, predicted: (B, T) ids, where ``predicted[:, t]`` is the model's
-    token for position t (from the teacher-forced pass, shifted); answer_mask (B, T) bool marks answer-token
-    inputs that may be replaced. Each is replaced with probability p (one coin per token, or one per sequence):
-    ``uniform`` (B, >= max(T, 1)) holds the coins' uniforms in [0, 1) (column 0 for a sequence's coin)."""
+               per: Per = "token", uniform: torch.Tensor | None = None,
+               batch_coin: float | None = None) -> torch.Tensor:
+    """Decoder inputs with the replaced inputs (:func:`replace_mask`) taken from ``predicted``. gold, predicted:
+    (B, T) ids, where ``predicted[:, t]`` is the model's token for position t."""
     if p <= 0:
         return gold.clone()
-    B, T = gold.shape
-    coins = uniform[:, :T] if per == "token" else uniform[:, :1].expand(B, T)
-    return torch.where((coins.to(gold.device) < p) & answer_mask, predicted, gold)
+    return torch.where(replace_mask(answer_mask, p, per, uniform, batch_coin), predicted, gold)
 
 
 def sample_by_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:

@@ -6,12 +6,14 @@ right-padded). One prompt pass with a KV cache is shared by every continuation o
 
 * Predictor: pooled prompt state -> head; cross-entropy (classes) or MSE (regression).
 * Generator: teacher-forced cross-entropy on the answer tokens (the prompt masked by default).
-* PredGen: (1) a teacher-forced continuation (no grad) gives the model's own token at each answer position;
-  (2) scheduled sampling mixes those into the gold answer inputs with probability p(step); (3) a constrained
-  greedy roll-out (no grad, a few cached steps) gives a fully model-fed answer; (4) one continuation with
-  grad over [mixed rows; roll-out rows] gives the writer's loss L_W (mixed rows) and the task adapter's input Z
-  (roll-out rows: the states that predicted answer tokens 1..m, none of which saw a gold answer token, so the
-  adapter cannot learn to read the label); (5) L = WDAL(L_W, L_D).
+* PredGen: (1) scheduled sampling decides which answer inputs the model's own token replaces (probability
+  p(step), per token, sequence or batch) and (2) a sequential KV-cached roll-out without grad feeds them: each
+  replaced input is the token the model generated after the inputs before it, its own included
+  (``--predgen.own_tokens one_pass``: the argmax of one teacher-forced pass instead, an approximation);
+  (3) a constrained greedy roll-out (no grad, a few cached steps) gives a fully model-fed answer; (4) one
+  continuation with grad over [mixed rows; roll-out rows] gives the writer's loss L_W (mixed rows, against the
+  gold tokens) and the task adapter's input Z (roll-out rows: the states that predicted answer tokens 1..m,
+  none of which saw a gold answer token, so the adapter cannot learn to read the label); (5) L = WDAL(L_W, L_D).
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ from forethought.predgen.decoding import (
     constrained_greedy,
     continue_pass,
     detach_kv,
+    feed_own,
     prompt_pass,
     token_logprobs,
 )
 from forethought.predgen.losses import (
-    mix_tokens,
+    replace_mask,
     sample_by_uniform,
     sampling_probability,
     wdal_paper,
@@ -285,11 +288,48 @@ def _pad_to(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
 
 
 def with_sampling(batch: dict[str, Any], p: float, seed: int) -> dict[str, Any]:
-    """``batch`` with PredGen's scheduled-sampling inputs: ``p`` (this step's probability) and ``uniform`` (B, M, 2),
-    seeded uniforms per example and answer position — [..., 0] the coins, [..., 1] the sampled tokens. They travel
-    with their rows, so a row's draws do not depend on how the batch is split into micro-batches or processes."""
+    """``batch`` with PredGen's scheduled-sampling inputs: ``p`` (this step's probability), ``uniform`` (B, M, 2),
+    seeded uniforms per example and answer position — [..., 0] the coins, [..., 1] the sampled tokens — and
+    ``coin``, one uniform for the whole batch (``--predgen.per batch``). The uniforms travel with their rows and the
+    coin is kept whole, so no draw depends on how the batch is split into micro-batches or processes."""
     B, M = batch["answer_ids"].shape
-    return {**batch, "p": p, "uniform": torch.rand(B, M, 2, generator=torch.Generator().manual_seed(seed))}
+    g = torch.Generator().manual_seed(seed)
+    uniform = torch.rand(B, M, 2, generator=g)
+    return {**batch, "p": p, "uniform": uniform, "coin": float(torch.rand(1, generator=g))}
+
+
+def own_token(logits: torch.Tensor, tokens: str, uniform: torch.Tensor) -> torch.Tensor:
+    """The model's token from logits (..., V): the argmax (``greedy``), or drawn from the softmax by ``uniform``
+    (...) (``sampled``)."""
+    if tokens == "greedy":
+        return logits.argmax(-1)
+    return sample_by_uniform(torch.softmax(logits.double(), -1), uniform.to(logits.device, torch.float64))
+
+
+@torch.no_grad()
+def scheduled_inputs(lm: Any, pp: PromptPass, batch: dict[str, Any], s: PredGenSettings) -> torch.Tensor:
+    """The answer inputs (B, M-1) of the writer's scheduled-sampling pass (``pp``: the prompt pass, its cache
+    detached). Input i holds answer token i, replaced by the model's own token where :func:`replace_mask` says
+    (only where a next answer token exists). ``s.own_tokens``: ``rollout`` feeds the inputs one by one, so a
+    replacing token is the one the model generates after the inputs before it, its own tokens included (the
+    paper's scheduled sampling; with a per-batch coin the reference code's greedy roll-out); ``one_pass`` takes it
+    from one teacher-forced pass over the gold prefix (cheaper; the token after a replaced one is the model's
+    choice after the gold token, so it approximates the roll-out)."""
+    gold, amask, u = batch["answer_ids"], batch["answer_mask"], batch["uniform"]
+    inputs = gold[:, :-1]
+    replace = replace_mask(amask[:, 1:], float(batch["p"]), s.per, u[:, :-1, 0], batch.get("coin"))  # (B, M-1)
+    if not replace.any():
+        return inputs.clone()
+    u_tok = u[..., 1]
+    if s.own_tokens == "one_pass":
+        own = own_token(_answer_logits(lm, pp, pp.kv, batch)[:, :-1], s.tokens, u_tok[:, :-1])  # (B, M-1)
+        return torch.where(replace, own, inputs)
+    last = int(replace.any(0).nonzero().max()) + 1  # the inputs after the last replaced one stay gold
+
+    def choose(t: int, logits: torch.Tensor) -> torch.Tensor:
+        return torch.where(replace[:, t], own_token(logits, s.tokens, u_tok[:, t]), inputs[:, t])
+
+    return torch.cat([feed_own(lm, pp, batch["prompt_mask"], choose, last), inputs[:, last:]], dim=1)
 
 
 def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc: Encoder, task_type: str,
@@ -297,26 +337,21 @@ def predgen_loss(m: PredGenModel, batch: dict[str, Any], s: PredGenSettings, enc
     """One PredGen step (see the module docstring), on a batch :func:`with_sampling` prepared. The loss is
     WDAL(L_W, L_D) of the token-averaged L_W and the row-averaged L_D (combined over the whole batch by the
     trainer)."""
-    lm, u = m.lm, batch["uniform"]
+    lm = m.lm
     gold, amask, pmask = batch["answer_ids"], batch["answer_mask"], batch["prompt_mask"]
     B, M = gold.shape
     with record_function("predgen.prompt_pass"):  # the labels time a step's parts (predgen speed)
         pp = prompt_pass(lm, batch["prompt_ids"], pmask, layer, all_logits=not mask_prompt)
     kv0 = detach_kv(pp.kv)
-    with torch.no_grad(), record_function("predgen.teacher_forced"):
-        tf = _answer_logits(lm, pp, kv0, batch)  # (B, M, V)
-        if s.tokens == "greedy":
-            own = tf.argmax(-1)
-        else:
-            own = sample_by_uniform(torch.softmax(tf.double(), -1), u[..., 1].to(tf.device, torch.float64))
-        # input position i holds answer token i; it is replaced only where a next answer token exists
-        mixed = mix_tokens(gold[:, :-1], own[:, :-1], amask[:, 1:], float(batch["p"]), s.per, u[..., 0])
-        third = gold[:, :-1]
+    fixed = PromptPass(pp.last_logits.detach(), pp.states.detach(), kv0)  # the no-grad passes start from it
+    with record_function("predgen.scheduled_sampling"):
+        mixed = scheduled_inputs(lm, fixed, batch, s)  # (B, M-1)
+    third = gold[:, :-1]
     roll = None
     if s.adapter_states == "rollout":
         with torch.no_grad(), record_function("predgen.rollout"):
             roll = constrained_greedy(lm, enc.tries(batch), batch["prompt_ids"], pmask, layer, enc.pad_id,
-                                      prompt=PromptPass(pp.last_logits.detach(), pp.states.detach(), kv0))
+                                      prompt=fixed)
         third = roll.tokens[:, :-1]
     width = max(M - 1, third.shape[1])
     first_state = pp.states[:, -1:]  # (B, 1, d): the state that predicts answer token 1
@@ -433,6 +468,20 @@ class Predictions:
     probs: list[list[float]] | None  # classification heads (predictor, predgen): each class's probability
     parse_failures: int
     seconds: float
+
+
+def agreement(preds: Predictions, with_decoded: bool) -> dict[str, float]:
+    """How often the prediction is the same answer as the model's other answers: its rank decoders' (``rank``,
+    ``rank_norm``, when ranked) and, ``with_decoded`` (a head reading the answer it wrote), its own written answer
+    (``decoded``). A head that agrees with the rank decoder on nearly every item adds nothing to it."""
+    n = len(preds.prediction)
+    others = {"rank": preds.rank, "rank_norm": preds.rank_norm, "decoded": preds.decoded if with_decoded else None}
+    return {k: sum(a == b for a, b in zip(preds.prediction, v)) / n for k, v in others.items() if v is not None and n}
+
+
+def has_own_choices(items: list[dict[str, Any]]) -> bool:
+    """Multiple choice: the encoded items carry their own choices (each decodes under its own trie)."""
+    return any("trie" in it for it in items)
 
 
 def batches(items: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:

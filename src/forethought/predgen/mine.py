@@ -13,9 +13,10 @@ H(Y) — an upper bound on I(Y; Z) for classes — is shown beside it. Represent
 Within one model the data-processing inequality says I(Y; Z) >= I(Y; pool(Z)); comparing different models is
 an empirical question.
 
-``--words K`` adds the paper's token-level analysis (the seed: the predicted answer token "positive" is associated
-with input words such as "funny" 0.47 and "pretty" 0.34 on SST-2); see :func:`word_association` for the
-definition. ``--representations []`` runs it alone, without MINE.
+``--words K`` adds the NPMI of input words against the written answer: our precise form of what the paper calls
+token-level mutual information (the seed: the predicted answer token "positive" is associated with input words
+such as "funny" 0.47 and "pretty" 0.34 on SST-2); see :func:`word_association` for the definition.
+``--representations []`` runs it alone, without MINE.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def label_entropy(y: list[int]) -> float:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The token-level analysis (pure)
+# NPMI of input words against the written answer (pure)
 # ----------------------------------------------------------------------------------------------------------
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters/digits, inner apostrophes kept ("don't"; SST-2's "'s" -> "s")
@@ -134,7 +135,8 @@ def npmi(n_wy: int, n_w: int, n_y: int, n: int) -> float:
 
 def word_association(words: list[set[str]], answers: list[int], labels: list[str], top: int,
                      min_count: int, asked: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Which input words the model's answers are associated with: the token-level analysis of PredGen's paper.
+    """Which input words the model's answers are associated with: the NPMI of input words against the written
+    answer, our precise form of the token-level analysis of PredGen's paper.
 
     The seed describes it only as token-level mutual information between the predicted answer token
     ("positive" on SST-2) and input words ("funny" 0.47, "pretty" 0.34). Here, precisely: over N examples x_i,
@@ -228,14 +230,14 @@ def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
         raise ForethoughtError(f"words must be >= 0 and word_min_count >= 1, got {cfg.words} and "
                                f"{cfg.word_min_count}")
     if not cfg.representations and not cfg.words:
-        raise ForethoughtError("nothing to do: give representations for MINE, or --words K for the token-level "
-                               "analysis")
+        raise ForethoughtError("nothing to do: give representations for MINE, or --words K for the NPMI of "
+                               "input words against the written answer")
     if cfg.split not in ("train", "eval"):
         raise ForethoughtError(f"split must be train or eval, got '{cfg.split}'")
     if cfg.representations and not cfg.seeds:
         raise ForethoughtError("seeds: give at least one seed")
     if cfg.words and read_meta(model_folder(cfg.model))["task_spec"].get("task_type") != "classification":
-        raise ForethoughtError("--words (the token-level analysis) needs a classification task: it associates "
+        raise ForethoughtError("--words (NPMI of input words against the written answer) needs a classification task: it associates "
                                "input words with the answer the model writes")
     # the answer-token states and the written answers need the constrained decoder, also for a Predictor
     decode = True if "tokens" in cfg.representations or cfg.words else None

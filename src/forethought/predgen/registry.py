@@ -28,8 +28,8 @@ from typing import Any
 from forethought.core.errors import ForethoughtError
 
 CHOICE_ALPHA0 = 5.0  # the choice-scoring adapter's starting α: it starts as the answer the model wrote
-# its starting β, the weight of each choice's log-likelihood: 1 adds the rank decoder's score (chosen on ARC-Easy's
-# validation split over the adapters and prompts, 3 seeds; docs/predgen.md)
+# the likelihood variant's starting β (--head.reads choices_loglik), the weight of each choice's log-likelihood: 1
+# adds the rank decoder's score. PredGen's T(Z) reads no likelihoods (β 0, the default).
 CHOICE_LOGLIK0 = 1.0
 
 LossFn = Callable[[Any, dict[str, Any]], Any]  # (model, batch) -> loss: the trainer's loss_fn (methods.training_loss)

@@ -3,7 +3,7 @@ on one model in one process (so the machine's other load hits both sides of ever
 
 1. Training step, PredGen / Generator: the price of scheduled sampling, the roll-out and the adapter. Same model,
    batches and optimizer; the two methods' steps interleaved (their order alternates), AdamW included; medians.
-2. The parts of one PredGen step (prompt pass, teacher-forced pass, roll-out, continuation, losses, backward,
+2. The parts of one PredGen step (prompt pass, scheduled sampling, roll-out, continuation, losses, backward,
    optimizer; the profiler labels in ``predgen_loss``), on SST-2 and on a multiple-choice task answered with the
    choice's text.
 3. The prompt pass, forward + backward, with full-vocabulary logits at every prompt position (whose loss is

@@ -258,7 +258,7 @@ class Block:
 
 BLOCKS: tuple[Block, ...] = (
     Block("predgen-mc-lead", "predgen_mc.json", lambda r: experiment.summary(
-        load_spec("predgen_mc")[0], r, derived=("comparisons", "selection"))),
+        load_spec("predgen_mc")[0], r, derived=("agreement", "comparisons", "selection"))),
     Block("psf-codes-lead", "psf_codes.json", psf.codes_lead),
     Block("psf-wikitext-codes-lead", "psf_wikitext_codes.json", psf.wikitext_codes_lead),
 )
