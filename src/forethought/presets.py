@@ -201,11 +201,13 @@ def psf_settings() -> Iterator[Costed]:
     from forethought.psf.prior import FlowPrior
     from forethought.psf.recipe import RecipeConfig, plan_stages, stage_features, trajectory_dim
 
+    from forethought.data.tokenizers import KNOWN_VOCAB_SIZES
+
     cfg = load_config(RecipeConfig, config_path("psf", "recipe_paper.yaml"))
-    if cfg.data.tokenizer != "gpt2":
-        raise ForethoughtError(f"recipe_paper.yaml: tokenizer {cfg.data.tokenizer}: only gpt2's vocabulary is known "
-                               "here")
-    V, L, prec = GPT2_VOCAB, cfg.model.seq_len, cfg.run.precision
+    if cfg.data.tokenizer not in KNOWN_VOCAB_SIZES:
+        raise ForethoughtError(f"recipe_paper.yaml: tokenizer {cfg.data.tokenizer}: only the vocabularies of "
+                               f"{', '.join(KNOWN_VOCAB_SIZES)} are known here")
+    V, L, prec = KNOWN_VOCAB_SIZES[cfg.data.tokenizer], cfg.model.seq_len, cfg.run.precision
     act = act_bytes(prec)
     d = cfg.model.n_embd
     enc = Stack(cfg.model.enc_layers, d, d, 4 * d, gated=False)

@@ -208,7 +208,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
 
     # judging
     t0 = time.perf_counter()
-    cap = None
+    cap = mauve_cap = None
     if planted:
         gen = build_generator(art.cfg.data.planted)
         if cfg.prepare_only:
@@ -237,8 +237,9 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         cap = matched_length(jtok, refs.texts, *[t for s in sets.values() for _, t in s], quantile=cfg.length_quantile)
         if full:
             cap = min(cap, full)
-        ref_scores = judge_scores(ref_pass, cap)
-        scores = {name: [judge_scores(jp, cap) for jp in ps] for name, ps in passes.items()}
+        mauve_cap = min(cfg.mauve_tokens, cap) if cfg.mauve_tokens else None  # MAUVE@N
+        ref_scores = judge_scores(ref_pass, cap, mauve_cap)
+        scores = {name: [judge_scores(jp, cap, mauve_cap) for jp in ps] for name, ps in passes.items()}
 
     t0 = time.perf_counter()
     use_mauve = cfg.mauve and not planted
@@ -267,7 +268,8 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         "run": str(cfg.recipe_run), "stage": art.stage, "corpus": art.cfg.data.corpus,
         "tokenizer": "token ids" if planted else art.cfg.data.tokenizer, "seq_len": L,
         "blocks": art.model.blocks, "judge": "true generator (planted)" if planted else cfg.judge,
-        "judge_max_tokens": cap, "target_entropy": target["value"], "target_entropy_interval": target["interval"],
+        "judge_max_tokens": cap, "mauve_max_tokens": mauve_cap or cap,
+        "target_entropy": target["value"], "target_entropy_interval": target["interval"],
         "references": {"split": "test", "n": len(refs.ids), "spread": cfg.reference_spread,
                        "split_tokens": refs.split_tokens, "offsets": refs.offsets.tolist(),
                        "first_offset": int(refs.offsets[0]), "last_end": int(refs.offsets[-1] + L), **ref_row},
