@@ -1,13 +1,13 @@
 """The PSF paper preset's training cost per stage: one step of every stage measured on this machine's CPU at
 scaled-down widths, and a GPU-hours estimate per stage derived from it (an estimate, not measured on a GPU).
 
-    OMP_NUM_THREADS=1 python benchmarks/psf_paper_step_cost.py [--reps 2] [--out FILE.json]
+    OMP_NUM_THREADS=1 python -m forethought.psf.paper_cost [--reps 1] [--out FILE.json]
 
 Every stage of ``configs/psf/recipe_paper.yaml`` (``plan_stages``: the model stages at K = 64, the prior, the
 longer-blocks stages and their priors, the AR baseline) runs its training step as the recipe does (the model's
 loss with the stage's switches, the self-realized rollout, the prior's data encoded from the batch, the AR loss;
-backward, AdamW, the EMA update, the stage's activation checkpointing) on random tokens of T5's vocabulary size,
-at the preset's L and K but the widths, depths and batch sizes of ``SCALED``. Each step's CPU time is the process
+backward, AdamW, the EMA update, the stage's activation checkpointing) on random tokens,
+at the preset's L and K but the widths, depths, batch sizes and vocabulary of ``SCALED``. Each step's CPU time is the process
 time of one thread (``time.process_time``, so other processes on the machine do not count), the median of
 ``--reps`` steps after one untimed step.
 
@@ -16,8 +16,8 @@ evaluation, N the matmul parameters, the tied head included): a pass with gradie
 activation checkpointing, one without; the encoder runs over B·L tokens (C = L), the decoder over B·K branches of
 K + L/K positions (C = K + L/K); a self-realized step adds the rollout (a no-gradient clean encoding, then n = L/K
 KV-cached decoder steps over B·K branches) and the re-encoding of the rollout with gradients; a prior step encodes
-its batch without gradients, then trains the prior over B·K states. ``FlopCounterMode`` checks the analytic count
-on the scaled step (``measured_over_analytic``).
+its batch without gradients, then trains the prior over B·K states (tests/test_psf_paper.py checks these counts
+against ``FlopCounterMode`` on the same step of a tiny model: within 15 %).
 
 The estimate: ``hours = steps × F_paper × r / P / 3600``, with F_paper the analytic FLOPs per step at the preset's
 shapes, ``r`` = (the stage's CPU seconds per analytic FLOP) / (the AR baseline's), i.e. how much slower than a
@@ -53,7 +53,8 @@ GPU_FLOPS = 400e12  # assumed sustained bf16 FLOP/s of one H100 on a plain trans
 SCALED = ["--model.n_embd=128", "--model.n_head=4", "--model.enc_layers=2", "--model.dec_layers=2",
           "--model.code_dim=16", "--prior.model.n_embd=128", "--prior.model.n_layer=2", "--prior.model.n_head=4",
           "--ar.model.n_embd=128", "--ar.model.n_layer=4", "--ar.model.n_head=4"]
-SCALED_BATCH = {"model": 2, "prior": 8, "ar": 2}
+SCALED_BATCH = {"model": 1, "prior": 4, "ar": 1}
+SCALED_VOCAB = 4096  # random token ids below this (the FLOP counts use each shape's own vocabulary)
 
 
 def stage_flops(cfg: RecipeConfig, stage: Stage, batch: int, model: PSFModel, prior_params: int) -> int:
@@ -86,7 +87,7 @@ def run(reps: int) -> dict:
     scaled = load_config(RecipeConfig, CONFIG_DIR / "psf" / "recipe_paper.yaml", SCALED)
     V = KNOWN_VOCAB_SIZES[paper.data.tokenizer]
     torch.manual_seed(0)
-    model = PSFModel(replace(scaled.model, vocab_size=V))
+    model = PSFModel(replace(scaled.model, vocab_size=SCALED_VOCAB))
     with torch.device("meta"):
         big = PSFModel(replace(paper.model, vocab_size=V))
     g = torch.Generator().manual_seed(0)
@@ -94,7 +95,7 @@ def run(reps: int) -> dict:
     for stage in plan_stages(scaled):
         big_stage = next(s for s in plan_stages(paper) if s.name == stage.name)
         B = SCALED_BATCH[stage.kind]
-        tokens = torch.randint(0, V, (B, scaled.model.seq_len), generator=g)
+        tokens = torch.randint(0, SCALED_VOCAB, (B, scaled.model.seq_len), generator=g)
         if stage.kind == "model":
             f = stage_features(stage.name)
             feats = StageFeatures(landing=f["landing"], codes=f["codes"], blocks=stage.blocks)
@@ -113,7 +114,7 @@ def run(reps: int) -> dict:
             def loss(net: torch.nn.Module = net) -> torch.Tensor:
                 return net.loss(trajectories(model, tokens, model.use_codes, pcfg.code_data))
         else:
-            net = build_ar(scaled.ar.model, V, scaled.model.seq_len)
+            net = build_ar(scaled.ar.model, SCALED_VOCAB, scaled.model.seq_len)
 
             def loss(net: torch.nn.Module = net) -> torch.Tensor:
                 return ar_loss(net, tokens, 1)
@@ -146,7 +147,8 @@ def run(reps: int) -> dict:
         r["overhead"] = r["cpu_s_per_step"] / r["flops_scaled"] / ar_rate
         r["gpu_s_per_step"] = r["flops_paper"] * r["overhead"] / GPU_FLOPS
         r["gpu_hours"] = r["steps"] * r["gpu_s_per_step"] / 3600
-    return {"gpu_flops_assumed": GPU_FLOPS, "scaled": SCALED, "scaled_batch": SCALED_BATCH, "reps": reps,
+    return {"gpu_flops_assumed": GPU_FLOPS, "scaled": SCALED, "scaled_batch": SCALED_BATCH,
+            "scaled_vocab": SCALED_VOCAB, "reps": reps,
             "threads": torch.get_num_threads(), "stages": rows,
             "total_gpu_hours": sum(r["gpu_hours"] for r in rows)}
 
@@ -164,7 +166,7 @@ def markdown(res: dict) -> str:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     torch.set_num_threads(1)
