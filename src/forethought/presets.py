@@ -195,13 +195,12 @@ def psf_settings() -> Iterator[Costed]:
     import torch
 
     from forethought.core.config import load_config
+    from forethought.data.tokenizers import KNOWN_VOCAB_SIZES
     from forethought.psf.ar import build_ar
     from forethought.psf.build import configure
     from forethought.psf.model import PSFModel
     from forethought.psf.prior import FlowPrior
     from forethought.psf.recipe import RecipeConfig, plan_stages, stage_features, trajectory_dim
-
-    from forethought.data.tokenizers import KNOWN_VOCAB_SIZES
 
     cfg = load_config(RecipeConfig, config_path("psf", "recipe_paper.yaml"))
     if cfg.data.tokenizer not in KNOWN_VOCAB_SIZES:

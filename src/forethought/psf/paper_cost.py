@@ -36,7 +36,6 @@ from pathlib import Path
 
 import torch
 
-from forethought.cli import CONFIG_DIR
 from forethought.core.config import load_config
 from forethought.core.memory import set_activation_checkpointing
 from forethought.core.trainer import ema_update
@@ -48,6 +47,7 @@ from forethought.psf.config import RecipeConfig, StageFeatures
 from forethought.psf.model import PSFModel, realized_summaries
 from forethought.psf.recipe import Stage, plan_stages, stage_features, trajectories, trajectory_dim
 
+PRESET = Path(__file__).resolve().parents[1] / "configs" / "psf" / "recipe_paper.yaml"  # package data
 GPU_FLOPS = 400e12  # assumed sustained bf16 FLOP/s of one H100 on a plain transformer (~40 % of dense peak)
 # The scaled-down shapes the CPU runs (L and the K schedule stay the preset's).
 SCALED = ["--model.n_embd=128", "--model.n_head=4", "--model.enc_layers=2", "--model.dec_layers=2",
@@ -83,8 +83,8 @@ def stage_flops(cfg: RecipeConfig, stage: Stage, batch: int, model: PSFModel, pr
 
 
 def run(reps: int) -> dict:
-    paper = load_config(RecipeConfig, CONFIG_DIR / "psf" / "recipe_paper.yaml")
-    scaled = load_config(RecipeConfig, CONFIG_DIR / "psf" / "recipe_paper.yaml", SCALED)
+    paper = load_config(RecipeConfig, PRESET)
+    scaled = load_config(RecipeConfig, PRESET, SCALED)
     V = KNOWN_VOCAB_SIZES[paper.data.tokenizer]
     torch.manual_seed(0)
     model = PSFModel(replace(scaled.model, vocab_size=SCALED_VOCAB))
