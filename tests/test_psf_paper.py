@@ -174,14 +174,13 @@ def test_split_documents_holds_out_whole_documents() -> None:
 
 
 def test_openwebtext_is_read_as_documents_with_eos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   isolated_env: None) -> None:
+                                                   isolated_env: None, t5_like: str) -> None:
     docs = write_owt(tmp_path / "data", 30)
     monkeypatch.setenv("FORETHOUGHT_DATA", str(tmp_path / "data"))
-    t5_like_tokenizer(tmp_path / "t5")
     from forethought.data.tokenizers import load_tokenizer
 
-    t = load_tokenizer(str(tmp_path / "t5"))
-    ids = {s: corpora.token_array("openwebtext", s, str(tmp_path / "t5"), tmp_path / "cache") for s in corpora.SPLITS}
+    t = load_tokenizer(t5_like)
+    ids = {s: corpora.token_array("openwebtext", s, t5_like, tmp_path / "cache") for s in corpora.SPLITS}
     assert [int((ids[s] == t.eos_token_id).sum()) for s in corpora.SPLITS] == [27, 1, 2]  # one eos per document
     first_valid = t(docs[27], add_special_tokens=False)["input_ids"] + [t.eos_token_id]
     assert ids["valid"].tolist() == first_valid  # the document whole, newline and all, then eos
@@ -202,7 +201,8 @@ def test_openwebtext_missing_says_which_file_to_place_where(tmp_path: Path) -> N
 
 # ---- a tiny run: T5-like tokenizer, OpenWebText documents, EMA weights --------------------------------------------
 
-def t5_like_tokenizer(folder: Path) -> str:
+@pytest.fixture(scope="module")
+def t5_like(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A stand-in of T5's tokenizer, of the same kind: a SentencePiece unigram model (Metaspace pre-tokenizer,
     NFKC, newlines to spaces), with T5's special tokens <pad> = 0, </s> = 1 (eos), <unk> = 2; saved as a folder that
     ``--data.tokenizer`` takes in place of google-t5/t5-small."""
@@ -217,12 +217,13 @@ def t5_like_tokenizer(folder: Path) -> str:
     tok.train_from_iterator(words + [corpora.generated_corpus(20_000)], trainers.UnigramTrainer(
         vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    folder = tmp_path_factory.mktemp("t5-like")
     fast.save_pretrained(folder)
     return str(folder)
 
 
 def test_tiny_paper_shaped_run_samples_with_its_ema_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            isolated_env: None) -> None:
+                                                            isolated_env: None, t5_like: str) -> None:
     """The tiny recipe on a local OpenWebText file with the T5-like tokenizer and EMA on every stage: the run keeps
     the tokenizer, every checkpoint holds its EMA, and load_recipe (what sampling and evaluation use) rebuilds
     the PSF model, the prior and the AR baseline with their EMA weights, not the raw ones."""
@@ -234,9 +235,8 @@ def test_tiny_paper_shaped_run_samples_with_its_ema_weights(tmp_path: Path, monk
 
     write_owt(tmp_path / "data", 60)
     monkeypatch.setenv("FORETHOUGHT_DATA", str(tmp_path / "data"))
-    tokenizer = t5_like_tokenizer(tmp_path / "t5")
     overrides = {"run.out_dir": str(tmp_path / "runs"), "run.name": "owt", "data.corpus": "openwebtext",
-                 "data.tokenizer": tokenizer, "data.eval_sequences": 2, "codes.enabled": "false",
+                 "data.tokenizer": t5_like, "data.eval_sequences": 2, "codes.enabled": "false",
                  "longer_blocks.blocks": "[]"}
     overrides.update({f"{s}.train.ema_decay": "0.5" for s in ("base", "landing", "self_realized", "prior", "ar")})
     overrides.update({f"{s}.train.steps": "2" for s in ("base", "landing", "self_realized", "prior", "ar")})
