@@ -293,3 +293,23 @@ def test_stage_flops_match_the_flop_counter(stage_name: str) -> None:
             model(tokens, realized=realized)["loss"].backward()
     analytic = stage_flops(cfg, stage, B, model, matmul_params(prior))
     assert abs(counter.get_total_flops() / analytic - 1) < 0.15, (counter.get_total_flops(), analytic)
+
+
+def test_mauve_at_512_takes_its_features_at_its_own_cap() -> None:
+    """psf eval's mauve_tokens (the paper's MAUVE@512): MAUVE's features are the judge's state at each text's own
+    cut (its last token within mauve_cap), while gen-PPL, entropy and the rest stay at the common cap."""
+    import numpy as np
+
+    from forethought.eval.judge import JudgePass
+    from forethought.psf.scores import judge_scores
+
+    rng = np.random.default_rng(0)
+    lengths = (9, 5)
+    jp = JudgePass(ids=[list(range(n)) for n in lengths], nll=[rng.random(n) for n in lengths],
+                   hidden=[rng.random((n + 1, 4)).astype(np.float32) for n in lengths], start=True)
+    plain, at3 = judge_scores(jp, 8), judge_scores(jp, 8, 3)
+    assert np.array_equal(plain.nll, at3.nll) and np.array_equal(plain.entropy, at3.entropy)
+    assert np.array_equal(plain.features[0], jp.hidden[0][8]) and np.array_equal(plain.features[1], jp.hidden[1][5])
+    assert np.array_equal(at3.features, np.stack([jp.hidden[0][3], jp.hidden[1][3]]))  # start token + 3 tokens
+    with pytest.raises(ForethoughtError, match="mauve_tokens must be >= 0"):
+        EvalConfig(recipe_run="r", mauve_tokens=-1).validate()
