@@ -486,3 +486,73 @@ def test_config_foundations_import_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# ---------------------------------------------------------------------------------------------- EMA weights
+
+
+def test_ema_update_is_the_moving_average():
+    from forethought.core.trainer import ema_update
+
+    shadow, param = [torch.tensor([1.0, -2.0])], [torch.tensor([3.0, 2.0])]
+    ema_update(shadow, param, 0.9)
+    assert torch.allclose(shadow[0], torch.tensor([1.2, -1.6]))  # 0.9·1 + 0.1·3, 0.9·(−2) + 0.1·2
+    ema_update(shadow, param, 0.9)
+    assert torch.allclose(shadow[0], torch.tensor([1.38, -1.24]))
+    assert torch.equal(param[0], torch.tensor([3.0, 2.0]))  # the weights are not touched
+
+
+def test_ema_weights_are_saved_and_resumed(tmp_path):
+    """The trainer's EMA equals the recurrence over the weights after every step, starting from the initial
+    weights; it is saved beside the raw weights; a run killed and resumed reaches the same raw weights and EMA."""
+    from forethought.core.checkpoint import read_ema
+
+    decay = 0.7
+    ref, _, run = _train(tmp_path, "ref", steps=5, ema_decay=decay, checkpoint_every=1, keep_checkpoints=5)
+    torch.manual_seed(0)
+    expected = {n: p.detach().clone() for n, p in torch.nn.Linear(4, 1).named_parameters()}  # _train's init
+    for c in list_checkpoints(run.dir):  # the raw weights after steps 1..5
+        weights = torch.nn.Linear(4, 1)
+        load_checkpoint(c, weights)
+        for n, p in weights.named_parameters():
+            expected[n] = decay * expected[n] + (1 - decay) * p.detach()
+    ema = read_ema(latest_checkpoint(run.dir))
+    assert ema is not None and set(ema) == {"weight", "bias"}
+    for n, p in ref.named_parameters():
+        assert torch.allclose(ema[n], expected[n], atol=1e-6), n
+        assert not torch.allclose(ema[n], p)  # the average, not the last weights
+    # killed in step 4, after the checkpoint at step 2; resumed: the same raw weights and the same EMA
+    with pytest.raises(_Killed):
+        _train(tmp_path, "cut", steps=5, ema_decay=decay, checkpoint_every=2, die_at_call=4)
+    torch.manual_seed(123)
+    resumed, out, cut = _train(tmp_path, "cut", steps=5, ema_decay=decay, checkpoint_every=2, resume="auto")
+    assert out["resumed_from"] == 2 and torch.equal(resumed.weight, ref.weight)
+    again = read_ema(latest_checkpoint(cut.dir))
+    assert all(torch.equal(again[n], ema[n]) for n in ema)
+    _, _, plain = _train(tmp_path, "plain", steps=2)
+    assert read_ema(latest_checkpoint(plain.dir)) is None  # ema_decay 0: no EMA file
+
+
+def test_sampling_loads_the_ema_and_a_warm_start_the_raw_weights(tmp_path):
+    """load_pretrained (the rebuild that sampling and evaluation use) lays the EMA over the raw weights, also on
+    a tied tensor; load_checkpoint without ema=True (warm starts, resume) keeps the raw ones; a corrupt EMA file is
+    one line."""
+    from forethought.core.checkpoint import load_pretrained, model_record
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, n_positions=4, n_embd=8, n_layer=1, n_head=2))  # head tied to wte
+    ema = {n: p.detach() + 1.0 for n, p in model.named_parameters()}
+    ckpt = save_checkpoint(tmp_path, 1, model, {}, model_record("tiny-gpt", dataclasses.asdict(model.config)),
+                           ema=ema)
+    loaded, _ = load_pretrained(ckpt, "tiny-gpt", lambda r: GPT(GPTConfig(**r["config"])))
+    for n, p in loaded.named_parameters():
+        assert torch.equal(p, ema[n]), n
+    assert torch.equal(loaded.head.weight, ema["wte.weight"])  # the tie holds the average
+    raw = GPT(GPTConfig(**dataclasses.asdict(model.config)))
+    load_checkpoint(ckpt, raw)
+    assert all(torch.equal(a, b) for a, b in zip(raw.parameters(), model.parameters()))
+    raw_again, _ = load_pretrained(ckpt, "tiny-gpt", lambda r: GPT(GPTConfig(**r["config"])), ema=False)
+    assert torch.equal(raw_again.wte.weight, model.wte.weight)
+    (ckpt / "ema.safetensors").write_bytes(b"x" * (ckpt / "ema.safetensors").stat().st_size)
+    with pytest.raises(ForethoughtError, match="ema.safetensors fails its SHA-256 check"):
+        load_pretrained(ckpt, "tiny-gpt", lambda r: GPT(GPTConfig(**r["config"])))

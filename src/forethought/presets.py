@@ -5,7 +5,7 @@ from it.
 Every preset is read with the project's config loader, and each model it trains (each stage of the PSF recipe,
 each variant of ``myopia lm``) is built as its command builds it, but on PyTorch's meta device: shapes and dtypes,
 no memory, nothing downloaded (Llama-2-7B from its published shapes: hidden 4096, 32 layers, 32 heads, MLP
-11008, vocabulary 32000; GPT-2's vocabulary is 50,257). Two numbers are added up:
+11008, vocabulary 32000; GPT-2's vocabulary is 50,257, T5's 32,100). Two numbers are added up:
 
 * **the project's own estimate**, ``forethought.core.memory.estimate_training_memory`` (the line every training
   prints before it starts): weights, gradients and AdamW states of the trainable parameters, and the 16-bit
@@ -195,6 +195,7 @@ def psf_settings() -> Iterator[Costed]:
     import torch
 
     from forethought.core.config import load_config
+    from forethought.data.tokenizers import KNOWN_VOCAB_SIZES
     from forethought.psf.ar import build_ar
     from forethought.psf.build import configure
     from forethought.psf.model import PSFModel
@@ -202,10 +203,10 @@ def psf_settings() -> Iterator[Costed]:
     from forethought.psf.recipe import RecipeConfig, plan_stages, stage_features, trajectory_dim
 
     cfg = load_config(RecipeConfig, config_path("psf", "recipe_paper.yaml"))
-    if cfg.data.tokenizer != "gpt2":
-        raise ForethoughtError(f"recipe_paper.yaml: tokenizer {cfg.data.tokenizer}: only gpt2's vocabulary is known "
-                               "here")
-    V, L, prec = GPT2_VOCAB, cfg.model.seq_len, cfg.run.precision
+    if cfg.data.tokenizer not in KNOWN_VOCAB_SIZES:
+        raise ForethoughtError(f"recipe_paper.yaml: tokenizer {cfg.data.tokenizer}: only the vocabularies of "
+                               f"{', '.join(KNOWN_VOCAB_SIZES)} are known here")
+    V, L, prec = KNOWN_VOCAB_SIZES[cfg.data.tokenizer], cfg.model.seq_len, cfg.run.precision
     act = act_bytes(prec)
     d = cfg.model.n_embd
     enc = Stack(cfg.model.enc_layers, d, d, 4 * d, gated=False)

@@ -1,4 +1,5 @@
-"""Checkpoints: ``<run>/step-NNNNNN/`` with ``model.safetensors``, ``trainer_state.pt`` and ``manifest.json``.
+"""Checkpoints: ``<run>/step-NNNNNN/`` with ``model.safetensors``, ``trainer_state.pt`` and ``manifest.json``
+(and ``ema.safetensors``, the moving average of the trained weights, when training keeps one).
 
 The folder is written under a temporary name and renamed when complete, and the manifest records each file's
 size and SHA-256, so a killed run never leaves a half checkpoint and a truncated or corrupted one is detected
@@ -7,6 +8,11 @@ aside (``step-NNNNNN.replaced``) before the new one moves in and deletes it only
 listing by a rename before they are deleted: a run killed at any point of a save still finds a complete
 checkpoint (the aside one counts while its step has no other). Weights are safetensors; the trainer state (optimizer,
 scheduler, step, RNG) is loaded with ``weights_only=True`` (no arbitrary unpickling).
+
+EMA weights (``TrainConfig.ema_decay``): ``ema.safetensors`` holds the average of every trained parameter, beside
+``model.safetensors`` (the raw weights, which a resumed run or a warm start continues from). Loading with
+``ema=True`` (what :func:`load_pretrained`, the rebuild that sampling and evaluation use, does) lays the averages
+over the raw weights; buffers and untrained parameters come from the raw file.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ T = TypeVar("T")
 M = TypeVar("M", bound=torch.nn.Module)
 _STEP_DIR = re.compile(r"^step-(\d{6,})(\.replaced)?$")
 _SCRATCH = re.compile(r"^\.(tmp-step|trash)-")  # what a killed save leaves behind: never a checkpoint
+EMA_FILE = "ema.safetensors"
 
 
 def _sha256(path: Path) -> str:
@@ -60,10 +67,12 @@ def _state_dict_for_save(model: torch.nn.Module, trainable_only: bool,
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_state: dict[str, Any],
                     model_config: dict[str, Any] | None = None, keep: int = 2, trainable_only: bool = False,
-                    weights: dict[str, torch.Tensor] | None = None) -> Path:
+                    weights: dict[str, torch.Tensor] | None = None,
+                    ema: dict[str, torch.Tensor] | None = None) -> Path:
     """Write ``step-NNNNNN`` atomically and keep only the newest ``keep`` checkpoints. ``trainable_only``
     saves just the parameters being trained (LoRA adapters, a head), not a frozen base model. ``weights``: what to
-    save when the caller gathered it already (FSDP: every process takes part in that), instead of ``model``'s."""
+    save when the caller gathered it already (FSDP: every process takes part in that), instead of ``model``'s.
+    ``ema``: the moving averages of the trained parameters (name -> tensor), saved as ``ema.safetensors``."""
     run_dir = Path(run_dir)
     final = run_dir / f"step-{step:06d}"
     tmp = run_dir / f".tmp-step-{step:06d}-{os.getpid()}"
@@ -72,6 +81,8 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_st
             shutil.rmtree(left, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file(_state_dict_for_save(model, trainable_only, weights), str(tmp / "model.safetensors"))
+    if ema is not None:
+        save_file({k: v.detach().contiguous().cpu() for k, v in ema.items()}, str(tmp / EMA_FILE))
     torch.save(trainer_state, tmp / "trainer_state.pt")
     if model_config is not None:
         (tmp / "config.json").write_text(json.dumps(model_config, indent=2))
@@ -141,18 +152,19 @@ def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
 
 
 def load_checkpoint(ckpt: Path, model: torch.nn.Module, strict: bool = True,
-                    manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+                    manifest: dict[str, Any] | None = None, ema: bool = False) -> dict[str, Any]:
     """Verify, load weights into ``model`` (in place) and return the trainer state. ``manifest``: what
     :func:`verify_checkpoint` returned for this checkpoint, when the caller verified it already (hashing a large
-    checkpoint twice costs seconds)."""
+    checkpoint twice costs seconds). ``ema``: lay the checkpoint's EMA weights (:func:`read_ema`) over the raw
+    ones when it holds them (a checkpoint without them loads its raw weights)."""
     ckpt = Path(ckpt)
     manifest = verify_checkpoint(ckpt) if manifest is None else manifest
     strict = strict and not manifest.get("trainable_only", False)
-    try:
-        weights = load_file(str(ckpt / "model.safetensors"))
-    except Exception as e:  # safetensors raises several types for bad headers
-        raise ForethoughtError(f"checkpoint {ckpt} is corrupt: cannot read model.safetensors ({e})") from None
+    weights = _read_safetensors(ckpt, "model.safetensors")
     load_weights(model, weights, strict=strict, where=str(ckpt))
+    averaged = read_ema(ckpt, manifest) if ema else None
+    if averaged is not None:  # after the raw weights, so a tied tensor ends up with its average
+        load_weights(model, averaged, strict=False, where=f"{ckpt}/{EMA_FILE}")
     state_path = ckpt / "trainer_state.pt"
     if not state_path.is_file():
         return {}
@@ -160,6 +172,23 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, strict: bool = True,
         return torch.load(state_path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise ForethoughtError(f"checkpoint {ckpt} is corrupt: cannot read trainer_state.pt ({e})") from None
+
+
+def _read_safetensors(ckpt: Path, name: str) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(ckpt / name))
+    except Exception as e:  # safetensors raises several types for bad headers
+        raise ForethoughtError(f"checkpoint {ckpt} is corrupt: cannot read {name} ({e})") from None
+
+
+def read_ema(ckpt: Path, manifest: dict[str, Any] | None = None) -> dict[str, torch.Tensor] | None:
+    """A checkpoint's EMA weights (name -> tensor, the trained parameters' moving averages), or None when its
+    training kept none; checked against the manifest (``manifest``: the caller's, when it verified already)."""
+    ckpt = Path(ckpt)
+    manifest = verify_checkpoint(ckpt) if manifest is None else manifest
+    if EMA_FILE not in manifest.get("files", {}):
+        return None
+    return _read_safetensors(ckpt, EMA_FILE)
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], strict: bool = True,
@@ -245,13 +274,16 @@ def config_from_record(cls: type[T], data: Any, where: str) -> T:
     return cfg
 
 
-def load_pretrained(ckpt: Path, model_type: str, build: Callable[[dict[str, Any]], M]) -> tuple[M, dict[str, Any]]:
+def load_pretrained(ckpt: Path, model_type: str, build: Callable[[dict[str, Any]], M],
+                    ema: bool = True) -> tuple[M, dict[str, Any]]:
     """The one way a model kind is rebuilt from its checkpoint: the checked record (:func:`read_model_record`),
     ``build(record)`` (the kind's constructor, reading its config through :func:`config_from_record`), the
-    verified weights loaded into it. Returns (model, record); the model is on the CPU in training mode."""
+    verified weights loaded into it — its EMA weights when its training kept them (``ema=False``: the raw ones),
+    since those are the weights a trained model samples and is evaluated with. Returns (model, record); the model
+    is on the CPU in training mode."""
     record, manifest = read_model_record(ckpt, model_type)
     model = build(record)
-    load_checkpoint(ckpt, model, manifest=manifest)
+    load_checkpoint(ckpt, model, manifest=manifest, ema=ema)
     return model, record
 
 
@@ -259,7 +291,4 @@ def verified_weights(ckpt: Path) -> dict[str, torch.Tensor]:
     """A checkpoint's weights as a state dict, checked against its manifest first (a warm start that takes only
     some tensors reads them this way, never with a bare ``load_file``)."""
     verify_checkpoint(ckpt)
-    try:
-        return load_file(str(Path(ckpt) / "model.safetensors"))
-    except Exception as e:  # safetensors raises several types for bad headers
-        raise ForethoughtError(f"checkpoint {ckpt} is corrupt: cannot read model.safetensors ({e})") from None
+    return _read_safetensors(Path(ckpt), "model.safetensors")

@@ -33,6 +33,10 @@ class TrainConfig:
     log_every: int = field(10, "log the training loss every N steps")
     eval_every: int = field(0, "evaluate every N steps and at the last step, logged to metrics.jsonl and plotted "
                             "to eval_curve.png (0 = off)")
+    ema_decay: float = field(0.0, "keep an exponential moving average of the trained weights, ema <- decay x ema + "
+                             "(1 - decay) x weights after every optimizer step (0 = off; e.g. 0.9999): saved beside "
+                             "the weights in every checkpoint (ema.safetensors), restored on resume, and the weights "
+                             "that sampling and evaluation load")
 
     def validate(self) -> None:
         for name in ("batch_size", "log_every", "grad_accum"):
@@ -48,6 +52,8 @@ class TrainConfig:
             raise ForethoughtError(f"lr must be a positive number, got {self.lr}")
         if not 0 <= self.min_lr_ratio <= 1:  # also rejects NaN
             raise ForethoughtError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if not 0 <= self.ema_decay < 1:  # also rejects NaN
+            raise ForethoughtError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
         if not 0 <= self.beta2 < 1:
             raise ForethoughtError(f"beta2 must be in [0, 1), got {self.beta2}")
         if self.batch_size % self.grad_accum:

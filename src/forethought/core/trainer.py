@@ -11,6 +11,10 @@ rank's slice is split again into ``grad_accum`` micro-batches), ``loss_fn(model,
 over a varying number of items, such as answer tokens: see core/accumulate.py) and optionally
 :class:`TrainHooks` (an evaluation callback, a per-step callback, gradient-norm groups, learning-rate factors).
 
+With ``ema_decay`` > 0 the loop keeps an exponential moving average of the trained parameters (fp32, updated after
+every optimizer step, starting from the weights training starts from), saved in every checkpoint beside the raw
+weights and restored on resume; sampling and evaluation load it (core/checkpoint.py: ``load_pretrained``).
+
 Resume restores the weights, the optimizer and every RNG stream (torch CPU and all CUDA devices, numpy,
 Python), so a resumed run takes the same steps as an uninterrupted one. On the CPU this gives bit-identical
 weights (tested); on a GPU it is as exact as the kernels are deterministic (cuDNN / atomics may not be). Under
@@ -36,7 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from forethought.core.accumulate import accumulate_gradients, split_batch
-from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, read_ema, save_checkpoint
 from forethought.core.config import to_dict
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_text
@@ -80,6 +84,13 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, (tuple, list)):
         return type(batch)(to_device(v, device) for v in batch)
     return batch
+
+
+def ema_update(shadow: list[torch.Tensor], params: list[torch.Tensor], decay: float) -> None:
+    """In place, for each pair: shadow <- decay·shadow + (1 − decay)·param (the EMA of the trained weights)."""
+    with torch.no_grad():
+        for s, p in zip(shadow, params, strict=True):
+            s.lerp_(p.detach().to(s.dtype), 1.0 - decay)
 
 
 def resolve_resume(run_dir: Path, resume: str | None) -> Path | None:
@@ -128,10 +139,14 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         raise ForethoughtError(f"{desc}: batch_size {cfg.batch_size} is not divisible by grad_accum {k} x "
                                f"{rt.world_size} process(es)")
     fsdp = acc.distributed_type == "FSDP"  # accelerate's DistributedType is a str enum
+    if fsdp and cfg.ema_decay:
+        raise ForethoughtError(f"{desc}: ema_decay is not supported under FSDP (each process holds a shard of the "
+                               "weights); set ema_decay 0")
     trainable = hooks.params if hooks.params is not None else [p for p in model.parameters() if p.requires_grad]
     partial = sum(p.numel() for p in trainable) < sum(p.numel() for p in model.parameters())
     trained_ids = {id(p) for p in trainable}
-    trained_names = {n for n, p in model.named_parameters() if id(p) in trained_ids}  # FSDP checkpoints keep these
+    trained_named = [(n, p) for n, p in model.named_parameters() if id(p) in trained_ids]
+    trained_names = {n for n, _ in trained_named}  # FSDP checkpoints keep these
     cost = estimate_training_memory(model, rt.precision, trainable, shards=rt.world_size if fsdp else 1)
     if rt.is_main:
         print(f"{desc}: {describe_memory(cost, rt.precision)}")
@@ -172,6 +187,11 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
             _truncate_metrics(run, start)
             if rt.is_main:
                 print(f"resumed from {ckpt} at step {start}")
+        ema = None
+        if cfg.ema_decay:  # fp32 averages; a checkpoint without them (EMA newly on) starts them at its weights
+            saved = (read_ema(ckpt) if ckpt is not None else None) or {}
+            ema = {n: saved.get(n, p.detach()).to(device=rt.device, dtype=torch.float32, copy=True)
+                   for n, p in trained_named}
         # every rank has drawn alike so far (equal initial weights, or rank 0's restored streams): from here on
         # each rank draws its own dropout masks
         seed_rank_streams(rt.rank, rt.world_size)
@@ -210,6 +230,8 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
             opt.step()
             if hooks.after_step is not None:
                 hooks.after_step(wrapped, step)
+            if ema is not None:  # of the weights as the step leaves them
+                ema_update(list(ema.values()), [p for _, p in trained_named], cfg.ema_decay)
             if logged:
                 mean_loss = acc.reduce(step_out.loss.detach(), reduction="mean").item()
                 curve.append((done, mean_loss))
@@ -231,7 +253,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
                              "train_wall_s": wall_before + time.perf_counter() - t0,
                              "scaler": acc.scaler.state_dict() if acc.scaler is not None else None}
                     save_checkpoint(run.dir, done, acc.unwrap_model(wrapped), state, model_config,
-                                    keep=cfg.keep_checkpoints, trainable_only=partial, weights=weights)
+                                    keep=cfg.keep_checkpoints, trainable_only=partial, weights=weights, ema=ema)
                 acc.wait_for_everyone()
     finally:
         if bar is not None:

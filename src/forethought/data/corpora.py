@@ -2,15 +2,19 @@
 
 A corpus name is one of:
 
-- a known name (``wikitext-2``, ``tinyshakespeare``, ``tinystories``): read from the data root
+- a known name (``wikitext-2``, ``tinyshakespeare``, ``tinystories``, ``openwebtext``): read from the data root
   (``$FORETHOUGHT_DATA``), else from the Hugging Face hub by its usual id when the ``datasets`` package is
   installed and the hub can be reached;
 - ``generated``: a small deterministic English-like text built here, so tests and demos need no files;
-- a path to a ``.txt`` file;
+- a path to a ``.txt`` file, or to a ``.jsonl`` file of documents (one JSON object per line, its document in
+  ``text``);
 - ``hf:<dataset_id>[:<config>]``: any hub dataset with a ``text`` column.
 
-Single-file corpora are split 90/10 into train/valid by characters (as nanoGPT does for tiny-shakespeare), and
-their test split is the valid split. The tokenizer machinery (transformers) is imported only when a token
+Single-file text corpora are split 90/10 into train/valid by characters (as nanoGPT does for tiny-shakespeare),
+and their test split is the valid split. Corpora of documents (``openwebtext``, a ``.jsonl`` file) are split by
+whole documents instead (:func:`split_documents`): the last 10 % of the documents, at most 100,000, are held out
+(the field's OpenWebText split, e.g. MDLM's: the last 100,000 documents of its only split), their first half the
+valid split and the rest the test split; each document is followed by the end-of-document token. The tokenizer machinery (transformers) is imported only when a token
 array is first built, so listing or reading corpora stays fast.
 """
 
@@ -44,6 +48,10 @@ TRAIN_FRACTION = 0.9
 _TOKEN_CACHE_VERSION = 1
 # Bump when generated_corpus changes its output.
 _GENERATED_VERSION = 1
+HELDOUT_DOCUMENTS = 100_000  # documents held out at most (split_documents)
+# Separates whole documents in the text of a corpus of documents (the ASCII record separator, removed from the
+# documents themselves): encode_text(documents=True) puts the end-of-document token there.
+DOC_SEP = "\x1e"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -61,6 +69,7 @@ class _Known:
     hub_config: str | None
     documents: bool  # one document per line, eos between them (see token_array)
     layout: str  # for error messages
+    jsonl: str = ""  # a corpus of documents: this JSON-lines file in <folder>, split by documents
 
 
 _KNOWN: dict[str, _Known] = {
@@ -72,6 +81,10 @@ _KNOWN: dict[str, _Known] = {
         "tinyshakespeare", False, "karpathy/tiny_shakespeare", None, False, "tinyshakespeare/input.txt"
     ),
     "tinystories": _Known("tinystories", False, "roneneldan/TinyStories", None, False, "tinystories/<one file>.txt"),
+    # The documents of Skylion007/openwebtext's one split (8,013,769), or a JSON-lines copy of them (its to_json).
+    "openwebtext": _Known("openwebtext", False, "Skylion007/openwebtext", None, True,
+                          "openwebtext/openwebtext.jsonl (one JSON object per line, its document in 'text', as "
+                          "datasets' to_json writes Skylion007/openwebtext)", jsonl="openwebtext.jsonl"),
 }
 KNOWN_CORPORA: tuple[str, ...] = (*_KNOWN, "generated")
 
@@ -81,8 +94,8 @@ class CorpusSource:
     """Where one corpus's text comes from, resolved once from its name."""
 
     name: str
-    kind: Literal["split_files", "single_file", "hub", "generated"]
-    paths: tuple[Path, ...] = ()  # local files (split_files: train, valid, test; single_file: one)
+    kind: Literal["split_files", "single_file", "jsonl", "hub", "generated"]
+    paths: tuple[Path, ...] = ()  # local files (split_files: train, valid, test; single_file, jsonl: one)
     hub_id: str | None = None
     hub_config: str | None = None
     documents: bool = False
@@ -118,6 +131,10 @@ def resolve_corpus(name: str) -> CorpusSource:
     if name in _KNOWN:
         return _resolve_known(name)
     path = Path(name).expanduser()
+    if name.endswith(".jsonl"):
+        if not path.is_file():
+            raise ForethoughtError(f"corpus file not found: {path}")
+        return CorpusSource(str(path), "jsonl", paths=(path,), documents=True)
     if name.endswith(".txt") or path.is_file():
         if not path.is_file():
             raise ForethoughtError(f"corpus file not found: {path}")
@@ -133,7 +150,10 @@ def _resolve_known(name: str) -> CorpusSource:
     root = data_root()
     if root is not None:
         folder = root / known.folder
-        if known.split_files:
+        if known.jsonl:
+            if (folder / known.jsonl).is_file():
+                return CorpusSource(name, "jsonl", paths=(folder / known.jsonl,), documents=True)
+        elif known.split_files:
             paths = tuple(folder / f"{s}.txt" for s in SPLITS)
             if all(p.is_file() for p in paths):
                 return CorpusSource(name, "split_files", paths=paths, documents=known.documents)
@@ -188,6 +208,9 @@ def _read_split(source: CorpusSource, split: str) -> str:
         text = _read_text_file(source.paths[SPLITS.index(split)])
     elif source.kind == "single_file":
         text = split_by_fraction(_read_text_file(source.paths[0]), split)
+    elif source.kind == "jsonl":
+        p = source.paths[0]
+        text = joined_documents(_jsonl_splits(str(p), p.stat().st_mtime_ns)[split])
     else:
         text = _hub_splits(source)[split]
     if not text.strip():
@@ -199,6 +222,48 @@ def split_by_fraction(text: str, split: str) -> str:
     """Split one text 90/10 by characters into train/valid; test is the valid part (nanoGPT's convention)."""
     cut = int(len(text) * TRAIN_FRACTION)
     return text[:cut] if split == "train" else text[cut:]
+
+
+def split_documents(docs: list[str]) -> dict[str, list[str]]:
+    """Whole documents into train / valid / test: the last ``min(HELDOUT_DOCUMENTS, max(2, n // 10))`` documents
+    are held out, their first half (rounded down) valid and the rest test; every other document trains. Needs
+    three documents at least."""
+    n = len(docs)
+    if n < 3:
+        raise ForethoughtError(f"a corpus of documents needs at least 3 documents (train, valid, test), got {n}")
+    held = min(HELDOUT_DOCUMENTS, max(2, n // 10))
+    cut, half = n - held, n - held + held // 2
+    return {"train": docs[:cut], "valid": docs[cut:half], "test": docs[half:]}
+
+
+@functools.lru_cache(maxsize=2)
+def _jsonl_splits(path: str, mtime_ns: int) -> dict[str, list[str]]:
+    """A JSON-lines file of documents, split by documents (read once per file version and process)."""
+    docs = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise ForethoughtError(f"corpus file {path} line {i} is not JSON (one JSON object per line, its "
+                                       "document in 'text')") from None
+            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                raise ForethoughtError(f"corpus file {path} line {i} has no 'text' string (one JSON object per "
+                                       "line, its document in 'text')")
+            docs.append(_document(row["text"]))
+    return split_documents(docs)
+
+
+def joined_documents(docs: list[str]) -> str:
+    """The text of a split of a corpus of documents: each document followed by :data:`DOC_SEP`."""
+    return "".join(d + DOC_SEP for d in docs)
+
+
+def _document(text: str) -> str:
+    """One document as a corpus of documents keeps it: no separator inside, no trailing whitespace."""
+    return text.replace(DOC_SEP, " ").rstrip()
 
 
 def _read_text_file(path: Path) -> str:
@@ -236,6 +301,9 @@ def _hub_splits(source: CorpusSource) -> dict[str, str]:
         return "\n".join(str(t).rstrip("\n") for t in ds["text"])
 
     names = list(loaded.keys())
+    if source.name == "openwebtext":  # one split of documents: held out by whole documents
+        docs = split_documents([_document(str(t)) for t in loaded["train"]["text"]])
+        return {s: joined_documents(docs[s]) for s in SPLITS}
     if source.name == "tinyshakespeare":
         # The hub copy is the same file cut into three parts; rejoin it and split 90/10 like the local file.
         whole = "".join(column(s) for s in ("train", "validation", "test") if s in names)
@@ -278,6 +346,8 @@ def token_array(corpus: str, split: str, tokenizer_spec: str, cache_dir: Path) -
     - WikiText (``wikitext-2``): each non-blank line is a paragraph or heading, i.e. one document. Each is
       encoded on its own (trailing whitespace dropped, the leading space kept) and followed by the eos token, so
       the model sees a document boundary where the original `<eos>` markers stood.
+    - Corpora of documents (``openwebtext``, ``.jsonl`` files): each document (newlines and all) is encoded on
+      its own and followed by the eos token.
     - Everything else is one running text: it is cut after newlines into chunks of about 8k characters,
       the chunks are batch-encoded and concatenated, with no eos inserted. For byte-level BPEs (GPT-2, the
       trained ``bpe:N``, SmolLM2) this gives the same ids as encoding the whole text at once, because their
@@ -317,13 +387,15 @@ def token_array(corpus: str, split: str, tokenizer_spec: str, cache_dir: Path) -
 def encode_text(
     text: str, tokenizer: PreTrainedTokenizerBase, documents: bool = False, chunk_chars: int = 8192
 ) -> np.ndarray:
-    """Batch-encode a text as described in :func:`token_array` (documents: one per line, eos after each)."""
+    """Batch-encode a text as described in :func:`token_array` (documents: eos after each; the documents are the
+    pieces between :data:`DOC_SEP` when the text has one, else one per line)."""
     vocab = len(tokenizer)
     dtype = np.uint16 if vocab < 65536 else np.uint32
     if documents:
         if tokenizer.eos_token_id is None:
             raise ForethoughtError("the tokenizer has no eos token to separate documents with")
-        pieces = [line.rstrip() for line in text.splitlines() if line.strip()]
+        lines = text.split(DOC_SEP) if DOC_SEP in text else text.splitlines()
+        pieces = [line.rstrip() for line in lines if line.strip()]
     else:
         pieces = _newline_chunks(text, chunk_chars)
     out: list[np.ndarray] = []

@@ -8,7 +8,9 @@ Specs:
 - ``bpe:<N>``: a byte-level BPE with vocabulary N trained on the given corpus text, cached by corpus hash and N.
 - ``smollm2-135m-q4`` / ``smollm2-135m``: SmolLM2's tokenizer (from the converted model folder, see
   ``forethought.core.env``).
-- anything else: ``AutoTokenizer.from_pretrained(spec)`` (hub id or local folder).
+- anything else: ``AutoTokenizer.from_pretrained(spec)`` (hub id or local folder), e.g. T5's
+  (:data:`T5_TOKENIZER`, the PSF paper's: a SentencePiece unigram model of 32,000 pieces + 100 sentinels, eos
+  ``</s>``), which needs the hub or its files in the local HF cache or a folder.
 
 Every returned tokenizer has an eos token, which token arrays use as the document separator.
 
@@ -41,6 +43,10 @@ from forethought.core.io import atomic_write_text
 
 EOT = "<|endoftext|>"
 GPT2_EOS_ID = 50256
+T5_TOKENIZER = "google-t5/t5-small"  # T5's tokenizer (the same for every T5 size; ELF's encoder is t5-small)
+# len(tokenizer) of the tokenizers whose size must be known without loading them (`presets memory`, the paper
+# preset's parameter counts): GPT-2's 50,257; T5's 32,000 SentencePiece pieces + 100 sentinel ids.
+KNOWN_VOCAB_SIZES = {"gpt2": GPT2_EOS_ID + 1, T5_TOKENIZER: 32100}
 # GPT-2's pre-tokenisation regex (contractions, letter runs, digit runs, punctuation runs, whitespace).
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 

@@ -546,6 +546,8 @@ class EvalConfig:
                                    "(matched lengths for MAUVE)")
     mauve: bool = field(True, "text corpora: MAUVE of every sweep point against the references (mauve-text)")
     mauve_boot: int = field(100, "bootstrap resamples of MAUVE (one k-means fit each; 0 = no MAUVE interval)")
+    mauve_tokens: int = field(0, "MAUVE@N: MAUVE's features from each text cut to N judge tokens (at most the common "
+                              "cap; 0 = at the common cap, like every other score); the paper's MAUVE@512 is 512")
     n_boot: int = field(1000, "bootstrap resamples of every other interval")
     cost: bool = field(True, "measure FLOPs per sample, serial depth and samples/s at batch 1 and 32")
     batch_size: int = field(32, "samples per sampling batch")
@@ -578,6 +580,8 @@ class EvalConfig:
                 raise ForethoughtError(f"{key} must be at least 1, got {getattr(self, key)}")
         if not 0 <= self.mauve_boot <= self.n_boot:
             raise ForethoughtError(f"mauve_boot must be in 0..n_boot ({self.n_boot}), got {self.mauve_boot}")
+        if self.mauve_tokens < 0:
+            raise ForethoughtError(f"mauve_tokens must be >= 0 (0 = the common cap), got {self.mauve_tokens}")
         if not 0 <= self.length_quantile < 1:
             raise ForethoughtError(f"length_quantile must be in [0, 1), got {self.length_quantile}")
         if not self.sweep:

@@ -225,7 +225,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
 
     # judging: the judge-token cap is fixed by the references and the sweep's own points, before densification
     t0 = time.perf_counter()
-    cap = None
+    cap = mauve_cap = None
     if planted:
         gen = build_generator(art.cfg.data.planted)
         if cfg.prepare_only:
@@ -257,9 +257,10 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         cap = matched_length(jtok, refs.texts, *[t for s in sets.values() for _, t in s], quantile=cfg.length_quantile)
         if full:
             cap = min(cap, full)
-        ref_scores = judge_scores(ref_pass, cap)
+        mauve_cap = min(cfg.mauve_tokens, cap) if cfg.mauve_tokens else None  # MAUVE@N
+        ref_scores = judge_scores(ref_pass, cap, mauve_cap)
         floor = None
-        scores = {name: [judge_scores(jp, cap) for jp in ps] for name, ps in passes.items()}
+        scores = {name: [judge_scores(jp, cap, mauve_cap) for jp in ps] for name, ps in passes.items()}
 
         def score_set(tag: str, ids: list[list[int]], texts: list[str], k: str) -> Scores:
             return judge_scores(judged(tag, texts, k), cap)
@@ -320,7 +321,8 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         "run": str(cfg.recipe_run), "stage": art.stage, "corpus": art.cfg.data.corpus,
         "tokenizer": "token ids" if planted else art.cfg.data.tokenizer, "seq_len": L,
         "blocks": art.model.blocks, "judge": "true generator (planted)" if planted else cfg.judge,
-        "judge_max_tokens": cap, "target_entropy": target["value"], "target_entropy_interval": target["interval"],
+        "judge_max_tokens": cap, "mauve_max_tokens": mauve_cap or cap,
+        "target_entropy": target["value"], "target_entropy_interval": target["interval"],
         "references": {"split": "test", "n": len(refs.ids), "spread": cfg.reference_spread,
                        "split_tokens": refs.split_tokens, "offsets": refs.offsets.tolist(),
                        "first_offset": int(refs.offsets[0]), "last_end": int(refs.offsets[-1] + L), **ref_row},

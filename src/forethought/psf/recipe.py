@@ -464,8 +464,9 @@ def train_model_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
 def _model_stage_results(ctx: StageContext, stage: Stage, sub: Run, feats: dict[str, bool]) -> dict:
     cfg, model, tcfg, rt = ctx.cfg, ctx.model, stage.train, ctx.rt
     finished = ctx.done.get(stage.name)
+    ema = bool(tcfg.ema_decay)  # the stage's model is then its EMA weights (what sampling loads), for later stages
     if finished is not None:
-        load_checkpoint(latest_checkpoint(sub.dir), model)
+        load_checkpoint(latest_checkpoint(sub.dir), model, ema=ema)
         if rt.is_main:
             print(f"{stage.name}: complete, skipped")
         return finished
@@ -501,6 +502,8 @@ def _model_stage_results(ctx: StageContext, stage: Stage, sub: Run, feats: dict[
                 model_config=psf_record(model, feats),
                 hooks=TrainHooks(after_step=after_step, lr_scales=lr_scales,
                                  eval_fn=lambda m, step: evaluate_psf(m, ctx.windows[:EVAL_WINDOWS])))
+    if ema:
+        load_checkpoint(latest_checkpoint(sub.dir), model, ema=True)
     res = {"blocks": model.blocks, "features": feats, "steps": tcfg.steps, "train_wall_s": out["wall_s"],
            "final_loss": out.get("final_loss"), "curve": out["curve"], **evaluate_psf(model, ctx.windows)}
     sub.write_results(res)

@@ -96,13 +96,15 @@ def prompted_scores(gen: PlantedGenerator, ids: np.ndarray, m: int) -> dict[str,
             "continuation_persistence": inside}
 
 
-def judge_scores(jp: JudgePass, cap: int | None) -> Scores:
-    """A judge pass (forethought.eval.judge.JudgePass) cut to ``cap`` judge tokens."""
+def judge_scores(jp: JudgePass, cap: int | None, mauve_cap: int | None = None) -> Scores:
+    """A judge pass (forethought.eval.judge.JudgePass) cut to ``cap`` judge tokens; the MAUVE features of each
+    text cut to ``mauve_cap`` tokens instead when given (MAUVE@N, e.g. the paper's MAUVE@512)."""
     r = jp.result(cap)
     rows = [ids[:cap] if cap is not None else ids for ids in jp.ids]
     entropy, rep = id_scores(rows)
     nll = np.where(r.token_counts > 0, np.nan_to_num(r.nll_per_token) * r.token_counts, 0.0)
-    return Scores(nll, r.token_counts, entropy, rep, {}, r.features)
+    features = r.features if mauve_cap is None else jp.result(mauve_cap).features
+    return Scores(nll, r.token_counts, entropy, rep, {}, features)
 
 
 def metrics(s: Scores, idx: np.ndarray | None = None) -> dict[str, Any]:

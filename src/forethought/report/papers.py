@@ -66,6 +66,14 @@ PSF = Published(
             "content_worse_low_pct": 8, "content_worse_high_pct": 16},
 )
 
+# ELF's reference code, whose OpenWebText conventions the PSF paper follows (the PSF paper preset's table cites it)
+ELF_OWT = Published(
+    source="ELF reference code ([lillian039/ELF](https://github.com/lillian039/ELF)), "
+           "src/configs/training_configs/train_owt_ELF-B*.yml",
+    setting="ELF-B on OpenWebText: EMA decay of the sampled weights, samples per evaluation, sequence length",
+    values={"ema_decay": 0.9999, "num_samples": 1000, "max_length": 1024},
+)
+
 
 def psf_rows() -> list[list[str]]:
     """The PSF paper's headline rows: model, gen-PPL, entropy, MAUVE@512, TFLOPs per document."""
