@@ -243,9 +243,9 @@ def with_task_defaults(cfg: PredGenConfig) -> PredGenConfig:
     :data:`CHOICE_LOGLIK0`). Elsewhere ``auto`` reads the answer's states. Raises when a choice-scoring setting is
     given for an adapter that does not read choices."""
     method, key = method_named(cfg.method), builtin_name(cfg.task.name)
-    text_mc = key in MULTIPLE_CHOICE and cfg.task.answer == "text"
+    text_mc = (key in MULTIPLE_CHOICE or bool(cfg.task.choices_field)) and cfg.task.answer == "text"
     task = cfg.task
-    if text_mc and method.decodes and not task.template and text_template(key):
+    if text_mc and key is not None and method.decodes and not task.template and text_template(key):
         task = dataclasses.replace(task, template=text_template(key))
     head = cfg.head
     reads = head.reads if head.reads != "auto" else ("choices" if text_mc and method.head_reads else "states")

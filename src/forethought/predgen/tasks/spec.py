@@ -60,6 +60,8 @@ class TaskSpec:
     long_field: str | None = None
     truncate_side: Literal["left", "right"] = "right"
     answer: Literal["label", "text"] = "label"
+    # a multiple-choice data file: the column holding each row's choices (new inputs to predict carry it too)
+    choices_field: str | None = None
 
     def __post_init__(self) -> None:
         if self.task_type not in ("classification", "regression"):
