@@ -16,7 +16,7 @@ from forethought.core.train_config import TrainConfig
 from forethought.predgen.registry import CHOICE_ALPHA0, CHOICE_LOGLIK0, METHODS, method_named, method_names
 from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, WASSA_EMOTIONS, builtin_name, known_tasks, text_template
 
-PEFT_METHODS = ("lora", "adalora", "dora", "full")
+PEFT_METHODS = ("lora", "adalora", "dora", "rocoft", "full")
 # --method and --head.pooling accept what the registry's methods define (the CLI / YAML spelling is the name)
 MethodName = Literal[method_names()]  # type: ignore[valid-type]
 _HEADED = [m for m in METHODS.values() if m.has_head]
@@ -27,8 +27,12 @@ Pooling = Literal[("", *dict.fromkeys(p for m in _HEADED for p in m.poolings))] 
 class AdapterConfig:
     """One PEFT setting, shared by the three methods so comparisons are fair."""
 
-    method: Literal["lora", "adalora", "dora", "full"] = field("lora", "lora | adalora | dora | full fine-tuning")
-    r: int = field(16, "LoRA rank (AdaLoRA: the target average rank; its initial rank is 1.5x)")
+    method: Literal["lora", "adalora", "dora", "rocoft", "full"] = field(
+        "lora", "lora | adalora | dora | rocoft (row/column fine-tuning, the reference runs') | full fine-tuning")
+    r: int = field(16, "LoRA rank (AdaLoRA: the target average rank; its initial rank is 1.5x; RoCoFT: the rows or "
+                   "columns trained per layer)")
+    rocoft_side: Literal["row", "column"] = field("column", "RoCoFT: train the first r rows or columns of each "
+                                                  "targeted weight (the reference runs: column, r 3)")
     alpha: int = field(32, "LoRA alpha")
     dropout: float = field(0.0, "LoRA dropout")
     target_modules: str = field("all-linear", "peft target modules: 'all-linear' or comma-separated names")
