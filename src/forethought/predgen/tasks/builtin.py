@@ -38,6 +38,14 @@ fallback uses the same files (validation -> train, test -> eval) so results do n
 came from. Seeded 80/20 splits are deterministic (``random.Random(seed)`` over the row indices; same seed, same
 split), disjoint, and keep the file order inside each part. Fixed splits ignore ``seed``.
 
+``splits="paper"`` (``--task.splits paper``) reads each task's :class:`PaperSplit` instead: the official training
+set (BoolQ ``boolq/train.jsonl``, PIQA ``piqa/train.jsonl`` + ``train-labels.lst``, SIQA ``siqa/train.jsonl``,
+HellaSwag ``hellaswag/hellaswag_train.jsonl``, WinoGrande ``winogrande/train_xl.jsonl``, ARC ``ARC-*-Train.jsonl``)
+and a fixed test set (the official test set where its labels are public: ARC, STS-B ``sts-test.csv``, WASSA
+``*.test.gold.txt``, Humicroedit ``test_with_label.csv``; else the validation set). Tasks without a PaperSplit
+(OpenBookQA, SICK, LCP, CLEAR) already use the paper's splits. The ``seed`` every reader gets is the split seed
+(``data.split_seed``), never a run's.
+
 The paper trains on each set's training split; offline only the dev/validation sets of BoolQ, PIQA, SIQA,
 HellaSwag and WinoGrande exist (their train files are over the copy limit, see SOURCES.md), so those tasks split
 that one file 80/20, and the hub fallback reads the hub's validation split and splits it the same way, so the
