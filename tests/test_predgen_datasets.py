@@ -121,9 +121,10 @@ def test_siqa_without_labels_file_and_repeated_choice_texts(root: Path) -> None:
     _jsonl(root / "siqa" / "dev.jsonl", rows)
     examples = load_task("siqa", "train")[1] + load_task("siqa", "eval")[1]
     first = next(e for e in examples if e.id == "siqa-0")
-    assert first.target == "C" and first.options == {"B": "skillful", "C": "ok"}  # the gold letter keeps the text
+    # the first letter keeps the text, whichever is gold: the choice set never depends on the label
+    assert first.target == "A" and first.options == {"A": "ok", "B": "skillful"}
     assert "A. ok\nB. skillful\nC. ok" in first.fields["choices"]  # the prompt still shows every choice
-    assert Counter(e.target for e in examples) == Counter({"A": 3, "B": 3, "C": 4})
+    assert Counter(e.target for e in examples) == Counter({"A": 4, "B": 3, "C": 3})
 
 
 def test_hellaswag(root: Path) -> None:

@@ -40,7 +40,7 @@ from forethought.predgen.config import (  # their home imports no torch; the nam
     adapter_name,
     with_task_defaults,
 )
-from forethought.predgen.data import eval_subset, load_splits, split_record
+from forethought.predgen.data import load_splits, split_record
 from forethought.predgen.methods import (
     Encoder,
     Predictions,
@@ -78,9 +78,8 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
     method = method_named(cfg.method)
     dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=cfg.adapter.method == "full")
     rt = runtime_for(cfg.run)
-    spec, train_ex, val_ex, eval_split = load_splits(cfg.task, cfg.run.seed)
+    spec, train_ex, val_ex, eval_ex = load_splits(cfg.task, cfg.run.seed)  # eval: fixed by the split seed
     check_task_settings(cfg, spec)
-    eval_ex = eval_subset(eval_split, cfg.task.max_eval_examples, cfg.run.seed)
     lm, tok = load_causal_lm(cfg.base, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     check_layer(cfg.layer, lm)
     enc = Encoder(spec, tok, cfg.prompt, decode=method.decodes)
@@ -152,7 +151,7 @@ def run_train(cfg: PredGenConfig, resume: str | None = None) -> dict[str, Any]:
                 "prompt": dataclasses.asdict(cfg.prompt), "layer": cfg.layer, "n_out": enc.n_out,
                 "head": {"pooling": pooling, "hidden": cfg.head.hidden, "reads": cfg.head.reads,
                          "choice_loglik": cfg.head.choice_loglik},
-                "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_split, val_ex)}
+                "data": split_record(cfg.task, cfg.run.seed, train_ex, eval_ex, val_ex)}
         save_model(model, tok, run.dir / "model", meta, cfg.adapter)
         model.to(rt.device)
         evaluate_validation(model, method, enc, val_items, cfg, rt.device, run.dir, results)

@@ -16,7 +16,7 @@ from forethought.core.train_config import TrainConfig
 from forethought.predgen.registry import CHOICE_ALPHA0, CHOICE_LOGLIK0, METHODS, method_named, method_names
 from forethought.predgen.tasks.builtin import MULTIPLE_CHOICE, WASSA_EMOTIONS, builtin_name, known_tasks, text_template
 
-PEFT_METHODS = ("lora", "adalora", "dora", "full")
+PEFT_METHODS = ("lora", "adalora", "dora", "rocoft", "full")
 # --method and --head.pooling accept what the registry's methods define (the CLI / YAML spelling is the name)
 MethodName = Literal[method_names()]  # type: ignore[valid-type]
 _HEADED = [m for m in METHODS.values() if m.has_head]
@@ -27,8 +27,12 @@ Pooling = Literal[("", *dict.fromkeys(p for m in _HEADED for p in m.poolings))] 
 class AdapterConfig:
     """One PEFT setting, shared by the three methods so comparisons are fair."""
 
-    method: Literal["lora", "adalora", "dora", "full"] = field("lora", "lora | adalora | dora | full fine-tuning")
-    r: int = field(16, "LoRA rank (AdaLoRA: the target average rank; its initial rank is 1.5x)")
+    method: Literal["lora", "adalora", "dora", "rocoft", "full"] = field(
+        "lora", "lora | adalora | dora | rocoft (row/column fine-tuning, the reference runs') | full fine-tuning")
+    r: int = field(16, "LoRA rank (AdaLoRA: the target average rank; its initial rank is 1.5x; RoCoFT: the rows or "
+                   "columns trained per layer)")
+    rocoft_side: Literal["row", "column"] = field("column", "RoCoFT: train the first r rows or columns of each "
+                                                  "targeted weight (the reference runs: column, r 3)")
     alpha: int = field(32, "LoRA alpha")
     dropout: float = field(0.0, "LoRA dropout")
     target_modules: str = field("all-linear", "peft target modules: 'all-linear' or comma-separated names")
@@ -113,6 +117,14 @@ class TaskConfig:
     val_examples: int = field(0, "carve this many training examples (seeded, never trained on) as a validation "
                               "split: the learning curve and results['validation'] score it; select learning "
                               "rates, adapters and steps there and only report the eval split (0 = none)")
+    splits: Literal["default", "paper"] = field(
+        "default", "built-in tasks: default = the splits offline data allows (docs: Tasks); paper = the official "
+        "training set the paper trained on and a fixed test set (the hub, or those files under the data root)")
+    split_seed: int = field(0, "seed of the fixed splits: a single file's train/test split and the "
+                            "max_eval_examples subset (mixed by purpose; the run seed never moves the test set)")
+    choices_field: str = field("", "data files: a column holding each row's choices (multiple choice): a JSON "
+                               "list (lettered A, B, ...) or an object from label to text; the target is a label, "
+                               "a letter or a 0-based index")
 
     def validate(self) -> None:
         if not str(self.name).strip():
@@ -122,19 +134,25 @@ class TaskConfig:
             raise ForethoughtError("answer name writes answer1, answer2, ...; it excludes task.labels")
 
     def options(self, builtin: bool) -> dict[str, Any]:
-        opts: dict[str, Any] = {"template": self.template or None, "labels": self.labels or None}
+        opts: dict[str, Any] = {"template": self.template or None, "labels": self.labels or None,
+                                "answer": self.answer if self.answer != "letter" else None}
         if not builtin:
-            if self.answer != "letter":
-                raise ForethoughtError(f"task.answer {self.answer} applies to the built-in multiple-choice tasks "
-                                       f"({_MC_TASKS})")
+            if self.answer != "letter" and not self.choices_field:
+                raise ForethoughtError(f"task.answer {self.answer} applies to multiple choice: the built-in tasks "
+                                       f"({_MC_TASKS}) or a data file with task.choices_field")
+            if self.splits != "default":
+                raise ForethoughtError(f"task.splits {self.splits} applies to the built-in tasks; a data file's "
+                                       "splits are its own (task.eval_path, or a split seeded by task.split_seed)")
             opts.update(target_field=self.target_field or None, text_fields=self.text_fields or None,
                         task_type=self.task_type, eval_path=self.eval_path or None,
-                        id_field=self.id_field or None, long_field=self.long_field or None)
-        elif any((self.target_field, self.text_fields, self.eval_path, self.id_field, self.long_field)):
+                        id_field=self.id_field or None, long_field=self.long_field or None,
+                        choices_field=self.choices_field or None)
+        elif any((self.target_field, self.text_fields, self.eval_path, self.id_field, self.long_field,
+                  self.choices_field)):
             raise ForethoughtError(f"task '{self.name}' is built in: target_field, text_fields, eval_path, "
-                                   "id_field and long_field apply only to data files")
+                                   "id_field, long_field and choices_field apply only to data files")
         else:
-            opts["answer"] = self.answer if self.answer != "letter" else None
+            opts["splits"] = self.splits if self.splits != "default" else None
         return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -242,9 +260,9 @@ def with_task_defaults(cfg: PredGenConfig) -> PredGenConfig:
     is ``choices`` with β starting at :data:`CHOICE_LOGLIK0` (the likelihood variant). Raises when a
     choice-scoring setting is given for an adapter that does not read choices."""
     method, key = method_named(cfg.method), builtin_name(cfg.task.name)
-    text_mc = key in MULTIPLE_CHOICE and cfg.task.answer == "text"
+    text_mc = (key in MULTIPLE_CHOICE or bool(cfg.task.choices_field)) and cfg.task.answer == "text"
     task = cfg.task
-    if text_mc and method.decodes and not task.template and text_template(key):
+    if text_mc and key is not None and method.decodes and not task.template and text_template(key):
         task = dataclasses.replace(task, template=text_template(key))
     head = cfg.head
     reads = head.reads if head.reads != "auto" else ("choices" if text_mc and method.head_reads else "states")
@@ -280,8 +298,8 @@ class EvalConfig:
         "eval", "which split of the model's task (exactly as its run drew it; validation: carved by "
         "task.val_examples)")
     max_examples: int = field(0, "at most this many examples (a seeded subset; 0 = all)")
-    seed: int | None = field(None, "seed of the max_examples subset (default: the run's seed, so the run's "
-                             "max_eval_examples gives the examples it was evaluated on)")
+    seed: int | None = field(None, "seed of the max_examples subset (default: the run's seed; the split itself "
+                             "is the run's own, its max_eval_examples subset included)")
     device: str = field("auto", "auto | cpu | cuda")
     eval: EvalSettings = field(EvalSettings(), "batch size, decoder, latency")
     out: str = field("", "where to write the results JSON ('' = <run>/eval-<split>.json)")

@@ -1,7 +1,12 @@
 """The examples a run sees, as a pure function of its task settings and seed: the train split (at most
-``max_train_examples``, a seeded subset) and the whole eval split; and the record of them a saved model keeps
-(``predgen.json["data"]``), so ``predgen eval`` and ``predgen mine`` score a model on exactly the examples it
-was held out from, never on a split drawn with another seed."""
+``max_train_examples``, a seeded subset) and the eval split (at most ``max_eval_examples``); and the record of
+them a saved model keeps (``predgen.json["data"]``), so ``predgen eval`` and ``predgen mine`` score a model on
+exactly the examples it was held out from, never on a split drawn with another seed.
+
+Two seeds: the task's split seed (``task.split_seed``) fixes the test examples (a single file's train/test split
+and the ``max_eval_examples`` subset), so every run seed of an experiment is tested on the same examples; the
+run's seed draws what may vary between runs (the validation examples carved from the training data and the
+``max_train_examples`` subset)."""
 
 from __future__ import annotations
 
@@ -27,8 +32,14 @@ def subset(items: list[Example], n: int, seed: int) -> list[Example]:
     return [items[i] for i in keep]
 
 
+def split_seed(task: TaskConfig) -> int:
+    """The seed of the task's fixed splits (a single file's train/test split, the eval subset): task.split_seed
+    mixed for this purpose, never the run's seed."""
+    return mix_seed("predgen-task-split", task.split_seed)
+
+
 def eval_subset(items: list[Example], n: int, seed: int) -> list[Example]:
-    """The evaluation subset of a run with this seed (its own draw, apart from the train subset's)."""
+    """At most ``n`` evaluation examples drawn with ``seed`` (its own draw, apart from the train subset's)."""
     return subset(items, n, mix_seed("predgen-eval-subset", seed))
 
 
@@ -48,16 +59,18 @@ def carve(items: list[Example], n: int, seed: int, what: str) -> tuple[list[Exam
 def load_splits(task: TaskConfig, seed: int) -> tuple[TaskSpec, list[Example], list[Example], list[Example]]:
     """(spec, the train examples a run with this seed trains on, its validation examples (carved from the
     train split first, so they do not depend on max_train_examples; empty when task.val_examples is 0), the
-    whole eval split)."""
+    eval examples (at most task.max_eval_examples, drawn with the split seed: the same for every run seed))."""
     opts = task.options(builtin_name(task.name) is not None)
-    spec, train_ex = load_task(task.name, "train", seed, **opts)
-    _, eval_ex = load_task(task.name, "eval", seed, **opts)
+    fixed = split_seed(task)
+    spec, train_ex = load_task(task.name, "train", fixed, **opts)
+    _, eval_ex = load_task(task.name, "eval", fixed, **opts)
     rest, val = carve(train_ex, task.val_examples, seed, f"the train split of '{task.name}'")
-    return spec, subset(rest, task.max_train_examples, seed), val, eval_ex
+    return (spec, subset(rest, task.max_train_examples, seed), val,
+            eval_subset(eval_ex, task.max_eval_examples, fixed))
 
 
 def load_split(task: TaskConfig, seed: int) -> tuple[TaskSpec, list[Example], list[Example]]:
-    """(spec, the train examples a run with this seed trains on, the whole eval split)."""
+    """(spec, the train examples a run with this seed trains on, its eval examples)."""
     spec, train_ex, _, eval_ex = load_splits(task, seed)
     return spec, train_ex, eval_ex
 

@@ -39,12 +39,17 @@ T = TypeVar("T")
 # config: OSError or ValueError; bad JSON: ValueError; a torn tensor file: SafetensorError). Anything else is
 # a bug and keeps its traceback.
 FILE_ERRORS = (OSError, ValueError, SafetensorError)
+ROCOFT_FILE = "rocoft.safetensors"  # a RoCoFT adapter: its deltas, under adapter/
 
 
 def apply_adapter(lm: nn.Module, cfg: AdapterConfig, total_steps: int) -> nn.Module:
-    """Wrap ``lm`` with peft (LoRA / AdaLoRA / DoRA), or leave every weight trainable for ``full``."""
+    """Wrap ``lm`` with peft (LoRA / AdaLoRA / DoRA) or RoCoFT, or leave every weight trainable for ``full``."""
     if cfg.method not in PEFT_METHODS:
         raise ForethoughtError(f"unknown adapter method '{cfg.method}'; choose one of {', '.join(PEFT_METHODS)}")
+    if cfg.method == "rocoft":
+        from forethought.models.rocoft import apply_rocoft
+
+        return apply_rocoft(lm, cfg.rocoft_side, cfg.r, str(cfg.target_modules))
     if cfg.method == "full":
         for p in lm.parameters():
             p.requires_grad_(True)
@@ -316,6 +321,13 @@ def save_model(model: PredGenModel, tokenizer: Any, folder: Path, meta: dict[str
     if adapter.method == "full":
         model.lm.save_pretrained(folder / "lm")
         tokenizer.save_pretrained(folder / "lm")
+    elif adapter.method == "rocoft":  # the deltas only; predgen.json's adapter section says how to wrap the base
+        from forethought.data.tokenizers import save_run_tokenizer
+        from forethought.models.rocoft import rocoft_state
+
+        (folder / "adapter").mkdir(parents=True, exist_ok=True)
+        save_file(rocoft_state(model.lm), str(folder / "adapter" / ROCOFT_FILE))
+        save_run_tokenizer(tokenizer, folder)
     else:
         from forethought.data.tokenizers import save_run_tokenizer
 
@@ -406,7 +418,7 @@ def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
 
     folder = Path(folder)
     adapter = from_record(AdapterConfig, meta["adapter"], f"{folder / 'predgen.json'} adapter")
-    if adapter.method != "full":
+    if adapter.method not in ("full", "rocoft"):
         _check_adapter_config(folder / "adapter" / "adapter_config.json")
     try:
         if adapter.method == "full":
@@ -421,7 +433,15 @@ def load_model(folder: Path, meta: dict[str, Any]) -> tuple[PredGenModel, Any]:
             tok = run_tokenizer(folder) or tok
             if tok.pad_token is None:
                 tok.pad_token = tok.eos_token
-            lm = PeftModel.from_pretrained(base, str(folder / "adapter"))
+            if adapter.method == "rocoft":
+                from safetensors.torch import load_file
+
+                from forethought.models.rocoft import load_rocoft_state
+
+                lm = apply_adapter(base, adapter, 0)
+                load_rocoft_state(lm, load_file(str(folder / "adapter" / ROCOFT_FILE)), folder / "adapter")
+            else:
+                lm = PeftModel.from_pretrained(base, str(folder / "adapter"))
     except FILE_ERRORS as e:
         raise ForethoughtError(f"cannot load the saved model in {folder}: {first_line(e)}") from None
     hs = meta["head"]

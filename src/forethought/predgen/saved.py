@@ -70,9 +70,9 @@ def saved_task(saved: Saved) -> tuple[TaskConfig, int, SplitRecord | None]:
 
 
 def saved_examples(saved: Saved, split: str, max_examples: int, seed: int | None = None) -> list[Example]:
-    """One split of the saved model's task, exactly as its run drew it (checked against the record), then at
-    most ``max_examples`` of it: a subset seeded with ``seed`` (default: the run's seed, so the run's own
-    ``max_eval_examples`` gives the examples the run was evaluated on)."""
+    """One split of the saved model's task, exactly as its run drew it (checked against the record; the eval split
+    is the run's own eval examples, its ``max_eval_examples`` subset included), then at most ``max_examples`` of
+    it: a subset seeded with ``seed`` (default: the run's seed)."""
     task, run_seed, record = saved_task(saved)
     _, train_ex, val_ex, eval_ex = load_splits(task, run_seed)
     examples = {"train": train_ex, "validation": val_ex, "eval": eval_ex}[split]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from forethought.experiments.paper_grid import PAPER_LLAMA2_7B, PAPER_SOURCE
+
 
 @dataclass(frozen=True)
 class Published:
@@ -53,6 +55,12 @@ PREDGEN_SST2_CURVE = Published(
     source="the PredGen reference code's learning curve at lr 2e-4 (SmolLM-135M-Instruct)",
     setting="PredGen's SST-2 dev accuracy after n training examples",
     values={"12800": 0.880, "25600": 0.904},
+)
+
+PREDGEN_LLAMA2_7B = Published(
+    source=PAPER_SOURCE,
+    setting="the paper's table: accuracy (%) of each method per dataset (the rows the paper grid compares with)",
+    values=PAPER_LLAMA2_7B,
 )
 
 PSF = Published(

@@ -86,7 +86,12 @@ def load_task(
 ) -> tuple[TaskSpec, list[Example]]:
     """Load one split of a task: a built-in name (see ``tasks.builtin``) or a data file.
 
-    Built-in tasks accept one option, ``template=...``, to replace the default prompt template.
+    ``seed`` is the split seed: it draws the train/eval split of a single file (data files without
+    ``eval_path``; built-in tasks with one file), never anything else.
+
+    Built-in tasks accept ``template=...`` (replaces the default prompt template), ``answer`` (multiple choice:
+    ``text`` or ``name``), ``labels`` (new label words) and ``splits="paper"`` (the paper's training set and fixed
+    test set, ``tasks.builtin``).
 
     Data files (``.csv``/``.tsv``/``.jsonl``, read as ``tasks.readers`` describes). Options:
 
@@ -123,6 +128,8 @@ def load_task(
     if suffix in FILE_EXTENSIONS:
         if not path.is_file():
             raise ForethoughtError(f"task file not found: {path}")
+        if generic_options.get("answer") == "name":  # a file with choices (choices_field), named as a built-in's
+            return _named(load_file_task(path, split, seed, {**generic_options, "answer": None}), None)
         return load_file_task(path, split, seed, generic_options)
     if suffix or path.is_file():
         raise ForethoughtError(

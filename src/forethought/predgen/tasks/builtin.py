@@ -38,6 +38,14 @@ fallback uses the same files (validation -> train, test -> eval) so results do n
 came from. Seeded 80/20 splits are deterministic (``random.Random(seed)`` over the row indices; same seed, same
 split), disjoint, and keep the file order inside each part. Fixed splits ignore ``seed``.
 
+``splits="paper"`` (``--task.splits paper``) reads each task's :class:`PaperSplit` instead: the official training
+set (BoolQ ``boolq/train.jsonl``, PIQA ``piqa/train.jsonl`` + ``train-labels.lst``, SIQA ``siqa/train.jsonl``,
+HellaSwag ``hellaswag/hellaswag_train.jsonl``, WinoGrande ``winogrande/train_xl.jsonl``, ARC ``ARC-*-Train.jsonl``)
+and a fixed test set (the official test set where its labels are public: ARC, STS-B ``sts-test.csv``, WASSA
+``*.test.gold.txt``, Humicroedit ``test_with_label.csv``; else the validation set). Tasks without a PaperSplit
+(OpenBookQA, SICK, LCP, CLEAR) already use the paper's splits. The ``seed`` every reader gets is the split seed
+(``data.split_seed``), never a run's.
+
 The paper trains on each set's training split; offline only the dev/validation sets of BoolQ, PIQA, SIQA,
 HellaSwag and WinoGrande exist (their train files are over the copy limit, see SOURCES.md), so those tasks split
 that one file 80/20, and the hub fallback reads the hub's validation split and splits it the same way, so the
@@ -70,6 +78,7 @@ from forethought.predgen.tasks.spec import (
     DEFAULT_EVAL_FRACTION,
     Builtin,
     Example,
+    PaperSplit,
     TaskSpec,
     check_labels,
     check_template,
@@ -107,12 +116,18 @@ def text_template(name: str) -> str | None:
 
 def load_builtin(name: str, split: str, seed: int, options: dict[str, Any]) -> tuple[TaskSpec, list[Example]]:
     builtin = _BUILTINS[name]
-    unknown = sorted(set(options) - {"template", "answer", "labels"})
+    unknown = sorted(set(options) - {"template", "answer", "labels", "splits"})
     if unknown:
         raise ForethoughtError(
             f"task '{name}': option(s) {', '.join(unknown)} apply only to data files; built-in tasks accept "
-            "template, answer and labels"
+            "template, answer, labels and splits"
         )
+    splits = options.get("splits") or "default"
+    if splits not in ("default", "paper"):
+        raise ForethoughtError(f"task '{name}': splits must be 'default' or 'paper', got {splits!r}")
+    if splits == "paper" and builtin.paper is not None:  # else its default splits are the paper's
+        builtin = dataclasses.replace(builtin, files=builtin.paper.files, read_local=builtin.paper.read_local,
+                                      read_hub=builtin.paper.read_hub)
     spec = dataclasses.replace(builtin.spec, labels=list(builtin.spec.labels))
     if options.get("template") is not None:
         spec.template = str(options["template"])
@@ -127,7 +142,8 @@ def load_builtin(name: str, split: str, seed: int, options: dict[str, Any]) -> t
     if root is not None and all((root / f).is_file() for f in builtin.files):
         examples = builtin.read_local(root, split, seed)
     else:
-        examples = _read_from_hub(name, builtin, root, split, seed)
+        examples = _read_from_hub(name + (" (task.splits paper)" if splits == "paper" else ""), builtin, root,
+                                  split, seed)
     if not examples:
         raise ForethoughtError(f"task '{name}' has no examples in its {split} split")
     check_template(spec, examples[0])
@@ -172,8 +188,8 @@ def _read_from_hub(name: str, builtin: Builtin, root: Path | None, split: str, s
     layout = " and ".join(builtin.files)
     if builtin.hub_id is None or builtin.read_hub is None:
         raise ForethoughtError(
-            f"task '{name}' not found: looked in {tried}; there is no reliable Hugging Face hub copy. "
-            f"Set FORETHOUGHT_DATA to a data folder holding {layout}"
+            f"task '{name}' not found: looked in {tried}; there is no reliable Hugging Face hub copy of these "
+            f"splits. Set FORETHOUGHT_DATA to a data folder holding {layout}"
         )
     hub = builtin.hub_id + (f" (config {builtin.hub_config})" if builtin.hub_config else "")
 
@@ -242,21 +258,34 @@ def _boolq_example(record: dict[str, Any], label_key: str, where: str, example_i
     return Example({"passage": passage, "question": question}, target, example_id)
 
 
+def _boolq_file(root: Path, stem: str) -> list[Example]:
+    path = root / "boolq" / f"{stem}.jsonl"
+    prefix = "boolq" if stem == "val" else f"boolq-{stem}"  # the validation ids as before the paper splits
+    return [_boolq_example(r, "label", f"{path} line {line}", f"{prefix}-{r.get('idx', line)}")
+            for line, r in jsonl_rows(path)]
+
+
 def _boolq_local(root: Path, split: str, seed: int) -> list[Example]:
-    path = root / "boolq" / "val.jsonl"
-    examples = [
-        _boolq_example(r, "label", f"{path} line {line}", f"boolq-{r.get('idx', line)}")
-        for line, r in jsonl_rows(path)
-    ]
-    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
+    return seeded_split(_boolq_file(root, "val"), split, seed, DEFAULT_EVAL_FRACTION, str(root / "boolq/val.jsonl"))
+
+
+def _boolq_paper_local(root: Path, split: str, seed: int) -> list[Example]:
+    return _boolq_file(root, "train" if split == "train" else "val")
+
+
+def _boolq_hub_split(loaded: Any, split_name: str) -> list[Example]:
+    prefix = "boolq" if split_name == "validation" else f"boolq-{split_name}"
+    return [_boolq_example(r, "answer", where, f"{prefix}-{i}")
+            for i, (where, r) in enumerate(hub_split(loaded, "google/boolq", split_name))]
 
 
 def _boolq_hub(loaded: Any, split: str, seed: int) -> list[Example]:
-    examples = [
-        _boolq_example(r, "answer", where, f"boolq-{i}")
-        for i, (where, r) in enumerate(hub_split(loaded, "google/boolq", "validation"))
-    ]
+    examples = _boolq_hub_split(loaded, "validation")
     return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, "hub dataset google/boolq validation")
+
+
+def _boolq_paper_hub(loaded: Any, split: str, seed: int) -> list[Example]:
+    return _boolq_hub_split(loaded, "train" if split == "train" else "validation")
 
 
 # --- The registry -----------------------------------------------------------------------------------------
@@ -273,6 +302,7 @@ _BUILTINS: dict[str, Builtin] = {
         TaskSpec("boolq", "classification", ["no", "yes"], "Passage: {passage}\nQuestion: {question}\nAnswer:",
                  long_field="passage"),
         ("boolq/val.jsonl",), _boolq_local, "google/boolq", None, _boolq_hub,
+        paper=PaperSplit(("boolq/train.jsonl", "boolq/val.jsonl"), _boolq_paper_local, _boolq_paper_hub),
     ),
     **MC_BUILTINS,
     **REGRESSION_BUILTINS,

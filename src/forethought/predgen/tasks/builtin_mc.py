@@ -5,8 +5,14 @@ answer ``text`` (and ``name``) works for them.
 Label words: ARC ``A``-``E`` (the few numeric choice labels 1-5 are mapped to A-E), PIQA ``A``/``B``. The others
 letter their choices in file order: SIQA ``A``-``C`` (answerA-C), HellaSwag ``A``-``D`` (endings 0-3),
 WinoGrande ``A``/``B`` (option1/option2, filling the sentence's ``_``), OpenBookQA ``A``-``D``. Where two choices
-of one example have the same text (5 SIQA rows, 3 OpenBookQA train rows), the texts keep one of those letters
-(the gold one if it is among them), since a written text cannot name either.
+of one example have the same text (5 SIQA rows, 3 OpenBookQA train rows), a written text cannot name either, so
+the example's choices keep the first of those letters, whichever is gold, and a gold answer among them becomes
+that letter: the choice set never depends on the label (:func:`distinct_choices`).
+
+``task.splits paper`` (:class:`PaperSplit`): ARC trains on its Train set (``ARC-*-Train.jsonl``) and tests on its
+Test set; PIQA, SIQA, HellaSwag and WinoGrande train on their official training sets and test on the official
+validation sets (their test labels are not public), as LLM-Adapters' commonsense benchmark and lm-eval-harness
+do. OpenBookQA's default splits are already the paper's.
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ from typing import Any
 
 from forethought.core.errors import ForethoughtError
 from forethought.predgen.tasks.readers import as_text, header_records, hub_split, jsonl_rows, need, open_text
-from forethought.predgen.tasks.spec import DEFAULT_EVAL_FRACTION, Builtin, Example, TaskSpec, seeded_split
+from forethought.predgen.tasks.spec import (
+    DEFAULT_EVAL_FRACTION,
+    Builtin,
+    Example,
+    PaperSplit,
+    TaskSpec,
+    seeded_split,
+)
 
 LETTERS = "ABCDEFGHIJ"
 _MC_TEMPLATE = "Question: {question}\n{choices}\nAnswer:"
@@ -42,6 +55,17 @@ def _letter(label: Any, where: str) -> str:
     raise ForethoughtError(f"{where}: unexpected choice label {label!r}")
 
 
+def distinct_choices(keys: list[str], texts: list[str], gold: str) -> tuple[dict[str, str], str]:
+    """(each key's choice text, one key per distinct text: the first key of each text in the item's order; the
+    gold key, moved to the kept key of its text). Which keys are kept never depends on the label, so an item's
+    choice set (what the decoders and adapters choose from) is the same whatever its answer."""
+    kept: dict[str, str] = {}  # text -> its first key
+    for key, text in zip(keys, texts, strict=True):
+        kept.setdefault(text.strip(), key)
+    options = {key: text for text, key in kept.items()}  # in the item's order (first appearances)
+    return options, kept[texts[keys.index(gold)].strip()]
+
+
 def _arc_example(stem: Any, labels: list[Any], texts: list[Any], answer: Any, where: str, ex_id: str) -> Example:
     letters = [_letter(label, where) for label in labels]
     if not letters or len(letters) != len(texts):
@@ -49,15 +73,16 @@ def _arc_example(stem: Any, labels: list[Any], texts: list[Any], answer: Any, wh
     key = _letter(answer, where)
     if key not in letters:
         raise ForethoughtError(f"{where}: answerKey {answer!r} is not one of the choices {letters}")
-    options = {letter: as_text(text).strip() for letter, text in zip(letters, texts, strict=True)}
-    if len(options) != len(letters):
+    if len(set(letters)) != len(letters):
         raise ForethoughtError(f"{where}: repeated choice labels {letters}")
+    options, key = distinct_choices(letters, [as_text(t) for t in texts], key)
     choices = "\n".join(f"{letter}. {as_text(text)}" for letter, text in zip(letters, texts, strict=True))
     return Example({"question": as_text(stem), "choices": choices}, key, ex_id, options)
 
 
-def _arc_local(level: str, root: Path, split: str, seed: int) -> list[Example]:
-    path = root / "arc" / f"ARC-{level}-{'Dev' if split == 'train' else 'Test'}.jsonl"
+def _arc_local(level: str, train_set: str, root: Path, split: str, seed: int) -> list[Example]:
+    """ARC's ``train_set`` (the default: its small Dev set; task.splits paper: its Train set) or its Test set."""
+    path = root / "arc" / f"ARC-{level}-{train_set if split == 'train' else 'Test'}.jsonl"
     examples = []
     for line, record in jsonl_rows(path):
         where = f"{path} line {line}"
@@ -75,8 +100,8 @@ def _arc_local(level: str, root: Path, split: str, seed: int) -> list[Example]:
     return examples
 
 
-def _arc_hub(level: str, loaded: Any, split: str, seed: int) -> list[Example]:
-    split_name = "validation" if split == "train" else "test"
+def _arc_hub(level: str, train_split: str, loaded: Any, split: str, seed: int) -> list[Example]:
+    split_name = train_split if split == "train" else "test"
     examples = []
     for i, (where, r) in enumerate(hub_split(loaded, "allenai/ai2_arc", split_name)):
         labels, texts = _hub_choices(r, where)
@@ -96,16 +121,24 @@ def _piqa_example(record: dict[str, Any], label: Any, where: str, example_id: st
     return Example(fields, "AB"[int(text)], example_id, {"A": fields["sol1"].strip(), "B": fields["sol2"].strip()})
 
 
-def _piqa_local(root: Path, split: str, seed: int) -> list[Example]:
-    path = root / "piqa" / "valid.jsonl"
-    labels_path = root / "piqa" / "valid-labels.lst"
+def _piqa_file(root: Path, stem: str) -> list[Example]:
+    """PIQA's ``<stem>.jsonl`` with its line-aligned ``<stem>-labels.lst`` (stem: valid or train)."""
+    path = root / "piqa" / f"{stem}.jsonl"
     records = list(jsonl_rows(path))
-    labels = _line_labels(labels_path, len(records), path)
-    examples = [
-        _piqa_example(r, label, f"{path} line {line} (label line {i + 1})", f"piqa-{i}")
+    labels = _line_labels(root / "piqa" / f"{stem}-labels.lst", len(records), path)
+    prefix = "piqa" if stem == "valid" else f"piqa-{stem}"  # the validation ids as before the paper splits
+    return [
+        _piqa_example(r, label, f"{path} line {line} (label line {i + 1})", f"{prefix}-{i}")
         for i, ((line, r), label) in enumerate(zip(records, labels, strict=True))
     ]
-    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
+
+
+def _piqa_local(root: Path, split: str, seed: int) -> list[Example]:
+    return seeded_split(_piqa_file(root, "valid"), split, seed, DEFAULT_EVAL_FRACTION, str(root / "piqa/valid.jsonl"))
+
+
+def _piqa_paper_local(root: Path, split: str, seed: int) -> list[Example]:
+    return _piqa_file(root, "train" if split == "train" else "valid")
 
 
 # --- Multiple choice: shared pieces ---------------------------------------------------------------------
@@ -118,16 +151,11 @@ def _mc_example(fields: dict[str, str], texts: list[str], answer: int, where: st
         raise ForethoughtError(f"{where}: expected 2-{len(LETTERS)} choices, got {len(texts)}")
     if not 0 <= answer < len(texts):
         raise ForethoughtError(f"{where}: the answer points at choice {answer + 1}, but there are {len(texts)}")
-    letters = LETTERS[: len(texts)]
-    # A text answer cannot tell two choices with the same text apart (5 SIQA and 3 OpenBookQA rows have one),
-    # so options keep one letter per text: the gold one if it is among them, else the first.
-    order = [answer] + [i for i in range(len(texts)) if i != answer]
-    kept: dict[str, int] = {}
-    for i in order:
-        kept.setdefault(texts[i].strip(), i)
-    options = {letters[i]: texts[i].strip() for i in sorted(kept.values())}
+    letters = list(LETTERS[: len(texts)])
+    # a text answer cannot tell two choices with the same text apart (5 SIQA and 3 OpenBookQA rows have one)
+    options, gold = distinct_choices(letters, texts, letters[answer])
     choices = "\n".join(f"{letter}. {text}" for letter, text in zip(letters, texts, strict=True))
-    return Example({**fields, "choices": choices}, letters[answer], ex_id, options)
+    return Example({**fields, "choices": choices}, gold, ex_id, options)
 
 
 def _index(label: Any, n: int, base: int, where: str, what: str) -> int:
@@ -149,31 +177,52 @@ def _line_labels(path: Path, n: int, what: Path) -> list[str]:
     return labels
 
 
-def _dev_with_labels(folder: str, label_key: str, example: _LabelledReader, root: Path, split: str,
-                     seed: int) -> list[Example]:
-    """``<folder>/dev.jsonl`` split 80/20 (seeded; the only public offline file), its labels from the official
-    ``dev-labels.lst`` when present (the original files have no label field), else each row's ``label_key``
-    (SIQA, WinoGrande)."""
-    path = root / folder / "dev.jsonl"
+def _with_labels(folder: str, stem: str, label_key: str, example: _LabelledReader, root: Path) -> list[Example]:
+    """``<folder>/<stem>.jsonl``, its labels from the official ``<stem>-labels.lst`` when present (the original
+    files have no label field), else each row's ``label_key`` (SIQA, WinoGrande)."""
+    path = root / folder / f"{stem}.jsonl"
     records = list(jsonl_rows(path))
-    labels_path = root / folder / "dev-labels.lst"
+    labels_path = root / folder / f"{stem}-labels.lst"
     labels = (_line_labels(labels_path, len(records), path) if labels_path.is_file()
               else [need(r, label_key, f"{path} line {line}") for line, r in records])
-    examples = [
-        example(r, label, f"{path} line {line}", f"{folder}-{i}")
+    prefix = folder if stem == "dev" else f"{folder}-{stem}"  # the dev ids as before the paper splits
+    return [
+        example(r, label, f"{path} line {line}", f"{prefix}-{i}")
         for i, ((line, r), label) in enumerate(zip(records, labels, strict=True))
     ]
-    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
+
+
+def _dev_with_labels(folder: str, label_key: str, example: _LabelledReader, root: Path, split: str,
+                     seed: int) -> list[Example]:
+    """``<folder>/dev.jsonl`` split 80/20 (seeded; the only public offline file)."""
+    examples = _with_labels(folder, "dev", label_key, example, root)
+    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(root / folder / "dev.jsonl"))
+
+
+def _train_and_dev(folder: str, train_stem: str, label_key: str, example: _LabelledReader, root: Path, split: str,
+                   seed: int) -> list[Example]:
+    """task.splits paper: the official training set ``<folder>/<train_stem>.jsonl``, or the dev file."""
+    return _with_labels(folder, train_stem if split == "train" else "dev", label_key, example, root)
+
+
+def _hub_examples(hub_id: str, label_key: str, example: _LabelledReader, prefix: str, loaded: Any,
+                  split_name: str) -> list[Example]:
+    ids = prefix if split_name == "validation" else f"{prefix}-{split_name}"
+    return [example(r, need(r, label_key, where), where, f"{ids}-{i}")
+            for i, (where, r) in enumerate(hub_split(loaded, hub_id, split_name))]
 
 
 def _hub_validation(hub_id: str, label_key: str, example: _LabelledReader, prefix: str, loaded: Any, split: str,
                     seed: int) -> list[Example]:
     """The hub's validation split, split 80/20 as the offline dev file is (PIQA, SIQA, WinoGrande)."""
-    examples = [
-        example(r, need(r, label_key, where), where, f"{prefix}-{i}")
-        for i, (where, r) in enumerate(hub_split(loaded, hub_id, "validation"))
-    ]
+    examples = _hub_examples(hub_id, label_key, example, prefix, loaded, "validation")
     return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, f"hub dataset {hub_id} validation")
+
+
+def _hub_train_validation(hub_id: str, label_key: str, example: _LabelledReader, prefix: str, loaded: Any,
+                          split: str, seed: int) -> list[Example]:
+    """task.splits paper from the hub: its train split, or its validation split (PIQA, SIQA, WinoGrande)."""
+    return _hub_examples(hub_id, label_key, example, prefix, loaded, "train" if split == "train" else "validation")
 
 
 def _hub_choices(record: dict[str, Any], where: str) -> tuple[list[Any], list[Any]]:
@@ -215,19 +264,35 @@ def _hellaswag_example(record: dict[str, Any], where: str, example_id: str) -> E
     return _mc_example(fields, texts, _index(need(record, "label", where), 4, 0, where, "label"), where, example_id)
 
 
+def _hellaswag_file(root: Path, stem: str) -> list[Example]:
+    path = root / "hellaswag" / f"hellaswag_{stem}.jsonl"
+    prefix = "hellaswag" if stem == "val" else f"hellaswag-{stem}"  # the validation ids as before
+    return [_hellaswag_example(r, f"{path} line {line}", f"{prefix}-{r.get('line_idx', line)}")
+            for line, r in jsonl_rows(path)]
+
+
 def _hellaswag_local(root: Path, split: str, seed: int) -> list[Example]:
     path = root / "hellaswag" / "hellaswag_val.jsonl"
-    examples = [_hellaswag_example(r, f"{path} line {line}", f"hellaswag-{r.get('line_idx', line)}")
-                for line, r in jsonl_rows(path)]
-    return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, str(path))
+    return seeded_split(_hellaswag_file(root, "val"), split, seed, DEFAULT_EVAL_FRACTION, str(path))
+
+
+def _hellaswag_paper_local(root: Path, split: str, seed: int) -> list[Example]:
+    return _hellaswag_file(root, "train" if split == "train" else "val")
+
+
+def _hellaswag_hub_split(loaded: Any, split_name: str) -> list[Example]:
+    prefix = "hellaswag" if split_name == "validation" else f"hellaswag-{split_name}"
+    return [_hellaswag_example(r, where, f"{prefix}-{i}")
+            for i, (where, r) in enumerate(hub_split(loaded, "Rowan/hellaswag", split_name))]
 
 
 def _hellaswag_hub(loaded: Any, split: str, seed: int) -> list[Example]:
-    examples = [
-        _hellaswag_example(r, where, f"hellaswag-{i}")
-        for i, (where, r) in enumerate(hub_split(loaded, "Rowan/hellaswag", "validation"))
-    ]
+    examples = _hellaswag_hub_split(loaded, "validation")
     return seeded_split(examples, split, seed, DEFAULT_EVAL_FRACTION, "hub dataset Rowan/hellaswag validation")
+
+
+def _hellaswag_paper_hub(loaded: Any, split: str, seed: int) -> list[Example]:
+    return _hellaswag_hub_split(loaded, "train" if split == "train" else "validation")
 
 
 # --- WinoGrande -------------------------------------------------------------------------------------------
@@ -298,15 +363,21 @@ def _obqa_hub(loaded: Any, split: str, seed: int) -> list[Example]:
 MC_BUILTINS: dict[str, Builtin] = {
     "arc-easy": Builtin(
         TaskSpec("arc-easy", "classification", list("ABCDE"), _MC_TEMPLATE, long_field="question"),
-        ("arc/ARC-Easy-Dev.jsonl", "arc/ARC-Easy-Test.jsonl"), functools.partial(_arc_local, "Easy"),
-        "allenai/ai2_arc", "ARC-Easy", functools.partial(_arc_hub, "Easy"),
+        ("arc/ARC-Easy-Dev.jsonl", "arc/ARC-Easy-Test.jsonl"), functools.partial(_arc_local, "Easy", "Dev"),
+        "allenai/ai2_arc", "ARC-Easy", functools.partial(_arc_hub, "Easy", "validation"),
         text_template=_LMEVAL_QA,
+        paper=PaperSplit(("arc/ARC-Easy-Train.jsonl", "arc/ARC-Easy-Test.jsonl"),
+                         functools.partial(_arc_local, "Easy", "Train"), functools.partial(_arc_hub, "Easy", "train")),
     ),
     "arc-challenge": Builtin(
         TaskSpec("arc-challenge", "classification", list("ABCDE"), _MC_TEMPLATE, long_field="question"),
-        ("arc/ARC-Challenge-Dev.jsonl", "arc/ARC-Challenge-Test.jsonl"), functools.partial(_arc_local, "Challenge"),
-        "allenai/ai2_arc", "ARC-Challenge", functools.partial(_arc_hub, "Challenge"),
+        ("arc/ARC-Challenge-Dev.jsonl", "arc/ARC-Challenge-Test.jsonl"),
+        functools.partial(_arc_local, "Challenge", "Dev"),
+        "allenai/ai2_arc", "ARC-Challenge", functools.partial(_arc_hub, "Challenge", "validation"),
         text_template=_LMEVAL_QA,
+        paper=PaperSplit(("arc/ARC-Challenge-Train.jsonl", "arc/ARC-Challenge-Test.jsonl"),
+                         functools.partial(_arc_local, "Challenge", "Train"),
+                         functools.partial(_arc_hub, "Challenge", "train")),
     ),
     "piqa": Builtin(
         TaskSpec("piqa", "classification", ["A", "B"], "Goal: {goal}\nA. {sol1}\nB. {sol2}\nAnswer:",
@@ -314,6 +385,9 @@ MC_BUILTINS: dict[str, Builtin] = {
         ("piqa/valid.jsonl", "piqa/valid-labels.lst"), _piqa_local, "ybisk/piqa", None,
         functools.partial(_hub_validation, "ybisk/piqa", "label", _piqa_example, "piqa"),
         named_template="Goal: {goal}\n{choices}\nAnswer:", text_template="Question: {goal}\nAnswer:",
+        paper=PaperSplit(("piqa/train.jsonl", "piqa/train-labels.lst", "piqa/valid.jsonl", "piqa/valid-labels.lst"),
+                         _piqa_paper_local,
+                         functools.partial(_hub_train_validation, "ybisk/piqa", "label", _piqa_example, "piqa")),
     ),
     "siqa": Builtin(
         TaskSpec("siqa", "classification", list("ABC"), "Context: {context}\nQuestion: {question}\n{choices}\nAnswer:",
@@ -321,12 +395,18 @@ MC_BUILTINS: dict[str, Builtin] = {
         ("siqa/dev.jsonl",), functools.partial(_dev_with_labels, "siqa", "label", _siqa_example), "allenai/social_i_qa",
         None, functools.partial(_hub_validation, "allenai/social_i_qa", "label", _siqa_example, "siqa"),
         text_template="Q: {context} {question}\nA:",
+        paper=PaperSplit(("siqa/train.jsonl", "siqa/dev.jsonl"),
+                         functools.partial(_train_and_dev, "siqa", "train", "label", _siqa_example),
+                         functools.partial(_hub_train_validation, "allenai/social_i_qa", "label", _siqa_example,
+                                           "siqa")),
     ),
     "hellaswag": Builtin(
         TaskSpec("hellaswag", "classification", list("ABCD"),
                  "Activity: {activity}\nContext: {context}\nWhich ending fits?\n{choices}\nAnswer:",
                  long_field="context"),
         ("hellaswag/hellaswag_val.jsonl",), _hellaswag_local, "Rowan/hellaswag", None, _hellaswag_hub,
+        paper=PaperSplit(("hellaswag/hellaswag_train.jsonl", "hellaswag/hellaswag_val.jsonl"), _hellaswag_paper_local,
+                         _hellaswag_paper_hub),
     ),
     "winogrande": Builtin(
         TaskSpec("winogrande", "classification", list("AB"), "Sentence: {sentence}\nWhich option fills the _?\n"
@@ -334,6 +414,10 @@ MC_BUILTINS: dict[str, Builtin] = {
         ("winogrande/dev.jsonl",), functools.partial(_dev_with_labels, "winogrande", "answer", _winogrande_example),
         "allenai/winogrande", "winogrande_xl",
         functools.partial(_hub_validation, "allenai/winogrande", "answer", _winogrande_example, "winogrande"),
+        paper=PaperSplit(("winogrande/train_xl.jsonl", "winogrande/dev.jsonl"),
+                         functools.partial(_train_and_dev, "winogrande", "train_xl", "answer", _winogrande_example),
+                         functools.partial(_hub_train_validation, "allenai/winogrande", "answer",
+                                           _winogrande_example, "winogrande")),
     ),
     "openbookqa": Builtin(
         TaskSpec("openbookqa", "classification", list("ABCD"), _MC_TEMPLATE, long_field="question"),

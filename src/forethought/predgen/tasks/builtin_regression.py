@@ -17,7 +17,7 @@ from typing import Any
 
 from forethought.core.errors import ForethoughtError
 from forethought.predgen.tasks.readers import as_number, as_text, header_records, hub_split, need, tsv_rows
-from forethought.predgen.tasks.spec import DEFAULT_EVAL_FRACTION, Builtin, Example, TaskSpec, seeded_split
+from forethought.predgen.tasks.spec import DEFAULT_EVAL_FRACTION, Builtin, Example, PaperSplit, TaskSpec, seeded_split
 
 WASSA_EMOTIONS = ("anger", "fear", "joy", "sadness")
 _LCP_TEMPLATE = "Sentence: {sentence}\nWord: {token}\nComplexity (0 to 1):"
@@ -27,8 +27,10 @@ _WASSA_TEMPLATE = "Tweet: {tweet}\nEmotion: {emotion}\nIntensity (0 to 1):"
 # --- STS-B ------------------------------------------------------------------------------------------------
 
 
-def _stsb_local(root: Path, split: str, seed: int) -> list[Example]:
-    path = root / "stsb" / ("sts-train.csv" if split == "train" else "sts-dev.csv")
+def _stsb_local(test: str, root: Path, split: str, seed: int) -> list[Example]:
+    """STS-B's training set, or ``test`` (the default: the dev set, as GLUE; task.splits paper: the test set,
+    whose gold scores are public)."""
+    path = root / "stsb" / ("sts-train.csv" if split == "train" else f"sts-{test}.csv")
     examples = []
     for line, cells in tsv_rows(path):
         where = f"{path} line {line}"
@@ -43,8 +45,8 @@ def _stsb_local(root: Path, split: str, seed: int) -> list[Example]:
     return examples
 
 
-def _stsb_hub(loaded: Any, split: str, seed: int) -> list[Example]:
-    split_name = "train" if split == "train" else "validation"
+def _stsb_hub(test: str, loaded: Any, split: str, seed: int) -> list[Example]:
+    split_name = "train" if split == "train" else test
     examples = []
     for i, (where, r) in enumerate(hub_split(loaded, "sentence-transformers/stsb", split_name)):
         fields = {k: as_text(need(r, k, where)) for k in ("sentence1", "sentence2")}
@@ -90,14 +92,16 @@ def _sick_hub(loaded: Any, split: str, seed: int) -> list[Example]:
 # --- WASSA-2017 -------------------------------------------------------------------------------------------
 
 
-def _wassa_files(emotions: tuple[str, ...]) -> tuple[str, ...]:
+def _wassa_files(emotions: tuple[str, ...], test: str = "dev.gold") -> tuple[str, ...]:
     return tuple(
-        f"wassa2017/{emo}-ratings-0to1.{kind}.txt" for emo in emotions for kind in ("train", "dev.gold")
+        f"wassa2017/{emo}-ratings-0to1.{kind}.txt" for emo in emotions for kind in ("train", test)
     )
 
 
-def _wassa_local(emotions: tuple[str, ...], root: Path, split: str, seed: int) -> list[Example]:
-    kind = "train" if split == "train" else "dev.gold"
+def _wassa_local(emotions: tuple[str, ...], test: str, root: Path, split: str, seed: int) -> list[Example]:
+    """The training files, or ``test`` (the default: dev.gold; task.splits paper: test.gold, the official test
+    set)."""
+    kind = "train" if split == "train" else test
     examples = []
     for emotion in emotions:
         path = root / "wassa2017" / f"{emotion}-ratings-0to1.{kind}.txt"
@@ -159,15 +163,17 @@ def _humicroedit_example(record: dict[str, Any], where: str, example_id: str) ->
     return Example(fields, grade, example_id)
 
 
-def _humicroedit_local(root: Path, split: str, seed: int) -> list[Example]:
-    path = root / "humicroedit" / ("train.csv" if split == "train" else "dev.csv")
+def _humicroedit_local(test: str, root: Path, split: str, seed: int) -> list[Example]:
+    """The training set, or ``test`` (the default: dev.csv, as the reference code; task.splits paper:
+    test_with_label.csv, the official test set)."""
+    path = root / "humicroedit" / ("train.csv" if split == "train" else f"{test}.csv")
     _, records = header_records(path, ",", csv.QUOTE_MINIMAL)
     return [_humicroedit_example(r, f"{path} line {line}", f"humicroedit-{r.get('id', line)}")
             for line, r in records]
 
 
-def _humicroedit_hub(loaded: Any, split: str, seed: int) -> list[Example]:
-    split_name = "train" if split == "train" else "validation"
+def _humicroedit_hub(test: str, loaded: Any, split: str, seed: int) -> list[Example]:
+    split_name = "train" if split == "train" else test
     return [
         _humicroedit_example(r, where, f"humicroedit-{r.get('id', i)}")
         for i, (where, r) in enumerate(hub_split(loaded, "SemEvalWorkshop/humicroedit", split_name))
@@ -179,14 +185,19 @@ def _humicroedit_hub(loaded: Any, split: str, seed: int) -> list[Example]:
 
 def _wassa_builtin(name: str, emotions: tuple[str, ...]) -> Builtin:
     spec = TaskSpec(name, "regression", [], _WASSA_TEMPLATE, value_range=(0.0, 1.0), long_field="tweet")
-    return Builtin(spec, _wassa_files(emotions), functools.partial(_wassa_local, emotions))
+    return Builtin(spec, _wassa_files(emotions), functools.partial(_wassa_local, emotions, "dev.gold"),
+                   paper=PaperSplit(_wassa_files(emotions, "test.gold"),
+                                    functools.partial(_wassa_local, emotions, "test.gold")))
 
 
 REGRESSION_BUILTINS: dict[str, Builtin] = {
     "stsb": Builtin(
         TaskSpec("stsb", "regression", [], "Sentence 1: {sentence1}\nSentence 2: {sentence2}\nSimilarity (0 to 5):",
                  value_range=(0.0, 5.0)),
-        ("stsb/sts-train.csv", "stsb/sts-dev.csv"), _stsb_local, "sentence-transformers/stsb", None, _stsb_hub,
+        ("stsb/sts-train.csv", "stsb/sts-dev.csv"), functools.partial(_stsb_local, "dev"),
+        "sentence-transformers/stsb", None, functools.partial(_stsb_hub, "validation"),
+        paper=PaperSplit(("stsb/sts-train.csv", "stsb/sts-test.csv"), functools.partial(_stsb_local, "test"),
+                         functools.partial(_stsb_hub, "test")),
     ),
     "sick": Builtin(
         TaskSpec("sick", "regression", [],
@@ -214,7 +225,10 @@ REGRESSION_BUILTINS: dict[str, Builtin] = {
         TaskSpec("humicroedit", "regression", [],
                  "Original headline: {original}\nEdited headline: {edited}\nFunniness (0 to 3):",
                  value_range=(0.0, 3.0)),
-        ("humicroedit/train.csv", "humicroedit/dev.csv"), _humicroedit_local, "SemEvalWorkshop/humicroedit",
-        "subtask-1", _humicroedit_hub,
+        ("humicroedit/train.csv", "humicroedit/dev.csv"), functools.partial(_humicroedit_local, "dev"),
+        "SemEvalWorkshop/humicroedit", "subtask-1", functools.partial(_humicroedit_hub, "validation"),
+        paper=PaperSplit(("humicroedit/train.csv", "humicroedit/test_with_label.csv"),
+                         functools.partial(_humicroedit_local, "test_with_label"),
+                         functools.partial(_humicroedit_hub, "test")),
     ),
 }  # fmt: skip

@@ -60,6 +60,8 @@ class TaskSpec:
     long_field: str | None = None
     truncate_side: Literal["left", "right"] = "right"
     answer: Literal["label", "text"] = "label"
+    # a multiple-choice data file: the column holding each row's choices (new inputs to predict carry it too)
+    choices_field: str | None = None
 
     def __post_init__(self) -> None:
         if self.task_type not in ("classification", "regression"):
@@ -80,9 +82,20 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class PaperSplit:
+    """A built-in task's splits as the paper ran it (``task.splits paper``), where they differ from its default
+    ones: the files under the data root (the official training set, and the fixed test set), its local reader and
+    its hub reader (same signatures as :class:`Builtin`'s)."""
+
+    files: tuple[str, ...]
+    read_local: Callable[[Path, str, int], list[Example]]
+    read_hub: Callable[[Any, str, int], list[Example]] | None = None
+
+
+@dataclass(frozen=True)
 class Builtin:
     """A built-in task: its spec, the files it reads under the data root, its readers (local: (root, split,
-    seed); hub: (loaded dataset, split, seed)) and its hub copy, if any."""
+    split seed); hub: (loaded dataset, split, split seed)) and its hub copy, if any."""
 
     spec: TaskSpec
     files: tuple[str, ...]  # what must exist under the data root
@@ -96,6 +109,8 @@ class Builtin:
     # answer 'text': the prompt of the methods that write their answer, lm-eval-harness's for the task (the choices
     # are not listed: the model writes, and is scored on, the choice's text as a continuation); None = the default
     text_template: str | None = None
+    # task.splits paper: the paper's training set and fixed test set; None = the default splits are the paper's
+    paper: PaperSplit | None = None
 
 
 def template_fields(spec: TaskSpec) -> list[str]:
@@ -130,7 +145,9 @@ def check_labels(spec: TaskSpec, examples: list[Example], what: str) -> None:
 
 def seeded_split(items: list[Any], split: str, seed: int, eval_fraction: float, what: str) -> list[Any]:
     """A deterministic, disjoint train/eval split: random.Random(seed) shuffles the indices, the first
-    round(n * eval_fraction) of them (at least 1) are eval, the rest train; each part keeps the file order."""
+    round(n * eval_fraction) of them (at least 1) are eval, the rest train; each part keeps the file order.
+    ``seed`` is the task's split seed (``data.split_seed``), never a run's seed, so every run seed is tested on the
+    same examples."""
     n = len(items)
     if n < 2:
         raise ForethoughtError(f"{what} has {n} example(s); a train/eval split needs at least 2")

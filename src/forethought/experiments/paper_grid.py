@@ -1,0 +1,129 @@
+"""The derive functions of the two PredGen grid specs: ``predgen_grid`` (the CPU evidence: seed-paired differences
+of each method's prediction against the others' and against the Generator's rank decoder, and each multiple-choice
+prediction's agreement with its own rank decoder and its own written answer) and ``predgen_paper_grid`` (the
+paper's table: dataset x method, our mean ± std over seeds beside the paper's number).
+
+Run groups are named ``<task>-<variant>``; a record holds ``results`` (results.json) and ``predictions``
+(predictions.jsonl rows: prediction, decoded, rank, target)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from forethought.experiments.stats import over_seeds, seed_paired
+
+# The paper's Llama2-7B + LoRA accuracies (%) that are kept here, "<task>/<method>"; the results pages show them
+# through report.papers (which re-exports this table: its one home is here, where the derive reads it).
+PAPER_SOURCE = ("Kowsher et al. 2025, Predicting Through Generation: Why Generation Is Better for Prediction, "
+                "[arXiv:2502.17817](https://arxiv.org/abs/2502.17817), Llama2-7B + LoRA, accuracy in %")
+PAPER_LLAMA2_7B = {"arc-easy/predgen": 84.79, "arc-easy/generator": 79.54, "arc-easy/predictor": 75.27,
+                   "boolq/predgen": 73.82, "boolq/generator": 68.09, "boolq/predictor": 66.29,
+                   "winogrande/predgen": 83.21, "winogrande/generator": 77.54, "winogrande/predictor": 70.49,
+                   "hellaswag/predgen": 93.14, "hellaswag/generator": 90.86, "hellaswag/predictor": 88.53}
+
+# the metric each task is judged by, and whether lower is better
+METRICS = {"mse": True, "accuracy": False}
+# (A, B): A's prediction against B's; "<variant>:<answer>" reads another answer of that run (rank, decoded, ...)
+GRID_COMPARE = (
+    ("predgen-tz", "generator"), ("predgen-tz", "generator:rank"), ("predgen-tz", "predictor"),
+    ("generator", "predictor"), ("generator:rank", "predictor"), ("predgen-ll", "generator:rank"),
+    ("predgen-tz", "predgen-ll"), ("predgen-tz", "predgen-tz:decoded"),
+    ("predgen", "generator"), ("predgen", "predictor"), ("predgen", "generator:expected_value"),
+)
+
+
+def _split(name: str) -> tuple[str, str]:
+    variant, _, answer = name.partition(":")
+    return variant, answer
+
+
+def _metric(results: Mapping[str, Any], answer: str) -> tuple[str, float] | None:
+    """(metric, value) of one answer of a run's results: its prediction ('') or results[answer]."""
+    part = results if not answer else results.get(answer)
+    if not isinstance(part, Mapping):
+        return None
+    for metric in METRICS:
+        if isinstance(part.get(metric), (int, float)):
+            return metric, float(part[metric])
+    return None
+
+
+def _agreement(rows: list[Mapping[str, Any]], key: str) -> float | None:
+    """The share of items whose prediction equals their ``key`` answer (None without that answer)."""
+    pairs = [(r["prediction"], r[key]) for r in rows if key in r and "prediction" in r]
+    return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
+
+
+def _by_task(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, dict[str, dict[int, Any]]]:
+    """task -> variant -> seed -> record (a group's task is its name up to the variant's first known word)."""
+    out: dict[str, dict[str, dict[int, Any]]] = {}
+    for run, r in collected["runs"].items():
+        task, variant = _task_variant(r["group"])
+        out.setdefault(task, {}).setdefault(variant, {})[r["seed"]] = records[run]
+    return out
+
+
+VARIANT_WORDS = ("predictor", "generator", "predgen")
+
+
+def _task_variant(group: str) -> tuple[str, str]:
+    for word in VARIANT_WORDS:
+        marker = f"-{word}"
+        if marker in group:
+            at = group.index(marker)
+            return group[:at], group[at + 1:]
+    raise ValueError(f"run group {group!r} names no method ({', '.join(VARIANT_WORDS)})")
+
+
+def grid(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
+    """``comparisons``: per task, every :data:`GRID_COMPARE` pair both of whose runs exist, as the seed-paired
+    difference of the task's metric (A − B; for MSE lower is better, so a negative difference favours A);
+    ``agreement``: per multiple-choice run group, over seeds, the share of items where its prediction equals its
+    own rank decoder's answer and its own written answer."""
+    out: dict[str, Any] = {"comparisons": {}, "agreement": {}}
+    for task, variants in _by_task(records, collected).items():
+        for a, b in GRID_COMPARE:
+            (va, aa), (vb, ab) = _split(a), _split(b)
+            if va not in variants or vb not in variants:
+                continue
+            sides = []
+            for v, ans in ((va, aa), (vb, ab)):
+                vals = {s: _metric(rec["results"], ans) for s, rec in variants[v].items()}
+                sides.append({s: m for s, m in vals.items() if m is not None})
+            if not sides[0] or not sides[1] or not set(sides[0]) & set(sides[1]):
+                continue
+            metric = next(iter(sides[0].values()))[0]
+            diff = seed_paired({s: m[1] for s, m in sides[0].items()}, {s: m[1] for s, m in sides[1].items()})
+            out["comparisons"][f"{task}: {a} − {b}"] = {"metric": metric, **diff}
+        for variant, per_seed in variants.items():
+            rows = {s: rec.get("predictions") or [] for s, rec in per_seed.items()}
+            agree = {}
+            for key, name in (("rank", "with_rank"), ("decoded", "with_written")):
+                vals = {s: _agreement(r, key) for s, r in rows.items()}
+                vals = {s: v for s, v in vals.items() if v is not None}
+                if vals:
+                    agree[name] = over_seeds(vals)
+            if agree:
+                out["agreement"][f"{task}-{variant}"] = agree
+    return out
+
+
+def paper_table(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
+    """The paper's table layout: one row per dataset, one column per method (Predictor, Generator, PredGen), each
+    cell our mean ± std over seeds of the task's metric (accuracy, or MSE for regression) beside the paper's
+    Llama2-7B number where it is kept (:data:`PAPER_LLAMA2_7B`, in %; ours are fractions)."""
+    rows = {}
+    for task, variants in _by_task(records, collected).items():
+        row: dict[str, Any] = {}
+        for method in VARIANT_WORDS:
+            vals = {s: m for s, rec in variants.get(method, {}).items()
+                    if (m := _metric(rec["results"], "")) is not None}
+            if vals:
+                metric = next(iter(vals.values()))[0]
+                row[method] = {"metric": metric, **over_seeds({s: v for s, (_, v) in vals.items()})}
+            paper = PAPER_LLAMA2_7B.get(f"{task}/{method}")
+            if paper is not None:
+                row.setdefault(method, {})["paper"] = paper
+        rows[task] = row
+    return {"table": rows, "paper_source": PAPER_SOURCE}
