@@ -202,8 +202,7 @@ def test_the_two_configurations(run, capsys):
 
 @pytest.mark.parametrize("extra,message", [
     (["--codes.enabled", "false"], "prior.state_only_variant needs the codes stage"),
-    (["--prior.model.state_only", "true"], "prior.model.state_only false"),
-    (["--longer_blocks.blocks", "[2]"], "not supported with longer_blocks.blocks")])
+    (["--prior.model.state_only", "true"], "prior.model.state_only false")])
 def test_state_only_variant_is_validated(tmp_path, extra, message):
     args = ["psf", "recipe", "--config", "tiny", "--run.out_dir", str(tmp_path), "--prior.state_only_variant",
             "true", *extra]
