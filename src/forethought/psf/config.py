@@ -605,6 +605,23 @@ class PromptedConfig:
 
 
 @dataclass
+class CeilingConfig:
+    """``psf ceiling``: the Bayes-optimal parallel decoders of the planted corpus (forethought.psf.ceiling)."""
+
+    run: RunConfig = field(RunConfig(name="psf-ceiling"), "the run folder of the results (results.json); run.seed "
+                           "seeds the source documents and the decoders' draws")
+    planted: PlantedConfig = field(PlantedConfig(), "the planted corpus (the defaults are every preset's)")
+    documents: int = field(20_000, "source documents drawn from the true generator, each decoded once per decoder")
+
+    def validate(self) -> None:
+        at_least(self, 2, "documents")  # a standard error over documents
+        try:
+            self.planted.validate()
+        except ForethoughtError as e:
+            raise ForethoughtError(f"planted: {e}") from None
+
+
+@dataclass
 class TokenFlowRunConfig:
     recipe_run: str = field("", "the finished 'psf recipe' run with the AR baseline (baselines: [ar]) whose token "
                             "table, batches and AR optimiser settings the flow takes (required)")

@@ -94,6 +94,8 @@ from forethought.psf.sampling import device_generator
 COPIED_FROM = "copied_from.txt"
 # The priors stages_from may copy after the model stages (not a longer-blocks prior: its stage comes later).
 PRIOR_STAGES = ("prior", STATE_ONLY_PRIOR)
+# Model settings that change nothing before the codes stage (stages_from copies earlier stages whatever they are).
+CODES_ONLY_SETTINGS = ("code_dropout", "code_dropout_unit")
 # Validation windows evaluated during training (eval_every): a small fixed set, the first of the valid split.
 EVAL_WINDOWS = 64
 
@@ -193,9 +195,12 @@ def _stage_settings(cfg: RecipeConfig, stage: str) -> dict:
         prior.pop("state_only_variant")
         return {**_stage_settings(cfg, MODEL_STAGES[-1]), "prior": prior}
     upto = MODEL_STAGES[:MODEL_STAGES.index(stage) + 1]
+    model = asdict(cfg.model)
+    if "codes" not in upto:  # code dropout acts only where the decoder reads codes
+        for key in CODES_ONLY_SETTINGS:
+            model.pop(key)
     return {"run.seed": cfg.run.seed, "run.precision": cfg.run.precision, "data": asdict(cfg.data),
-            "model": asdict(cfg.model), "rollout": asdict(cfg.rollout),
-            **{s: asdict(getattr(cfg, s)) for s in upto}}
+            "model": model, "rollout": asdict(cfg.rollout), **{s: asdict(getattr(cfg, s)) for s in upto}}
 
 
 def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
