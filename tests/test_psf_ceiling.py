@@ -61,3 +61,16 @@ def test_the_decoders_order_as_they_must(tmp_path):
 def test_bad_input_fails_in_one_line(tmp_path, args, message):
     expect_clean_failure(["psf", "ceiling", "--run.out_dir", str(tmp_path), *args], tmp_path, tmp_path, [message],
                          in_process=True)
+
+
+def test_the_results_page_cites_the_repository_s_ceiling():
+    """The no-code ceiling the report shows is the collected psf_planted_ceiling result, at the precision shown."""
+    from pathlib import Path
+
+    from forethought.report.papers import PLANTED_NO_CODE_CEILING
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "psf_planted_ceiling.json"
+    res = json.loads(path.read_text())
+    m = res["groups"]["ceiling"]["measures"]
+    assert round(m["states_landing_persistence"]["mean"], 3) == PLANTED_NO_CODE_CEILING.values["persistence"]
+    assert m["states_landing_persistence_se"]["mean"] < 0.002

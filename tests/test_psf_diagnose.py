@@ -173,6 +173,9 @@ def test_diagnose_measures_the_codes(run):
         assert z[g]["diff"] == pytest.approx(z[g]["zeroed"] - z[g]["posterior_mean"])
     assert len(z["diff_per_position"]) == 8 and len(z["diff_per_block"]) == 4
     assert np.mean(z["diff_per_position"]) == pytest.approx(z["all"]["diff"])
+    f = c["first_token_ce"]  # the first token's CE with and without codes, beside a uniform guess
+    assert (f["codes"], f["zero_codes"]) == (z["first"]["posterior_mean"], z["first"]["zeroed"])
+    assert f["uniform"] == pytest.approx(math.log(32))
     u = c["usage"]
     assert sum(u["kl_parts_per_token"].values()) == pytest.approx(u["kl_per_token"])
     assert 0 <= u["active_units"] <= u["dims"] == 8 and len(u["per_dim"]["kl"]) == 8

@@ -429,7 +429,12 @@ def code_diagnostics(model: PSFModel, windows: torch.Tensor, batch: int, n_boot:
     n = model.block_len
     cost = compare(kept, zeroed, n, ("posterior_mean", "zeroed"), n_boot, seed)
     cost["diff_per_position"] = (zeroed - kept).double().reshape(len(windows), -1, n).mean((0, 1)).tolist()
-    out: dict[str, Any] = {"available": True, "zeroing_cost": cost, "usage": code_usage(mu, logvar, n)}
+    # a block's first token is where a code can say the most: its CE with and without the code, beside a uniform
+    # guess (zero codes the decoder never trained on can be worse than that)
+    first = {"codes": cost["first"]["posterior_mean"], "zero_codes": cost["first"]["zeroed"],
+             "uniform": math.log(model.config.vocab_size)}
+    out: dict[str, Any] = {"available": True, "zeroing_cost": cost, "first_token_ce": first,
+                           "usage": code_usage(mu, logvar, n)}
     if gen is None:
         out["topics"] = {"available": False, "reason": "not the planted corpus (no topics to probe)"}
     elif model.blocks != gen.blocks or len(windows) < 4:
@@ -543,6 +548,9 @@ def report_table(res: dict) -> str:
         lines.append("zeroing cost, nats/token (zero codes - posterior mean): " +
                      ", ".join(f"{g} {cell(z[g])}" for g in GROUPS if z[g] is not None))
         lines.append("  per position in a block: " + " ".join(f"{x:+.3f}" for x in z["diff_per_position"]))
+        f = c["first_token_ce"]
+        lines.append(f"  a block's first token, nats: {f['codes']:.3f} with posterior-mean codes, {f['zero_codes']:.3f} "
+                     f"with zero codes (uniform over the vocabulary {f['uniform']:.3f})")
         parts = u["kl_parts_per_token"]
         lines.append(f"KL {u['kl_per_token']:.3f} nats/token = mean shift {parts['mean_shift']:.3f} (no information)"
                      f" + spread of the means {parts['spread']:.3f} + sigma {parts['sigma']:.3f}; active units "
