@@ -429,12 +429,7 @@ def code_diagnostics(model: PSFModel, windows: torch.Tensor, batch: int, n_boot:
     n = model.block_len
     cost = compare(kept, zeroed, n, ("posterior_mean", "zeroed"), n_boot, seed)
     cost["diff_per_position"] = (zeroed - kept).double().reshape(len(windows), -1, n).mean((0, 1)).tolist()
-    # a block's first token is where a code can say the most: its CE with and without the code, beside a uniform
-    # guess (zero codes the decoder never trained on can be worse than that)
-    first = {"codes": cost["first"]["posterior_mean"], "zero_codes": cost["first"]["zeroed"],
-             "uniform": math.log(model.config.vocab_size)}
-    out: dict[str, Any] = {"available": True, "zeroing_cost": cost, "first_token_ce": first,
-                           "usage": code_usage(mu, logvar, n)}
+    out: dict[str, Any] = {"available": True, "zeroing_cost": cost, "usage": code_usage(mu, logvar, n)}
     if gen is None:
         out["topics"] = {"available": False, "reason": "not the planted corpus (no topics to probe)"}
     elif model.blocks != gen.blocks or len(windows) < 4:
@@ -449,6 +444,17 @@ def code_diagnostics(model: PSFModel, windows: torch.Tensor, batch: int, n_boot:
 
 
 # ---- the command ---------------------------------------------------------------------------------------------
+
+def first_token_ce(shuffle: dict[str, Any], vocab: int) -> dict[str, float | None]:
+    """A block's first token, where a code can tell the most, from a stage's :func:`state_shuffle_cost` (clean
+    states, teacher forced, nats): its cross-entropy ``with_codes`` (posterior means; None for a stage without
+    codes) and ``without_codes`` (zero codes, or a stage that has none: the input of the state-only
+    configuration, comparable across runs with and without codes), beside a ``uniform`` guess, log V."""
+    modes = shuffle["modes"]
+    with_codes = modes["posterior_mean"]["first"]["true"] if "posterior_mean" in modes else None
+    without = (modes["zeroed"] if "zeroed" in modes else modes["none"])["first"]["true"]
+    return {"with_codes": with_codes, "without_codes": without, "uniform": math.log(vocab)}
+
 
 def diagnose(cfg: DiagnoseConfig, resume: str | None = None) -> dict:
     """``forethought psf diagnose``: writes ``<recipe_run>/diagnose.json`` and prints a table."""
@@ -485,7 +491,7 @@ def diagnose(cfg: DiagnoseConfig, resume: str | None = None) -> dict:
     codes = code_diagnostics(art.model, windows, cfg.batch_size, cfg.n_boot, cfg.seed, gen)
     res = {"run": str(run_dir), "stage": art.stage, "corpus": art.cfg.data.corpus, "seq_len": L,
            "eval_sequences": len(windows), "shuffle": shuffle, "ceiling": ceiling, "decoding": decoding,
-           "codes": codes,
+           "codes": codes, "first_token_ce": first_token_ce(shuffle[art.stage], art.model.config.vocab_size),
            "wall_s": time.perf_counter() - t0, "settings": asdict(cfg)}
     if planted:
         res["true_val_nll"] = float(token_nll(gen, windows.numpy()).mean())
@@ -510,6 +516,10 @@ def report_table(res: dict) -> str:
         for mode, m in r["modes"].items():
             lines.append(f"{stage:<14} {mode:<21} " + " ".join(f"{cell(m[g]):<26}" for g in GROUPS))
     c = res["ceiling"]
+    f = res["first_token_ce"]
+    lines.append(f"a block's first token, clean states, nats: {f['without_codes']:.3f} without codes"
+                 + ("" if f["with_codes"] is None else f" (zero codes), {f['with_codes']:.3f} with posterior-mean codes")
+                 + f"; a uniform guess {f['uniform']:.3f}")
     lines += ["", "ceiling: AR cross-entropy, context cut at every block boundary - full context:"]
     if c["available"]:
         lines.append(f"{'cut ' + c['cut']:<36} " + " ".join(f"{cell(c[g]):<26}" for g in GROUPS))
@@ -548,9 +558,6 @@ def report_table(res: dict) -> str:
         lines.append("zeroing cost, nats/token (zero codes - posterior mean): " +
                      ", ".join(f"{g} {cell(z[g])}" for g in GROUPS if z[g] is not None))
         lines.append("  per position in a block: " + " ".join(f"{x:+.3f}" for x in z["diff_per_position"]))
-        f = c["first_token_ce"]
-        lines.append(f"  a block's first token, nats: {f['codes']:.3f} with posterior-mean codes, {f['zero_codes']:.3f} "
-                     f"with zero codes (uniform over the vocabulary {f['uniform']:.3f})")
         parts = u["kl_parts_per_token"]
         lines.append(f"KL {u['kl_per_token']:.3f} nats/token = mean shift {parts['mean_shift']:.3f} (no information)"
                      f" + spread of the means {parts['spread']:.3f} + sigma {parts['sigma']:.3f}; active units "
