@@ -211,6 +211,7 @@ PSF = Page("psf", "Results: Predictive State Flow", (
                 psf.codes_pilot_reading), more="psf_codes_pilot_s[0-9]*.json"),
     spec_section("psf_codes"),
     spec_section("psf_planted_ceiling"),
+    spec_section("psf_code_dropout"),
 ))
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (
