@@ -68,6 +68,9 @@ def test_bad_recipe_inputs_write_nothing(tmp_path: Path, trained: tuple[Path, di
     (["--model.code_enters", "everywhere"], ["code_enters", "'query', 'inputs'", "'everywhere'"]),
     (["--model.code_mean_norm", "layer"], ["code_mean_norm", "'none', 'batch'"]),
     (["--prior.state_only_variant", "true"], ["prior.state_only_variant needs the codes stage"]),
+    (["--model.code_dropout", "1"], ["model", "code_dropout must be in [0, 1)"]),
+    (["--model.code_dropout_unit", "token"], ["code_dropout_unit", "'block', 'sequence'"]),
+    (["--longer_blocks.blocks", "[2, 2]"], ["longer_blocks.blocks", "must appear once"]),
     # every section checks its ranges when the config loads
     (["--model.n_embd", "0"], ["model: n_embd must be at least 1", "0"]),
     (["--model.vocab_size", "-1"], ["model: vocab_size must be at least 0"]),

@@ -69,6 +69,7 @@ _IMPORTS = ("import json, sys\nfrom forethought.cli import main\ntry:\n    code 
     (["psf", "diagnose", "--samples", "0", "--run_dir", "x"], 2),
     (["psf", "eval", "--help"], 0),
     (["psf", "token-flow", "--help"], 0),
+    (["psf", "ceiling", "--documents", "1"], 2),
 ])
 def test_help_and_bad_settings_import_no_torch(argv: list[str], code: int, tmp_path: Path) -> None:
     """The configs of these commands live in torch-free modules, so ``--help`` and a mistake in the settings

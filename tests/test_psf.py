@@ -25,6 +25,7 @@ from forethought.psf.model import (
     PSFModel,
     PSFModelConfig,
     calibrate_states,
+    drop_codes,
     generate_blocks,
     kl_free_bits,
     mix_states,
@@ -748,6 +749,56 @@ def test_bn_vae_mean_normalisation():
     assert "code_norm.running_mean" in m.state_dict() and "code_norm.running_mean" not in codes_psf().state_dict()
 
 
+@pytest.mark.parametrize("unit", ["block", "sequence"])
+def test_drop_codes_zeroes_the_expected_fraction_per_unit(unit):
+    """Code dropout: each block's code (or every code of a sequence) is zero with probability p, else unchanged."""
+    codes = torch.randn(2000, 4, 3) + 5.0  # never zero by chance
+    g = torch.Generator().manual_seed(0)
+    out = drop_codes(codes, 0.3, unit, g)
+    zero = (out == 0).all(-1)  # (B, K)
+    assert torch.equal(out[~zero], codes[~zero])  # a code is kept exactly or zeroed whole
+    assert zero.double().mean().item() == pytest.approx(0.3, abs=0.02)
+    if unit == "sequence":
+        assert torch.equal(zero, zero[:, :1].expand_as(zero))  # all of a sequence's blocks together
+    else:
+        assert 0 < zero.all(1).double().mean().item() < 0.05  # blocks drawn independently (0.3^4 = 0.008)
+    assert torch.equal(drop_codes(codes, 0.0, unit, g), codes)
+
+
+def test_code_dropout_in_training_only_and_the_kl_charged_for_every_block():
+    """model.code_dropout p: in training the decoder gets zero codes for the dropped blocks (out["codes"] is what
+    it got) and the KL is charged as without dropout; at evaluation (and so in sampling) never."""
+    m, plain = codes_psf(code_dropout=0.5), codes_psf()
+    tokens = torch.randint(0, V, (64, 12))
+    torch.manual_seed(1)
+    dropped = m.train()(tokens)
+    torch.manual_seed(1)
+    kept = plain.train()(tokens)
+    zero = (dropped["codes"] == 0).all(-1)
+    assert 0.3 < zero.double().mean().item() < 0.7
+    assert torch.equal(dropped["codes"][~zero], kept["codes"][~zero])
+    assert dropped["kl"].item() == pytest.approx(kept["kl"].item())
+    assert dropped["ce"].item() != pytest.approx(kept["ce"].item())
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert m.eval()(tokens, code_generator=g1)["ce"].item() == plain.eval()(tokens, code_generator=g2)["ce"].item()
+    with pytest.raises(ForethoughtError, match=r"code_dropout must be in \[0, 1\)"):
+        PSFModelConfig(vocab_size=V, seq_len=12, blocks=4, code_dropout=1.0).validate()
+
+
+def test_calibration_also_sets_the_code_mean_norm_in_a_codes_stage():
+    """BN-VAE's running estimates of the raw posterior means are recalibrated with the states' (a stage without
+    codes leaves them as built)."""
+    m = codes_psf(code_mean_norm="batch")
+    windows = torch.randint(0, V, (40, 12))
+    calibrate_states(m, windows, batch=16)
+    raw = m.code_head(m.summaries(windows)[1]).chunk(2, dim=-1)[0]  # (40, K, D)
+    torch.testing.assert_close(m.code_norm.running_mean[:4], raw.mean(0))
+    torch.testing.assert_close(m.code_norm.running_var[:4], raw.var(0, unbiased=False))
+    before = codes_psf(code_mean_norm="batch").configure(StageFeatures(codes=False))
+    calibrate_states(before, windows, batch=16)
+    assert torch.all(before.code_norm.running_mean == 0) and torch.all(before.code_norm.running_var == 1)
+
+
 @pytest.mark.parametrize("overrides,message", [
     ({"code_init_sigma": 0.0}, "code_init_sigma must be a number > 0"),
     ({"code_lr_factor": -1.0}, "code_lr_factor must be a number > 0"),
@@ -795,6 +846,46 @@ def test_recipe_applies_the_code_options(tmp_path, monkeypatch):
     assert seen["scales"] == [[3.0]] and seen["sigma"] == [pytest.approx(2 * math.log(0.5))]
 
 
+def test_block_schedule_warm_starts_each_prior_and_ends_with_both_configurations(tmp_path, monkeypatch):
+    """A block-size schedule (here K = 4 -> 2 -> 1 on the planted corpus, as the paper's 64/32/16/8) with the
+    state-only variant: every block count trains a model stage, a main prior and a state-only prior; each prior
+    warm-starts from the same variant's prior at the previous block count, and the final K has both
+    configurations (psf sample --prior state_only at K = 1)."""
+    from test_planted import PLANTED_TINY
+
+    import forethought.psf.recipe as recipe_module
+
+    monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
+    sources: dict[str, str] = {}
+    real_load = recipe_module.load_weights
+
+    def load_weights(module, weights, strict=True, where=""):
+        if isinstance(module, FlowPrior):
+            sources[str(len(sources))] = where
+        return real_load(module, weights, strict=strict, where=where)
+
+    monkeypatch.setattr(recipe_module, "load_weights", load_weights)
+    assert cli.main(["psf", "recipe", "--config", "tiny", "--run.out_dir", str(tmp_path), "--run.name", "sched",
+                     "--landing.enabled", "false", "--self_realized.enabled", "false", "--baselines", "[]",
+                     "--longer_blocks.blocks", "[2, 1]", "--prior.state_only_variant", "true",
+                     "--model.code_dropout", "0.3", *PLANTED_TINY]) == 0
+    run = tmp_path / "sched"
+    res = json.loads((run / "results.json").read_text())
+    assert list(res["stages"]) == ["base", "codes", "prior", "prior_state_only", "blocks2", "prior_blocks2",
+                                   "prior_state_only_blocks2", "blocks1", "prior_blocks1", "prior_state_only_blocks1"]
+    for k in (4, 2, 1):
+        main, only = ("prior", "prior_state_only") if k == 4 else (f"prior_blocks{k}", f"prior_state_only_blocks{k}")
+        assert res["stages"][main]["blocks"] == res["stages"][only]["blocks"] == k
+        assert res["stages"][main]["with_codes"] and not res["stages"][only]["with_codes"]
+    warm = [str(latest_checkpoint(run / s)) for s in ("prior", "prior_state_only", "prior_blocks2",
+                                                     "prior_state_only_blocks2")]
+    assert list(sources.values()) == warm  # each from its own variant's previous prior, in training order
+    art = load_recipe(run)
+    assert art.stage == "blocks1" and art.model.blocks == 1
+    assert art.prior.blocks == art.state_only_prior.blocks == 1 and art.state_only_prior.dim == art.model.state_dim
+    assert cli.main(["psf", "sample", "--recipe_run", str(run), "--n", "2", "--prior", "state_only"]) == 0
+
+
 def test_stages_from_copies_the_matching_stages_and_trains_the_rest(tmp_path, monkeypatch, capsys):
     """``--stages_from``: a run with a longer codes stage starts from another run's base and landing (copied, not
     retrained; the same weights as training them here) and trains codes itself; a source that matches nothing,
@@ -822,6 +913,9 @@ def test_stages_from_copies_the_matching_stages_and_trains_the_rest(tmp_path, mo
     # a restart finds its own copies and trains nothing
     assert cli.main([*longer, "--run.name", "b", "--stages_from", str(tmp_path / "a"), "--resume", "auto"]) == 0
     assert json.loads((tmp_path / "b" / "results.json").read_text())["stages_from"]["stages"] == ["base", "landing"]
+    # code dropout acts only where codes are read: the stages before codes are still copied, codes trains here
+    assert cli.main([*base, "--run.name", "e", "--model.code_dropout", "0.5", "--stages_from", str(tmp_path / "a")]) == 0
+    assert json.loads((tmp_path / "e" / "results.json").read_text())["stages_from"]["stages"] == ["base", "landing"]
 
     capsys.readouterr()
     assert cli.main([*base, "--run.name", "c", "--model.n_embd", "24", "--stages_from", str(tmp_path / "a")]) == 2

@@ -24,6 +24,7 @@ from forethought.psf.diagnose import (
     derangements,
     diagnose,
     distinct_ngrams,
+    first_token_ce,
     group_means,
     sample_measures,
     state_shuffle_cost,
@@ -127,6 +128,8 @@ def test_small_helpers():
     assert distinct_ngrams(np.array([[1, 2, 1, 2, 1], [1, 2, 3, 4, 5]]), 2).tolist() == [0.5, 1.0]
     text = sample_measures(np.array([[1, 2, 1, 2], [3, 4, 5, 6]]), np.array([1.0, 2.0]), None)  # a text corpus
     assert set(text) == {"n", "distinct_2", "distinct_3", "unigram_entropy", "decoder_entropy"}
+    no_codes = {"modes": {"none": {"first": {"true": 2.5}}}}  # a stage without codes: its own CE, nothing with codes
+    assert first_token_ce(no_codes, 64) == {"with_codes": None, "without_codes": 2.5, "uniform": math.log(64)}
 
 
 def test_bad_inputs_fail_in_one_line_and_write_nothing(run, tmp_path):
@@ -173,6 +176,10 @@ def test_diagnose_measures_the_codes(run):
         assert z[g]["diff"] == pytest.approx(z[g]["zeroed"] - z[g]["posterior_mean"])
     assert len(z["diff_per_position"]) == 8 and len(z["diff_per_block"]) == 4
     assert np.mean(z["diff_per_position"]) == pytest.approx(z["all"]["diff"])
+    f = res["first_token_ce"]  # the first token's CE with and without codes (the same teacher-forced passes)
+    assert f["with_codes"] == pytest.approx(z["first"]["posterior_mean"])
+    assert f["without_codes"] == pytest.approx(z["first"]["zeroed"])
+    assert f["uniform"] == pytest.approx(math.log(32))
     u = c["usage"]
     assert sum(u["kl_parts_per_token"].values()) == pytest.approx(u["kl_per_token"])
     assert 0 <= u["active_units"] <= u["dims"] == 8 and len(u["per_dim"]["kl"]) == 8
@@ -202,8 +209,7 @@ def test_the_two_configurations(run, capsys):
 
 @pytest.mark.parametrize("extra,message", [
     (["--codes.enabled", "false"], "prior.state_only_variant needs the codes stage"),
-    (["--prior.model.state_only", "true"], "prior.model.state_only false"),
-    (["--longer_blocks.blocks", "[2]"], "not supported with longer_blocks.blocks")])
+    (["--prior.model.state_only", "true"], "prior.model.state_only false")])
 def test_state_only_variant_is_validated(tmp_path, extra, message):
     args = ["psf", "recipe", "--config", "tiny", "--run.out_dir", str(tmp_path), "--prior.state_only_variant",
             "true", *extra]

@@ -21,7 +21,8 @@ from forethought.experiments.spec import load_spec, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-SPECS = ("psf_codes", "psf_codes_pilot", "psf_states_ablation", "psf_prompted")
+SPECS = ("psf_codes", "psf_codes_pilot", "psf_states_ablation", "psf_prompted", "psf_code_dropout", "psf_trade",
+         "psf_planted_ceiling")
 
 
 @pytest.mark.parametrize("name", SPECS)
@@ -130,3 +131,21 @@ def test_psf_codes_reproduces_its_legacy_json(codes) -> None:
                     compared += 1
     missing = [n for n, c in codes["comparisons"].items() if "missing" in c]  # the arm never run
     assert compared == len(codes["comparisons"]) - len(missing) == 24 and all("mean_wide_30k" in n for n in missing)
+
+
+def test_psf_trade_runs_on_fresh_seeds_and_derives_state_only_minus_main() -> None:
+    """psf_trade: seeds no earlier planted spec used; its derive pairs the two configurations of each seed's run."""
+    from forethought.experiments.psf_trade import derive
+
+    trade, _ = load_spec("psf_trade")
+    used = {s for name in ("psf_codes", "psf_codes_pilot", "psf_states_ablation", "psf_prompted", "psf_planted",
+                           "psf_code_dropout") for p in plan(load_spec(name)[0]) for s in [p.seed]}
+    assert len(trade.seeds) == 3 and not set(trade.seeds) & used
+    groups = {"trade": {"measures": {
+        "prior_nll": {"seeds": [3, 4], "per_seed": [3.0, 2.9]}, "state_only_nll": {"seeds": [3, 4], "per_seed": [2.8, 2.8]},
+        "prior_persistence": {"seeds": [3, 4], "per_seed": [0.62, 0.64]},
+        "state_only_persistence": {"seeds": [4], "per_seed": [0.54]}}}}
+    out = derive({}, {"groups": groups})["state_only_minus_main"]
+    assert out["NLL/token, temperature 1"]["per_seed"] == pytest.approx([-0.2, -0.1])
+    assert out["persistence, temperature 1"]["seeds"] == [4] and out["persistence, temperature 1"]["mean"] == \
+        pytest.approx(-0.10)

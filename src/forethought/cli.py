@@ -94,6 +94,9 @@ COMMANDS = [
             "recipe' run) against replacement on the unconditional prior (another), scored exactly by the true "
             "generator, with bootstrap intervals over prompts; also each prior's unprompted samples",
             "forethought.psf.prompted:run", "forethought.psf.config:PromptedConfig"),
+    Command("psf", "ceiling", "the planted corpus's Bayes-optimal parallel decoders (exact predictive states, with "
+            "and without the landing token and codes): the persistence PSF without codes can reach at most",
+            "forethought.psf.ceiling:run", "forethought.psf.config:CeilingConfig"),
     Command("psf", "token-flow", "train the token-level flow baseline (ELF-style, over all L token embeddings) "
             "beside a finished 'psf recipe' run with the AR baseline: its frozen token table, the recipe's batches, "
             "parameters matched to PSF encoder + decoder; 'psf eval --compare' evaluates the folder",

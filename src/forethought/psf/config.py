@@ -83,6 +83,12 @@ class PSFModelConfig:
         "then scale by the fixed code_mean_gamma and shift by a learned vector, so that the expected KL per "
         "dimension stays >= gamma^2/2 and the posterior cannot collapse onto the prior")
     code_mean_gamma: float = field(0.5, "code_mean_norm batch: the fixed scale of the standardised means")
+    code_dropout: float = field(
+        0.0, "in training, the decoder's code input is replaced by zeros with this probability (per code_dropout_unit), "
+        "so that zero codes - the state-only configuration's input - are an input the decoder has trained on; the "
+        "KL is charged either way; never at evaluation or sampling")
+    code_dropout_unit: Literal["block", "sequence"] = field(
+        "block", "code_dropout draws per (sequence, block), or once per sequence (all its blocks' codes at once)")
 
     def validate(self) -> None:
         """Messages name keys within this section; the recipe prefixes the section (``model: ...``)."""
@@ -100,7 +106,7 @@ class PSFModelConfig:
         for key in ("state_dim", "free_bits", "kl_weight", "code_warmup_steps", "free_bits_block"):
             if getattr(self, key) < 0:
                 raise ForethoughtError(f"{key} must not be negative, got {getattr(self, key)}")
-        for key in ("dropout", "input_dropout"):
+        for key in ("dropout", "input_dropout", "code_dropout"):
             if not 0 <= getattr(self, key) < 1:
                 raise ForethoughtError(f"{key} must be in [0, 1), got {getattr(self, key)}")
         for key in ("code_init_sigma", "code_lr_factor", "code_mean_gamma"):
@@ -109,6 +115,14 @@ class PSFModelConfig:
                 raise ForethoughtError(f"{key} must be a number > 0, got {value}")
         if not 0 < self.state_norm_momentum <= 1:
             raise ForethoughtError(f"state_norm_momentum must be in (0, 1], got {self.state_norm_momentum}")
+
+
+def prior_stage(model_stage: str, state_only: bool = False) -> str:
+    """The name of the prior stage trained on model stage ``model_stage`` (the main one, or with ``state_only`` the
+    state-only variant's): ``prior`` / ``prior_state_only`` after the main stages, ``prior_blocks<K'>`` /
+    ``prior_state_only_blocks<K'>`` after a longer-blocks stage ``blocks<K'>``."""
+    base = STATE_ONLY_PRIOR if state_only else "prior"
+    return f"{base}_{model_stage}" if model_stage.startswith("blocks") else base
 
 
 def check_blocks(L: int, K: int) -> None:
@@ -341,13 +355,17 @@ class PriorStageConfig:
     train: TrainConfig = field(TrainConfig(steps=200, batch_size=32, lr=1e-3, log_every=10), "optimisation")
     state_only_variant: bool = field(
         False, "also train a second prior, over the states only, on the same code-trained decoder (stage "
-        "prior_state_only; the decoder then gets zero codes): the paper's state-only configuration beside the "
-        "main one (prior over states + codes). Needs the codes stage and no longer_blocks")
+        "prior_state_only, and prior_state_only_blocks<K'> after each longer-blocks stage, each warm-started from "
+        "the previous one; the decoder then gets zero codes): the paper's state-only configuration beside the main "
+        "one (prior over states + codes). Needs the codes stage")
 
 
 @dataclass
 class LongerBlocksConfig:
-    blocks: list[int] = field([], "after the main stages, retrain at these block counts K' (< K: longer blocks)")
+    blocks: list[int] = field([], "the block-size schedule after the main stages: retrain the model at each of these "
+                              "block counts K' in turn (fewer blocks: longer ones; the paper's 64/32/16/8 is "
+                              "model.blocks 64 and [32, 16, 8]), each model and prior stage warm-started from the "
+                              "previous one")
     train: TrainConfig = field(TrainConfig(steps=100, batch_size=16, lr=5e-4, log_every=10), "model stages")
     prior_train: TrainConfig = field(TrainConfig(steps=100, batch_size=32, lr=5e-4, log_every=10), "prior stages")
 
@@ -403,6 +421,10 @@ class RecipeConfig:
                 raise ForethoughtError(f"{key}: {e}") from None
         check_planted_shape(self.data, self.model.seq_len, self.model.blocks)
         planted = self.data.planted.blocks if self.data.corpus == PLANTED else 0
+        schedule = [self.model.blocks, *self.longer_blocks.blocks]
+        if len(set(schedule)) != len(schedule):
+            raise ForethoughtError(f"longer_blocks.blocks: each block count of the schedule {schedule} (model.blocks "
+                                   "first) must appear once")
         for k in self.longer_blocks.blocks:
             if planted and k > 0 and planted % k:
                 raise ForethoughtError(f"longer_blocks.blocks: K'={k} must divide data.planted.blocks ({planted}), "
@@ -423,9 +445,6 @@ class RecipeConfig:
             if not (self.prior.enabled and self.codes.enabled) or self.prior.model.state_only:
                 raise ForethoughtError("prior.state_only_variant needs the codes stage and the prior enabled, "
                                        "and prior.model.state_only false (the main prior models states + codes)")
-            if self.longer_blocks.blocks:
-                raise ForethoughtError("prior.state_only_variant is not supported with longer_blocks.blocks "
-                                       "(the variant's prior belongs to the codes stage); set longer_blocks.blocks []")
 
 
 # ---- psf sample, diagnose, eval, token-flow -----------------------------------------------------------------
@@ -650,6 +669,23 @@ class PromptedConfig:
             raise ForethoughtError(f"prompted_blocks must be distinct numbers of blocks >= 1, got {self.prompted_blocks}")
         at_least(self, 2, "prompts")  # intervals over prompts
         at_least(self, 1, "n_boot", "batch_size")
+
+
+@dataclass
+class CeilingConfig:
+    """``psf ceiling``: the Bayes-optimal parallel decoders of the planted corpus (forethought.psf.ceiling)."""
+
+    run: RunConfig = field(RunConfig(name="psf-ceiling"), "the run folder of the results (results.json); run.seed "
+                           "seeds the source documents and the decoders' draws")
+    planted: PlantedConfig = field(PlantedConfig(), "the planted corpus (the defaults are every preset's)")
+    documents: int = field(20_000, "source documents drawn from the true generator, each decoded once per decoder")
+
+    def validate(self) -> None:
+        at_least(self, 2, "documents")  # a standard error over documents
+        try:
+            self.planted.validate()
+        except ForethoughtError as e:
+            raise ForethoughtError(f"planted: {e}") from None
 
 
 @dataclass

@@ -445,6 +445,17 @@ def code_diagnostics(model: PSFModel, windows: torch.Tensor, batch: int, n_boot:
 
 # ---- the command ---------------------------------------------------------------------------------------------
 
+def first_token_ce(shuffle: dict[str, Any], vocab: int) -> dict[str, float | None]:
+    """A block's first token, where a code can tell the most, from a stage's :func:`state_shuffle_cost` (clean
+    states, teacher forced, nats): its cross-entropy ``with_codes`` (posterior means; None for a stage without
+    codes) and ``without_codes`` (zero codes, or a stage that has none: the input of the state-only
+    configuration, comparable across runs with and without codes), beside a ``uniform`` guess, log V."""
+    modes = shuffle["modes"]
+    with_codes = modes["posterior_mean"]["first"]["true"] if "posterior_mean" in modes else None
+    without = (modes["zeroed"] if "zeroed" in modes else modes["none"])["first"]["true"]
+    return {"with_codes": with_codes, "without_codes": without, "uniform": math.log(vocab)}
+
+
 def diagnose(cfg: DiagnoseConfig, resume: str | None = None) -> dict:
     """``forethought psf diagnose``: writes ``<recipe_run>/diagnose.json`` and prints a table."""
     del resume  # nothing here is trained
@@ -480,7 +491,7 @@ def diagnose(cfg: DiagnoseConfig, resume: str | None = None) -> dict:
     codes = code_diagnostics(art.model, windows, cfg.batch_size, cfg.n_boot, cfg.seed, gen)
     res = {"run": str(run_dir), "stage": art.stage, "corpus": art.cfg.data.corpus, "seq_len": L,
            "eval_sequences": len(windows), "shuffle": shuffle, "ceiling": ceiling, "decoding": decoding,
-           "codes": codes,
+           "codes": codes, "first_token_ce": first_token_ce(shuffle[art.stage], art.model.config.vocab_size),
            "wall_s": time.perf_counter() - t0, "settings": asdict(cfg)}
     if planted:
         res["true_val_nll"] = float(token_nll(gen, windows.numpy()).mean())
@@ -505,6 +516,10 @@ def report_table(res: dict) -> str:
         for mode, m in r["modes"].items():
             lines.append(f"{stage:<14} {mode:<21} " + " ".join(f"{cell(m[g]):<26}" for g in GROUPS))
     c = res["ceiling"]
+    f = res["first_token_ce"]
+    lines.append(f"a block's first token, clean states, nats: {f['without_codes']:.3f} without codes"
+                 + ("" if f["with_codes"] is None else f" (zero codes), {f['with_codes']:.3f} with posterior-mean codes")
+                 + f"; a uniform guess {f['uniform']:.3f}")
     lines += ["", "ceiling: AR cross-entropy, context cut at every block boundary - full context:"]
     if c["available"]:
         lines.append(f"{'cut ' + c['cut']:<36} " + " ".join(f"{cell(c[g]):<26}" for g in GROUPS))

@@ -36,7 +36,7 @@ from forethought.psf.build import (
     stage_kind,
     valid_tokens,
 )
-from forethought.psf.config import STATE_ONLY_PRIOR, PSFDataConfig, RecipeConfig, SampleConfig
+from forethought.psf.config import PSFDataConfig, RecipeConfig, SampleConfig, prior_stage
 from forethought.psf.model import PSFModel, PSFModelConfig, generate_blocks
 from forethought.psf.prior import FlowPrior, PriorConfig, leading_known_mask, sample_prior
 from forethought.psf.sampling import device_generator
@@ -119,9 +119,8 @@ def load_recipe(run_dir: str | Path, stage: str = "", device: str | torch.device
     results = read_run_results(run_dir)
     stage = stage or results["final_stage"]
     model = load_stage_model(run_dir, results, stage)
-    prior = load_stage_prior(run_dir, results, model, stage,
-                             f"prior_{stage}" if stage.startswith("blocks") else "prior")
-    state_only = load_stage_prior(run_dir, results, model, stage, STATE_ONLY_PRIOR)
+    prior = load_stage_prior(run_dir, results, model, stage, prior_stage(stage))
+    state_only = load_stage_prior(run_dir, results, model, stage, prior_stage(stage, state_only=True))
     ackpt = latest_checkpoint(run_dir / "ar")
     ar = load_gpt(ackpt)[0].eval() if ackpt is not None else None
     tokenizer = recipe_tokenizer(run_dir, cfg.data, cfg.model.seq_len)

@@ -128,6 +128,18 @@ def kl_free_bits(mu: torch.Tensor, logvar: torch.Tensor, budget: float) -> tuple
     return per_block.clamp(min=budget).sum(), per_block.sum()
 
 
+def drop_codes(codes: torch.Tensor, prob: float, unit: Literal["block", "sequence"] = "block",
+               generator: torch.Generator | None = None) -> torch.Tensor:
+    """Code dropout: (B, K, D) codes with each block's code (``unit`` block) or every code of a sequence (``unit``
+    sequence) replaced by zeros with probability ``prob``, so that zero codes, the state-only configuration's
+    input, are an input the decoder trains on. The draw comes from ``generator`` (default: the global stream)."""
+    B, K, _ = codes.shape
+    shape = (B, K) if unit == "block" else (B, 1)
+    where = generator.device if generator is not None else codes.device
+    keep = torch.rand(shape, generator=generator, device=where).to(codes.device) >= prob  # (B, K) or (B, 1)
+    return codes * keep[..., None].to(codes.dtype)
+
+
 def mix_states(clean: torch.Tensor, realized: torch.Tensor, prob: float, generator: torch.Generator | None = None
                ) -> torch.Tensor:
     """Self-realized prefix: per (sequence, block), with probability ``prob`` take the realized state."""
@@ -330,7 +342,8 @@ class PSFModel(nn.Module):
         training; the target stays the real block). ``code_generator`` draws the codes' noise (default: the
         global RNG); evaluation passes a seeded one so that its numbers repeat. ``code_noise`` False feeds the
         decoder the posterior mean instead of a sample (the codes stage's deterministic warm-up); the KL is charged
-        either way."""
+        either way. In training with ``code_dropout`` the decoder gets zeros instead of some codes
+        (:func:`drop_codes`; ``out["codes"]`` is what it got), the KL charged for every block."""
         if tokens.shape[1] != self.seq_len:
             raise ForethoughtError(f"PSF model expects sequences of {self.seq_len} tokens, got {tokens.shape[1]}")
         raw, feats = self.summaries(tokens)
@@ -349,6 +362,8 @@ class PSFModel(nn.Module):
                 codes = mu + (0.5 * logvar).exp() * eps  # reparameterised sample
             else:  # deterministic warm-up: the posterior mean
                 codes = mu
+            if self.training and self.config.code_dropout > 0:  # the decoder also trains on zero codes
+                codes = drop_codes(codes, self.config.code_dropout, self.config.code_dropout_unit)
             budget = self.config.free_bits_block or self.config.free_bits * self.block_len  # nats per block
             kl_term, kl_raw = kl_free_bits(mu, logvar, budget)
             out.update(codes=codes, kl=kl_raw / self.seq_len, kl_term=kl_term / self.seq_len)
@@ -410,14 +425,25 @@ def generate_blocks(model: PSFModel, states: torch.Tensor, codes: torch.Tensor |
 
 @torch.no_grad()
 def calibrate_states(model: PSFModel, windows: torch.Tensor, batch: int = 64) -> None:
-    """Recalibrate the state normalisation's running estimates on (N, L) windows with the current encoder."""
-    if not isinstance(model.state_norm, StateNorm):
+    """Recalibrate the running estimates of the state normalisation and of BN-VAE's code-mean normalisation
+    (``code_mean_norm batch``) on (N, L) windows with the current encoder: both lag an encoder that is still
+    moving, and evaluation and sampling read them. The code-mean norm only in a stage that uses codes: before
+    the codes stage the code head is untrained and its estimates stay as built."""
+    code_norm = model.code_norm if model.use_codes else None
+    if not isinstance(model.state_norm, StateNorm) and code_norm is None:
         return
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
-    raw = torch.cat([model.summaries(windows[i:i + batch].to(dev))[0] for i in range(0, len(windows), batch)])
-    model.state_norm.calibrate(raw)
+    raw, code_means = [], []
+    for i in range(0, len(windows), batch):
+        h, feats = model.summaries(windows[i:i + batch].to(dev))
+        raw.append(h)
+        code_means.append(model.code_head(feats).chunk(2, dim=-1)[0])  # (B, K, D) before the code-mean norm
+    if isinstance(model.state_norm, StateNorm):
+        model.state_norm.calibrate(torch.cat(raw))
+    if code_norm is not None:
+        code_norm.calibrate(torch.cat(code_means))
     model.train(was_training)
 
 

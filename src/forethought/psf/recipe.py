@@ -7,9 +7,13 @@ Stages (each a sub-run folder of the run folder, each warm-started from the prev
 3. ``self_realized``  — + self-realized prefix (rollout states replace clean ones per block with ``rollout.prob``);
 4. ``codes``          — + realization codes (free-bits KL);
 5. ``prior``          — the rectified-flow prior on the final model's detached states (+ codes);
-6. ``blocks<K'>`` / ``prior_blocks<K'>`` for each ``longer_blocks.blocks`` entry — the model at K' blocks
-   (longer blocks), warm-started from the previous model stage, and its prior warm-started from the previous
-   prior (network weights; the data statistics are recomputed).
+6. ``blocks<K'>`` / ``prior_blocks<K'>`` for each ``longer_blocks.blocks`` entry (the block-size schedule, e.g.
+   the paper's K = 64 -> 32 -> 16 -> 8) — the model at K' blocks, warm-started from the previous model stage, and
+   its prior warm-started from the previous prior (network weights; the data statistics are recomputed).
+
+With ``prior.state_only_variant`` every prior above has a state-only twin on the same model stage
+(``prior_state_only``, ``prior_state_only_blocks<K'>``: states only, the decoder gets zero codes), each warm-started
+from the previous block count's state-only prior, so the schedule's last K has both configurations.
 
 Features are cumulative in stage order: a stage uses its own feature and those of every earlier stage, also when
 an earlier stage is disabled (``enabled: false`` only skips training it). With ``baselines: [ar]`` the
@@ -69,7 +73,14 @@ from forethought.data.planted import PLANTED, build_generator, token_nll
 from forethought.data.tokenizers import RUN_TOKENIZER, save_run_tokenizer
 from forethought.psf.ar import ar_loss, build_ar
 from forethought.psf.build import STAGE_KEYS, build_psf, load_data, prior_for, prior_record, psf_record
-from forethought.psf.config import MODEL_STAGES, STATE_ONLY_PRIOR, RecipeConfig, StageConfig, StageFeatures
+from forethought.psf.config import (
+    MODEL_STAGES,
+    STATE_ONLY_PRIOR,
+    RecipeConfig,
+    StageConfig,
+    StageFeatures,
+    prior_stage,
+)
 from forethought.psf.model import (
     PSFModel,
     calibrate_states,
@@ -83,6 +94,8 @@ from forethought.psf.sampling import device_generator
 COPIED_FROM = "copied_from.txt"
 # The priors stages_from may copy after the model stages (not a longer-blocks prior: its stage comes later).
 PRIOR_STAGES = ("prior", STATE_ONLY_PRIOR)
+# Model settings that change nothing before the codes stage (stages_from copies earlier stages whatever they are).
+CODES_ONLY_SETTINGS = ("code_dropout", "code_dropout_unit")
 # Validation windows evaluated during training (eval_every): a small fixed set, the first of the valid split.
 EVAL_WINDOWS = 64
 
@@ -98,6 +111,7 @@ class Stage:
     train: TrainConfig  # with the AR baseline's steps resolved
     blocks: int = 0  # model stages: K
     seed_index: int = 0  # model stages: position among all model stages, enabled or not (seeds the stage)
+    state_only: bool = False  # priors: the state-only variant's (states only; the decoder gets zero codes)
 
     def run(self, ctx: StageContext, sub: Run) -> dict:
         """Train this stage (or take its finished results) in its folder ``sub``: its results.json entry."""
@@ -116,12 +130,11 @@ def plan_stages(cfg: RecipeConfig) -> list[Stage]:
         if not stage.enabled:
             continue
         plan.append(Stage(name, "model", stage.train, blocks, index))
-        if cfg.prior.enabled and name == last_main:
-            plan.append(Stage("prior", "prior", cfg.prior.train))
-            if cfg.prior.state_only_variant:
-                plan.append(Stage(STATE_ONLY_PRIOR, "prior", cfg.prior.train))
-        elif cfg.prior.enabled and name.startswith("blocks"):
-            plan.append(Stage(f"prior_{name}", "prior", cfg.longer_blocks.prior_train))
+        if cfg.prior.enabled and (name == last_main or name.startswith("blocks")):
+            ptrain = cfg.prior.train if name == last_main else cfg.longer_blocks.prior_train
+            plan.append(Stage(prior_stage(name), "prior", ptrain))
+            if cfg.prior.state_only_variant:  # its own chain of warm starts, beside the main prior's
+                plan.append(Stage(prior_stage(name, state_only=True), "prior", ptrain, state_only=True))
     if "ar" in cfg.baselines:
         tcfg = copy.deepcopy(cfg.ar.train)
         tcfg.steps = _ar_steps(cfg, model_tokens(plan, cfg.model.seq_len))
@@ -182,9 +195,12 @@ def _stage_settings(cfg: RecipeConfig, stage: str) -> dict:
         prior.pop("state_only_variant")
         return {**_stage_settings(cfg, MODEL_STAGES[-1]), "prior": prior}
     upto = MODEL_STAGES[:MODEL_STAGES.index(stage) + 1]
+    model = asdict(cfg.model)
+    if "codes" not in upto:  # code dropout acts only where the decoder reads codes
+        for key in CODES_ONLY_SETTINGS:
+            model.pop(key)
     return {"run.seed": cfg.run.seed, "run.precision": cfg.run.precision, "data": asdict(cfg.data),
-            "model": asdict(cfg.model), "rollout": asdict(cfg.rollout),
-            **{s: asdict(getattr(cfg, s)) for s in upto}}
+            "model": model, "rollout": asdict(cfg.rollout), **{s: asdict(getattr(cfg, s)) for s in upto}}
 
 
 def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -359,7 +375,8 @@ class StageContext:
     done: dict[str, dict]  # results of the stages --resume auto skips (finished_stages)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)  # results.json "params", filled by stages
     prev_ckpt: Path | None = None  # the last model stage's final checkpoint: the next model stage's warm start
-    prev_prior: Path | None = None  # the last prior's: the next prior's warm start (longer blocks)
+    # the last prior's final checkpoint per variant (state-only or not): the next one's warm start (longer blocks)
+    prev_prior: dict[bool, Path] = dataclasses.field(default_factory=dict)
     final_stage: str | None = None  # the last model stage trained so far
 
     def batches(self, batch_size: int) -> Callable[[int], dict]:
@@ -515,7 +532,7 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
     windows; a longer-blocks prior warm-starts its network from the previous prior."""
     cfg, model, rt, tcfg = ctx.cfg, ctx.model, ctx.rt, stage.train
     pcfg = cfg.prior.model
-    if stage.name == STATE_ONLY_PRIOR:  # the paper's state-only variant: the same decoder, states only
+    if stage.state_only:  # the paper's state-only variant: the same decoder, states only
         pcfg = replace(pcfg, state_only=True)
     with_codes = model.use_codes and not pcfg.state_only
     torch.manual_seed(mix_seed("psf-prior-stage", cfg.run.seed))  # its init and flow noise
@@ -527,13 +544,14 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
         load_checkpoint(latest_checkpoint(sub.dir), prior)
         if rt.is_main:
             print(f"{stage.name}: complete, skipped")
-        ctx.params[stage.name], ctx.prev_prior = finished["params"], latest_checkpoint(sub.dir)
+        ctx.params[stage.name], ctx.prev_prior[stage.state_only] = finished["params"], latest_checkpoint(sub.dir)
         return finished
+    previous = ctx.prev_prior.get(stage.state_only)  # the same variant's prior at the previous block count
     if latest_checkpoint(sub.dir) is None:
-        if ctx.prev_prior is not None:  # longer blocks: the network's weights carry over, the statistics do not
-            w = {k: v for k, v in verified_weights(ctx.prev_prior).items()
+        if previous is not None:  # longer blocks: the network's weights carry over, the statistics do not
+            w = {k: v for k, v in verified_weights(previous).items()
                  if k.startswith(("net.", "time_mlp.")) and prior.state_dict()[k].shape == v.shape}
-            load_weights(prior, w, strict=False, where=str(ctx.prev_prior))
+            load_weights(prior, w, strict=False, where=str(previous))
         stats_windows = random_windows(ctx.train_tokens, pcfg.stats_sequences, cfg.model.seq_len,
                                        step_generator(cfg.run.seed, 0, salt=2), window_align(cfg))
         data = torch.cat([trajectories(model, stats_windows[i:i + 64].to(rt.device), with_codes, pcfg.code_data).cpu()
@@ -572,7 +590,7 @@ def train_prior_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
            "val_flow_loss": val}
     sub.write_results(res)
-    ctx.params[stage.name], ctx.prev_prior = n_params, latest_checkpoint(sub.dir)
+    ctx.params[stage.name], ctx.prev_prior[stage.state_only] = n_params, latest_checkpoint(sub.dir)
     return res
 
 

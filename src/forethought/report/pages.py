@@ -210,6 +210,8 @@ PSF = Page("psf", "Results: Predictive State Flow", (
                 "benchmarks/results/psf_codes_pilot_sN.json, seed 0 to psf_codes_pilot.json", psf.codes_pilot,
                 psf.codes_pilot_reading), more="psf_codes_pilot_s[0-9]*.json"),
     spec_section("psf_codes"),
+    spec_section("psf_planted_ceiling"),
+    spec_section("psf_code_dropout"),
 ))
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (

@@ -545,7 +545,7 @@ def codes_lead(r: dict) -> list[str]:
                 f"{mean('clean_persistence')} ({target('clean_persistence')}). Documents from the main prior persist "
                 f"{mean('prior_persistence')} ({target('prior_persistence')}); the state-only prior's "
                 f"{mean('state_only_persistence')}; a decoder without codes given exact predictive states reaches "
-                f"{ceiling} (computed outside this repository), ours with zero codes on clean states "
+                f"{ceiling} (`psf ceiling`), ours with zero codes on clean states "
                 f"{mean('clean_zero_codes_persistence')}. Their exact NLL/token is {mean('prior_nll')} "
                 f"({target('prior_nll')}). At the references' entropy the main prior's documents have NLL/token "
                 f"{mean('psf_nll_matched')} against the state-only prior's {mean('state_only_nll_matched')} "
