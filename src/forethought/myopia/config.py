@@ -29,10 +29,20 @@ class MyopiaSettings:
         0, "myopia horizon k: in every attention layer, query t reads the live keys/values of positions t-k..t and "
         "detached ones before (0 = myopic, >= seq_len - 1 = vanilla; through L layers the gradient of position "
         "t's loss reaches back at most L*k positions). Applies to the detach_hidden / detach_kv models")
+    beta: float = field(
+        0.0, "a dial between myopic (0) and vanilla (1): that fraction of the gradient into other positions' keys "
+        "and values flows as in vanilla (the reference code's beta). Applies to the detach_hidden / detach_kv models")
+    local_form: Literal["ours", "reference"] = field(
+        "ours", "the local-myopic model's past states: ours = the frozen vanilla model's attention input (after its "
+        "LayerNorm), the frozen model in eval mode; reference = the reference code's form: the frozen model's block "
+        "input (the residual before the LayerNorm), projected with no LayerNorm, the frozen model in train mode "
+        "(its dropout on). Our GPT only")
 
     def validate(self) -> None:
         if self.horizon < 0:
             raise ForethoughtError(f"myopia.horizon must be >= 0, got {self.horizon}")
+        if not 0.0 <= self.beta <= 1.0:  # also rejects NaN
+            raise ForethoughtError(f"myopia.beta must be in [0, 1], got {self.beta}")
 
 
 # the models the synthetic task trains (not 'local': it needs a trained vanilla LM's states)
@@ -46,6 +56,9 @@ class TaskConfig:
     shift: int = field(1, "first lag in the sum (1 = the previous input)")
     frequency: float = field(10.0, "the 10 in sin(10·x)")
     function: Literal["sin", "cos", "tanh", "square"] = field("sin", "f in the target")
+    history: Literal["zero", "f0"] = field(
+        "zero", "the sum's terms before the first position: zero = each missing term is 0 (the reference code pads "
+        "the f-values with zeros); f0 = each missing input is x = 0, so each term is f(0). The same for sin")
 
     def validate(self) -> None:
         at_least(self, 1, "seq_len", "window")
@@ -70,14 +83,17 @@ class SyntheticConfig:
     run: RunConfig = field(RunConfig(name="myopia-synthetic"), "run folder, seed, device")
     task: TaskConfig = field(TaskConfig(), "the synthetic task")
     p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
-    modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
+    modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode "
+                                       "([] = none: only the predict-zero and copy levels on the eval sequences)")
     myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
                                    "detach_kv)")
     model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
                              "GPT-2 architecture (inputs through a linear embedding)")
     train: TrainConfig = field(TrainConfig(steps=6000, batch_size=64, lr=1e-3, warmup_steps=200, log_every=50),
                                "optimisation")
-    eval_sequences: int = field(16384, "fresh sequences for the normalised loss")
+    eval_sequences: int = field(16384, "fresh sequences for the normalised loss and the reference levels")
+    eval_seed: int | None = field(None, "the seed of those sequences (default: derived from run.seed); give an "
+                                  "earlier run's to measure on the sequences it was evaluated on")
     curve_sequences: int = field(512, "fresh sequences (seeded: the same ones at every evaluation) for the "
                                  "normalised loss every --train.eval_every steps")
     probe: ProbeSettings = field(ProbeSettings(), "ridge probes")
@@ -102,6 +118,8 @@ class SyntheticConfig:
         for name in ("eval_sequences", "curve_sequences"):  # zero sequences would report a NaN loss
             if getattr(self, name) < 1:
                 raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.eval_seed is not None and self.eval_seed < 0:
+            raise ForethoughtError(f"eval_seed must not be negative, got {self.eval_seed}")
 
 
 # ---------------------------------------------------------------- myopia sin-block
@@ -234,6 +252,8 @@ class LMConfig:
             raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
         if self.base != "gpt":
             base_dtype_name(self.base_dtype, self.run.precision, trains_base=self.lora_r == 0)
+            if "local" in self.variants and self.myopia.local_form == "reference":
+                raise ForethoughtError("myopia.local_form reference is implemented for our GPT (base: gpt) only")
 
 
 @dataclass
