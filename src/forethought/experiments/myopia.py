@@ -149,3 +149,148 @@ def synthetic(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, 
                 entry[f"{name}_probe_sum_r2_last_layer"] = over_seeds(sums)["mean"]
         out[key] = entry
     return out
+
+
+
+def escape_step(curve: list, predict_zero: float, fraction: float = 0.8) -> int | None:
+    """The first logged step whose training loss (normalised) is below ``fraction`` × the predict-zero level:
+    when the run left predict-zero (None if it never did)."""
+    return next((int(step) for step, loss in curve if loss < fraction * predict_zero), None)
+
+
+def _horizon_part(loss: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """Per k against vanilla (k = T): the seed-paired difference and the fraction of the myopic (k = 0) − vanilla
+    difference that horizon k recovers (mean over the seeds all three have)."""
+    import statistics
+
+    out: dict[str, Any] = {}
+    van, myo = loss.get("T", {}), loss.get("0", {})
+    for k in sorted((k for k in loss if k != "T"), key=int) + (["T"] if "T" in loss else []):
+        row: dict[str, Any] = {}
+        diff = paired_or_none(loss[k], van)
+        row["minus_vanilla"] = diff["mean"] if diff else None
+        row["minus_vanilla_ci95"] = _interval_or_none(diff)
+        both = sorted(set(loss[k]) & set(van) & set(myo))
+        if both and all(myo[s] != van[s] for s in both):
+            row["fraction_recovered"] = statistics.fmean((myo[s] - loss[k][s]) / (myo[s] - van[s]) for s in both)
+        out[k] = row
+    return out
+
+
+def horizon(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """The horizon sweep: run groups ``<part>-k=<k>`` (k = T: vanilla). Per part and k: the loss minus vanilla's
+    (paired by seed), the fraction of the myopic − vanilla difference recovered; on the synthetic task the
+    predict-zero level and the step at which each run left it (:func:`escape_step`, per seed); and each run's
+    training wall time (seconds, as [run, seconds] pairs)."""
+    loss: dict[str, dict[str, dict[int, float]]] = {"synthetic": {}, "lm": {}}
+    escape: dict[str, dict[str, int | None]] = {}
+    walls, predict_zero = [], {}
+    for name, record in sorted(records.items()):
+        run = collected["runs"][name]
+        part, k = run["group"].split("-k=", 1)
+        seed, r = run["seed"], record["results"]
+        mode = "vanilla" if k == "T" else "detach_hidden"
+        if part == "synthetic":
+            m = r["p=1"][mode]
+            loss[part].setdefault(k, {})[seed] = m["normalised_loss"]
+            predict_zero[seed] = r["p=1"]["predict_zero"]
+            escape.setdefault(k, {})[str(seed)] = escape_step(m["curve"], r["p=1"]["predict_zero"])
+        else:
+            m = r["variants"][mode]
+            loss[part].setdefault(k, {})[seed] = m["val_loss"]
+        walls.append([name, m["train_wall_s"]])
+    synth = _horizon_part(loss["synthetic"])
+    for k, row in synth.items():
+        row["escape_step"] = escape.get(k)
+    return {"synthetic": {"predict_zero": over_seeds(predict_zero)["mean"] if predict_zero else None,
+                          "per_k": synth},
+            "lm": {"per_k": _horizon_part(loss["lm"])}, "train_wall_s": walls}
+
+
+def lm(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``myopia lm`` comparison (runs that each train some of vanilla, detach_hidden, local, zero_past; every
+    model of a seed shares its initialisation and data order): the runs' setup, each variant's mean and std,
+    :func:`lm_summary` of the per-seed validation losses, and the per-position losses (mean over seeds) with the
+    gap per position (lists: kept in the JSON for plots, not shown in the section's table)."""
+    import statistics
+
+    loss: dict[str, dict[int, float]] = {}
+    per_pos: dict[str, dict[int, list[float]]] = {}
+    setup = None
+    for name, record in sorted(records.items()):
+        r, seed = record["results"], collected["runs"][name]["seed"]
+        if "variants" not in r:
+            continue  # not an LM run (e.g. the model folder myopia init-model made)
+        setup = setup or {k: r.get(k) for k in ("corpus", "tokenizer", "seq_len", "steps", "batch_size",
+                                                "tokens_seen", "eval_sequences", "params")}
+        for variant, x in r["variants"].items():
+            loss.setdefault(variant, {})[seed] = x["val_loss"]
+            if x.get("per_position"):
+                per_pos.setdefault(variant, {})[seed] = x["per_position"]
+    out: dict[str, Any] = {"setup": setup, **variant_stats(loss), **lm_summary(loss)}
+    out["per_position_mean"] = {v: [statistics.fmean(c) for c in zip(*d.values())] for v, d in per_pos.items()}
+    gap = out["gap_paired"]
+    if gap and "detach_hidden" in per_pos and "vanilla" in per_pos:
+        diffs = [[m - v for m, v in zip(per_pos["detach_hidden"][s], per_pos["vanilla"][s])] for s in gap["seeds"]]
+        out["gap_per_position_mean"] = [statistics.fmean(c) for c in zip(*diffs)]
+    return out
+
+
+def lm_with_paper(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`lm` with the paper's GPT-2 124M numbers beside ours (``paper``)."""
+    return {**lm(records, collected), "paper": PAPER_LM}
+
+
+# the families' result keys -> their column in the derived table
+FAMILY_COLUMNS = {"forward_max_abs_diff": "forward: max abs diff", "earlier_state_grad_max_abs":
+                  "gradient into earlier states: max abs", "param_grad_max_rel_diff":
+                  "one-pass vs per-position grads: max rel diff"}
+
+
+def families(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """``myopia families``: a row per model family (prefixed by the run when there are several): the three
+    exactness numbers (max abs forward difference, max gradient into earlier states, max relative difference of the
+    one-pass gradients from the per-position form) and the myopic / vanilla step-time ratio."""
+    rows: dict[str, Any] = {}
+    for name, record in sorted(records.items()):
+        for family, f in record["results"]["families"].items():
+            key = family if len(records) == 1 else f"{name} / {family}"
+            rows[key] = {**{label: f[k] for k, label in FAMILY_COLUMNS.items()},
+                         "step time myopic / vanilla": f["step_cost"]["ratio"]}
+    return {"per_family": rows}
+
+
+def gradient_trajectory(measurements: list[Mapping[str, Any]], key: str) -> dict[str, Any]:
+    """One parameter group's pre-caching gradient over a ``myopia gradients`` run (rows logged every eval_every
+    steps, ``<key>/rel_diff`` = ‖g − g_m‖/‖g‖ and ``<key>/cos`` = cos(g, g_m)): its first, largest (and the step of
+    it), last and mean relative difference, the last and the smallest cosine."""
+    import statistics
+
+    rel = [r[f"{key}/rel_diff"] for r in measurements]
+    cos = [r[f"{key}/cos"] for r in measurements]
+    top = max(rel)
+    return {"rel_diff_first": rel[0], "rel_diff_max": top, "rel_diff_step_of_max": measurements[rel.index(top)]["step"],
+            "rel_diff_last": rel[-1], "rel_diff_mean": statistics.fmean(rel), "cos_last": cos[-1], "cos_min": min(cos)}
+
+
+def gradients(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """The myopia_gradients spec: per run (one per experiment, synthetic or lm) its setup, and the trajectory
+    (:func:`gradient_trajectory`) of every parameter group and of ``all``, as ``trajectory.<run>.<group>`` (the
+    measurements themselves stay in the run's record)."""
+    setup, trajectory = {}, {}
+    for name, record in sorted(records.items()):
+        r = record["results"]
+        setup[name] = {"experiment": r["experiment"], "steps": r["steps"], "batch_size": r["batch_size"],
+                       "measure_batches": r["measure_batches"], "train_wall_s": r["train_wall_s"]}
+        trajectory[name] = {key: gradient_trajectory(r["measurements"], key) for key in [*r["groups"], "all"]}
+    return {"setup": setup, "trajectory": trajectory}
+
+
+def sin_block(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
+    """The myopia_sin_block spec: per run group (activation) and seed, the first evaluation step whose held-out MSE
+    is below 0.8 × the predict-zero level (:func:`escape_step`; None: it never left that level)."""
+    out: dict[str, dict[str, int | None]] = {}
+    for name, record in sorted(records.items()):
+        run, r = collected["runs"][name], record["results"]
+        out.setdefault(run["group"], {})[f"seed {run['seed']}"] = escape_step(r["curve"], r["predict_zero_mse"])
+    return {"left_predict_zero_at_step": out}

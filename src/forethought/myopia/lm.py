@@ -54,6 +54,11 @@ from forethought.myopia.config import (  # noqa: F401  (their home imports no to
 from forethought.myopia.wrap import make_myopic
 
 
+def beta_for(settings: MyopiaSettings, variant: str) -> float:
+    """The beta dial a variant trains with: the setting for the myopic models, 0 for the baselines."""
+    return settings.beta if variant in ("detach_hidden", "detach_kv") else 0.0
+
+
 def horizon_for(settings: MyopiaSettings, variant: str) -> int:
     """The myopia horizon a variant trains with: the setting for the myopic models, 0 for the baselines (local and
     zero_past keep their definitions)."""
@@ -173,7 +178,8 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         return {"val_loss": float(np.mean(per_position_loss(model, curve_windows)))}
 
     results: dict = {"base": cfg.base, "corpus": cfg.data.corpus, "tokenizer": tokenizer_spec(cfg),
-                     "myopia_horizon": cfg.myopia.horizon, "train_tokens": len(train_tokens),
+                     "myopia_horizon": cfg.myopia.horizon, "myopia_beta": cfg.myopia.beta,
+                     "local_form": cfg.myopia.local_form, "train_tokens": len(train_tokens),
                      "epochs": epochs_of(cfg, len(train_tokens)),
                      "seq_len": cfg.data.seq_len, "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
                      "tokens_seen": cfg.train.steps * cfg.train.batch_size * cfg.data.seq_len,
@@ -191,7 +197,8 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         results.setdefault("trainable_params", sum(p.numel() for p in model.parameters() if p.requires_grad))
         if variant != "vanilla":
             make_myopic(model, mode=variant, frozen=vanilla_model if variant == "local" else None,
-                        horizon=horizon_for(cfg.myopia, variant))
+                        horizon=horizon_for(cfg.myopia, variant), beta=beta_for(cfg.myopia, variant),
+                        local_form=cfg.myopia.local_form)
         sub = parent.sub(variant)
         out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant,
                     hooks=TrainHooks(eval_fn=eval_fn),
@@ -292,5 +299,6 @@ def load_variant(lm_run: str | Path, variant: str,
     model.to(device)
     if variant != "vanilla":  # the detach modes leave the forward as it is; applied anyway, as in training
         frozen = load_variant(lm_run, "vanilla", device)[0] if variant == "local" else None
-        make_myopic(model, mode=variant, frozen=frozen, horizon=horizon_for(cfg.myopia, variant))
+        make_myopic(model, mode=variant, frozen=frozen, horizon=horizon_for(cfg.myopia, variant),
+                    beta=beta_for(cfg.myopia, variant), local_form=cfg.myopia.local_form)
     return model.eval(), cfg
