@@ -484,3 +484,20 @@ def test_config_foundations_import_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("decay_all", [False, True])
+def test_decay_all_decays_biases_too(tmp_path, decay_all):
+    # A linear model's 1-D bias: without decay_all only the (1, 4) weight matrix is decayed. One step with and
+    # without weight decay on the same data (one step: the gradients are equal): only decayed parameters differ.
+    import random
+
+    import numpy as np
+
+    np.random.seed(0), random.seed(0)  # the loss's noise draws from these
+    plain, _, _ = _train(tmp_path, f"plain-{decay_all}", steps=1, grad_clip=0.0)
+    np.random.seed(0), random.seed(0)
+    decayed, _, _ = _train(tmp_path, f"wd-{decay_all}", steps=1, grad_clip=0.0, weight_decay=0.5,
+                           decay_all=decay_all)
+    assert not torch.equal(plain.weight, decayed.weight)
+    assert torch.equal(plain.bias, decayed.bias) is not decay_all

@@ -33,7 +33,9 @@ def lm_summary(loss: Mapping[str, Mapping[int, float]]) -> dict[str, Any]:
     - ``local_myopic_bonus`` / ``_paired``: vanilla − local (the paper's definition: how much a model optimising
       only each position's own loss on vanilla's past states improves on vanilla);
     - ``myopic_minus_local`` / ``_paired``; ``context_benefit_paired``: bigram − vanilla (what context buys);
-    - ``gap_over_context``: mean gap / (mean bigram − mean vanilla), and ``gap_over_context_per_seed``.
+    - ``gap_over_context``: mean gap / (mean bigram − mean vanilla), and ``gap_over_context_per_seed``;
+    - with ``detach_kv`` losses: ``detach_kv_gap`` / ``_paired`` (detach_kv − vanilla) and
+      ``detach_kv_minus_myopic_paired`` (detach_kv − detach_hidden).
     """
     get = {v: loss.get(v, {}) for v in ("vanilla", "detach_hidden", "local", "zero_past")}
     stats = variant_stats({v: d for v, d in get.items() if d})
@@ -53,6 +55,10 @@ def lm_summary(loss: Mapping[str, Mapping[int, float]]) -> dict[str, Any]:
         for s in seeds}
     res["gap_over_context"] = (gap["mean"] / (mean["zero_past"] - mean["vanilla"])
                                if gap and "zero_past" in mean else None)
+    if loss.get("detach_kv"):  # the frozen-past variant: its own gap, and what freezing past K/V adds
+        kv = paired_or_none(loss["detach_kv"], get["vanilla"])
+        res["detach_kv_gap"], res["detach_kv_gap_paired"] = (kv["mean"] if kv else None), kv
+        res["detach_kv_minus_myopic_paired"] = paired_or_none(loss["detach_kv"], get["detach_hidden"])
     return res
 
 

@@ -85,6 +85,8 @@ class SyntheticConfig:
     p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
     modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode "
                                        "([] = none: only the predict-zero and copy levels on the eval sequences)")
+    myopic_p_values: list[float] | None = field(None, "the p values the modes other than vanilla train at (default: "
+                                                "all of p_values; the paper trains vanilla alone at p = 0.001)")
     myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
                                    "detach_kv)")
     model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
@@ -101,6 +103,8 @@ class SyntheticConfig:
     def validate(self) -> None:
         if not self.p_values or any(not 0 < p <= 1 for p in self.p_values):
             raise ForethoughtError(f"p_values must be in (0, 1], got {self.p_values}")
+        if self.myopic_p_values is not None and not set(self.myopic_p_values) <= set(self.p_values):
+            raise ForethoughtError(f"myopic_p_values {self.myopic_p_values} must be among p_values {self.p_values}")
         for m in self.modes:
             if m not in MODES or m == "local":
                 raise ForethoughtError(f"modes: unknown or unsupported mode '{m}' "
@@ -210,10 +214,17 @@ class LMDataConfig:
     curve_sequences: int = field(64, "validation windows scored every --train.eval_every steps (the first of the "
                                  "eval_sequences windows, the same ones at every evaluation)")
     cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
+    sequences: Literal["windows", "passages"] = field(
+        "windows", "windows = seq_len + 1 tokens at random offsets of the concatenated corpus; passages = the "
+        "myopia paper's MS MARCO reading: each passage's first seq_len tokens (shorter ones dropped, seq_len − 1 "
+        "predictions each), in one fixed shuffled order, read once in order (corpus: msmarco, hf:<id>, or a file "
+        "with one passage per line)")
 
     def validate(self) -> None:
         # curve_sequences is checked by the commands that score a curve (myopia lm), not here: gradients ignores it
         at_least(self, 1, "seq_len", "eval_sequences")
+        if self.sequences == "passages" and self.seq_len < 2:
+            raise ForethoughtError(f"data.seq_len must be at least 2 with sequences passages, got {self.seq_len}")
         if not self.corpus.strip():
             raise ForethoughtError("corpus must name a corpus, a .txt file or hf:<dataset>")
 
@@ -407,6 +418,27 @@ class StepCostConfig:
 
 Family = Literal["gpt", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2", "gpt_neox", "phi", "opt"]
 FAMILY_NAMES: tuple[str, ...] = typing.get_args(Family)
+
+
+@dataclass
+class AttentionCheckConfig:
+    """``myopia attention-check``: the one-pass myopic attention on a device against the explicit reference form,
+    forward and gradients, in fp32 and bf16 (the CUDA kernel it calls is checked on a GPU only)."""
+
+    run: RunConfig = field(RunConfig(name="myopia-attention-check", device="auto"), "run folder, seed, device")
+    dtypes: list[Literal["fp32", "bf16"]] = field(["fp32", "bf16"], "the dtypes compared")
+    horizons: list[int] = field([0, 3], "myopia horizons (0 = myopic; k >= 1 takes the 2T-key path)")
+    batch: int = field(2, "sequences")
+    heads: int = field(4, "attention heads")
+    seq_len: int = field(64, "positions")
+    head_dim: int = field(32, "width of a head")
+
+    def validate(self) -> None:
+        if not self.dtypes or not self.horizons:
+            raise ForethoughtError("dtypes and horizons: give at least one each")
+        if any(h < 0 for h in self.horizons):
+            raise ForethoughtError(f"horizons must be >= 0, got {self.horizons}")
+        at_least(self, 1, "batch", "heads", "seq_len", "head_dim")
 
 
 @dataclass

@@ -134,6 +134,11 @@ def probes(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int,
     return r2, r2_sum
 
 
+def modes_at(cfg: SyntheticConfig, p: float) -> list[str]:
+    """The modes trained at ``p``: vanilla at every p, the others at ``myopic_p_values`` (default: every p)."""
+    return [m for m in cfg.modes if m == "vanilla" or cfg.myopic_p_values is None or p in cfg.myopic_p_values]
+
+
 def eval_seed(cfg: SyntheticConfig) -> int:
     """The seed of the final evaluation's sequences (the models' loss and the levels)."""
     return cfg.eval_seed if cfg.eval_seed is not None else mix_seed("synthetic-eval", cfg.run.seed)
@@ -189,9 +194,8 @@ def run(cfg: SyntheticConfig, resume: str | None = None) -> dict:
         # the very sequences the models are scored on.
         row = {"predict_zero": predict_zero_loss(cfg.task, p),
                "copy_level": normalised_loss(copy_prediction, cfg.task, p, cfg.eval_sequences, eval_seed(cfg))[0]}
-        for mode in cfg.modes:
-            r = train_one(cfg, p, mode, parent, rt, resume)
-            row[mode] = r
+        for mode in modes_at(cfg, p):
+            row[mode] = train_one(cfg, p, mode, parent, rt, resume)
         results[f"p={p:g}"] = row
     results["wall_s"] = time.perf_counter() - t0
     if rt.is_main:
@@ -209,27 +213,28 @@ def _report(cfg: SyntheticConfig, results: dict, run: Run) -> None:
              "|---" * (len(cfg.modes) + 3) + "|"]
     for p in cfg.p_values:
         row = results[f"p={p:g}"]
-        lines.append(f"| {p:g} | " + "".join(f"{row[m]['normalised_loss']:.3f} | " for m in cfg.modes)
+        lines.append(f"| {p:g} | " + "".join(f"{row[m]['normalised_loss']:.3f} | " if m in row else "– | "
+                                             for m in cfg.modes)
                      + f"{row['copy_level']:.3f} | {row['predict_zero']:.3f} |")
     if not cfg.modes:  # the levels only
         atomic_write_text(run.path("report.md"), "\n".join(lines))
         print("\n".join(lines))
         return
-    p0 = f"p={cfg.p_values[0]:g}"
+    p0, first = f"p={cfg.p_values[0]:g}", modes_at(cfg, cfg.p_values[0])  # the probes: at the first p
     lags = list(range(cfg.probe.max_lag + 1))
     lines += ["", f"Best-layer probe R² of {cfg.task.function}({cfg.task.frequency:g}·x_(n−lag)) at {p0}:", "",
               "| model | " + " | ".join(f"lag {i}" for i in lags[:6]) + " |", "|---" * 7 + "|"]
-    for m in cfg.modes:
+    for m in first:
         r2 = results[p0][m]["probe_r2"]
         best = [max(layer[i] for layer in r2) for i in lags]
         lines.append(f"| {m} | " + " | ".join(f"{b:.2f}" for b in best[:6]) + " |")
     lines += ["", f"Probe R² of the whole sum, per layer (0 = embedding), at {p0}: "
               + "; ".join(f"{m} " + " / ".join(f"{x:.2f}" for x in results[p0][m]["probe_sum_r2"])
-                          for m in cfg.modes)]
-    heatmaps({m: results[p0][m]["probe_r2"] for m in cfg.modes}, run.path("probe_r2.png"),
+                          for m in first)]
+    heatmaps({m: results[p0][m]["probe_r2"] for m in first}, run.path("probe_r2.png"),
              title=f"ridge probe R² ({p0})", xlabel="lag", ylabel="layer (0 = embedding)")
     curves = {f"{m} p={p:g}": tuple(zip(*results[f"p={p:g}"][m]["curve"])) for p in cfg.p_values
-              for m in cfg.modes if results[f"p={p:g}"][m]["curve"]}
+              for m in modes_at(cfg, p) if results[f"p={p:g}"][m]["curve"]}
     for p in cfg.p_values:  # the COPY level as a flat line across the steps
         level = results[f"p={p:g}"]["copy_level"]
         curves[f"copy p={p:g}"] = ((0, cfg.train.steps), (level, level))

@@ -96,12 +96,15 @@ def synthetic_levels(derived: dict) -> list[str]:
 
 # variant key in the JSON -> (row label, key of the published number)
 LM_VARIANTS = (("vanilla", "vanilla", "vanilla"), ("myopic (detach_hidden)", "detach_hidden", "myopic"),
+               ("myopic, past K/V frozen (detach_kv)", "detach_kv", None),
                ("local myopic", "local", "local_myopic"), ("transformer bigram (zero_past)", "zero_past", "transformer_bigram"))
 # seed-paired differences by key; any other '*_paired' key is shown under its own name
 PAIRED_LABELS = {"gap_paired": "myopia gap (myopic − vanilla)",
                  "local_myopic_bonus_paired": "local-myopic bonus (vanilla − local, the paper's definition)",
                  "myopic_minus_local_paired": "myopic − local",
-                 "context_benefit_paired": "context benefit (bigram − vanilla)"}
+                 "context_benefit_paired": "context benefit (bigram − vanilla)",
+                 "detach_kv_gap_paired": "detach_kv − vanilla",
+                 "detach_kv_minus_myopic_paired": "detach_kv − detach_hidden"}
 # the paper's number for each paired difference, where it gives one
 PAIRED_PAPER = {"gap_paired": "gap", "local_myopic_bonus_paired": "local_myopic_bonus",
                 "myopic_minus_local_paired": "myopic_minus_local"}
