@@ -46,7 +46,10 @@ def synthetic(r: dict, paper: bool = True, keys: tuple[str, ...] | None = None) 
                  "copy", "predict zero", "probe R² lag 0 (van / myo)", "best probe R², lags 0–10 (van / myo)",
                  "probe R² of the 10-term sum, last layer (van / myo)"], rows)
     out.append("\nCopy: the loss of outputting x_n where z = 0 and zero where z = 1 (none of the sum computed); at "
-               "p = 1 it is the predict-zero level.")
+               "p = 1 it is the predict-zero level" + ("" if all(float(k[2:]) == 1 for k in r if k.startswith("p=")
+                                                        and (keys is None or k in keys))
+                                                    else "; below 1 these runs did not measure it on their "
+                                                         "sequences (–)") + ".")
     m = r.get("machine", {})
     if r.get("train_wall_s_total"):
         out.append(f"\nTraining wall time, all runs: {r['train_wall_s_total'] / 60:.0f} min ({m.get('cpu_count')} "
