@@ -175,3 +175,21 @@ def test_probes_read_lags_and_the_whole_sum_on_the_models_own_p():
     assert min(r2[0][:5]) > 0.99 and max(r2[0][5:]) < 0.05
     assert min(r2_sum) > 0.99
     assert all(abs(m - 0.25) < 0.05 for m in seen_p)
+
+
+def test_synthetic_levels_only_run_scores_copy_on_the_given_sequences(tmp_path):
+    # --modes [] trains nothing: the run records the levels on the evaluation sequences of --eval_seed
+    assert main(["myopia", "synthetic", "--config", "tiny", "--modes", "[]", "--p_values", "[0.3]", "--eval_seed",
+                 "3", "--eval_sequences", "100", "--run.out_dir", str(tmp_path), "--run.name", "levels"]) == 0
+    res = json.loads((tmp_path / "levels" / "results.json").read_text())
+    row = res["p=0.3"]
+    assert res["eval_seed"] == 3 and set(row) == {"predict_zero", "copy_level"}
+    assert row["copy_level"] == normalised_loss(copy_prediction, load_config_task(), 0.3, 100, seed=3)[0]
+    assert not (tmp_path / "levels" / "p=0.3").exists()
+
+
+def load_config_task() -> TaskConfig:
+    from forethought.cli import CONFIG_DIR
+    from forethought.myopia.synthetic import SyntheticConfig
+
+    return load_config(SyntheticConfig, CONFIG_DIR / "myopia" / "synthetic_tiny.yaml").task
