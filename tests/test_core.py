@@ -556,3 +556,20 @@ def test_sampling_loads_the_ema_and_a_warm_start_the_raw_weights(tmp_path):
     (ckpt / "ema.safetensors").write_bytes(b"x" * (ckpt / "ema.safetensors").stat().st_size)
     with pytest.raises(ForethoughtError, match="ema.safetensors fails its SHA-256 check"):
         load_pretrained(ckpt, "tiny-gpt", lambda r: GPT(GPTConfig(**r["config"])))
+
+
+@pytest.mark.parametrize("decay_all", [False, True])
+def test_decay_all_decays_biases_too(tmp_path, decay_all):
+    # A linear model's 1-D bias: without decay_all only the (1, 4) weight matrix is decayed. One step with and
+    # without weight decay on the same data (one step: the gradients are equal): only decayed parameters differ.
+    import random
+
+    import numpy as np
+
+    np.random.seed(0), random.seed(0)  # the loss's noise draws from these
+    plain, _, _ = _train(tmp_path, f"plain-{decay_all}", steps=1, grad_clip=0.0)
+    np.random.seed(0), random.seed(0)
+    decayed, _, _ = _train(tmp_path, f"wd-{decay_all}", steps=1, grad_clip=0.0, weight_decay=0.5,
+                           decay_all=decay_all)
+    assert not torch.equal(plain.weight, decayed.weight)
+    assert torch.equal(plain.bias, decayed.bias) is not decay_all

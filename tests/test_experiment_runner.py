@@ -99,6 +99,8 @@ def test_comparisons_and_checks_from_records(tmp_path) -> None:
     (("value: groups.synth.vanilla.mean", "value: groups.synth.nope.mean"), "measure 'nope' is not defined"),
     (("comparisons: []", "comparisons: [{name: g, measure: vanilla, a: synth, b: other}]"), "b 'other' is not"),
     (("system: myopia", "system: myopa"), "did you mean 'myopia'"),
+    (("comparisons: []", "comparisons: []\nretrain: {synth-s7: '2026-01-01 00:00'}"), "retrain: run 'synth-s7' is not"),
+    (("comparisons: []", "comparisons: []\nretrain: {synth-s0: 'yesterday'}"), "give the time as 'YYYY-MM-DD HH:MM'"),
 ])
 def test_bad_specs_fail_in_one_line(tmp_path, edit, message) -> None:
     path = _spec(tmp_path, TINY.replace(*edit))
@@ -167,3 +169,20 @@ def test_stages_order_runs_and_measures_fill_placeholders(tmp_path) -> None:
                   "results.p=0.3.vanilla.normalised_loss") == 1.5
     with pytest.raises(ForethoughtError, match=r"measures.vanilla: unknown placeholder\(s\) \{q\}"):
         load_spec(str(_spec(tmp_path, text.replace("p={p}.vanilla", "p={q}.vanilla"))))
+
+
+def test_retrain_reruns_a_stale_record_and_collect_leaves_it_out(tmp_path, capsys) -> None:
+    path = _spec(tmp_path, TINY.replace("comparisons: []", "comparisons: []\nretrain: {synth-s0: '2021-01-01 00:00'}"))
+    spec, _ = load_spec(str(path))
+    layout = Layout.under(tmp_path / "root", "tiny")
+    layout.archive.mkdir(parents=True)
+    for seed, started in ((0, 1.5e9), (1, 1.7e9)):  # 2017 (before the retrain time) and 2023
+        row = {"normalised_loss": 1.0 + seed, "probe_r2": [[0.0]]}
+        record = {"results": {"p=1": {"vanilla": row, "detach_hidden": row}}, "started": started,
+                  "finished": started + 1, "command": "forethought myopia synthetic"}
+        (layout.archive / f"synth-s{seed}.json").write_text(json.dumps(record))
+    assert main(["experiment", "run", str(path), "--root", str(tmp_path / "root"), "--dry_run", "true"]) == 0
+    out = capsys.readouterr().out
+    assert "--run.name synth-s0" in out and "--run.name synth-s1" not in out and "# 1 of 2 runs to run" in out
+    collected = collect(spec, layout, "pytest")
+    assert collected["unfinished"] == ["synth-s0"] and list(collected["runs"]) == ["synth-s1"]

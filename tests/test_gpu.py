@@ -42,6 +42,15 @@ def test_myopic_attention_on_cuda_equals_the_reference_form(dtype):
     assert (grads[0][1] - grads[2][1]).abs().max() > 10 * tol  # k's gradient differs from vanilla's
 
 
+def test_attention_check_on_cuda_passes(tmp_path):
+    # forethought myopia attention-check (gpu_check's part 5): the fast form against the explicit form and float64,
+    # fp32 and bf16, horizons 0 and 3, at the tolerances of attention_check.TOLERANCE
+    assert main(["myopia", "attention-check", "--run.device", "cuda", "--run.out_dir", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "myopia-attention-check" / "results.json").read_text())
+    assert res["passed"], [c for c in res["checks"] if not c["passed"]]
+    assert {(c["dtype"], c["horizon"]) for c in res["checks"]} == {(d, h) for d in ("fp32", "bf16") for h in (0, 3)}
+
+
 def _synthetic(out: Path, name: str, *more: str) -> list[str]:
     return ["myopia", "synthetic", "--config", "tiny", "--modes", "[vanilla,detach_hidden]", "--train.steps", "20",
             "--train.batch_size", "16", "--train.log_every", "5", "--eval_sequences", "64",

@@ -71,6 +71,11 @@ def test_gpu_check_dry_run(tmp_path: Path) -> None:
     assert _finite(psf["tokens_per_s"]) and psf["tokens_per_s"] > 0 and _finite(psf["val_ce"])
     assert psf["train_tokens"] == psf["steps"] * psf["batch_size"] * psf["seq_len"]
 
+    att = parts["attention"]  # on the CPU the fast form must also match, and its forward be vanilla's exactly
+    assert att["passed"] and att["forward_bit_identical_to_vanilla"]
+    assert {c["dtype"] for c in att["checks"]} == {"fp32", "bf16"}
+    assert all(c["fast_vs_float64"]["forward"] < c["tolerance"] for c in att["checks"])
+
 
 @pytest.mark.parametrize("args,names", [
     (["--budget_s", "0"], ["budget_s must be a positive number", "0"]),

@@ -2,6 +2,8 @@
 vanilla, and parameter gradients equal to the sum of per-position backward passes (myopic training as defined by
 Wu et al. 2024, "Do language models plan for future tokens?")."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -211,6 +213,42 @@ def test_local_myopic_uses_frozen_states(arch):
     g = torch.autograd.grad(_per_pos_loss(logits, ids)[T - 2], hidden[:-1])
     assert all(torch.count_nonzero(x[:, :T - 2]) == 0 for x in g)
     assert not any(n.startswith("_forethought") for n in model.state_dict())
+
+
+def test_local_myopic_reference_form_reads_the_frozen_residual_before_layernorm():
+    ids = _ids()
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=V, n_positions=16, n_embd=16, n_layer=2, n_head=2, dropout=0.2)
+    frozen, model, ours = GPT(cfg).double(), GPT(cfg).double(), GPT(cfg).double()
+    model.load_state_dict(frozen.state_dict())
+    ours.load_state_dict(frozen.state_dict())
+    make_myopic(model, mode="local", frozen=frozen, local_form="reference")
+    make_myopic(ours, mode="local", frozen=copy.deepcopy(frozen))
+    seen = {}
+    for i, block in enumerate(frozen.h):  # each block's input: the residual before its LayerNorm
+        block.register_forward_pre_hook(lambda m, a, i=i: seen.__setitem__(i, a[0]))
+    model.eval()
+    out = model(ids)
+    spec = model.h[0].attn._forethought_myopia
+    assert all(torch.equal(spec.frozen_inputs[i], seen[i]) for i in range(cfg.n_layer)) and not frozen.training
+    # same weights: ours (the attention inputs, after the LayerNorm) is the vanilla forward; the reference's is not
+    vanilla = GPT(cfg).double().eval()
+    vanilla.load_state_dict(frozen.state_dict())
+    torch.testing.assert_close(ours.eval()(ids), vanilla(ids), rtol=0, atol=1e-10)
+    assert (out - vanilla(ids)).abs().max() > 1e-3
+    # while training, the frozen model runs in train mode (its dropout on), as in the reference code
+    model.train()
+    model(ids)
+    first = spec.frozen_inputs[0].clone()
+    model(ids)
+    assert frozen.training and not torch.equal(first, spec.frozen_inputs[0])
+    # and still no gradient from a position's loss into earlier positions' states
+    model.eval()
+    logits, hidden = _forward(model, ids, hidden=True)
+    g = torch.autograd.grad(_per_pos_loss(logits, ids)[T - 2], hidden[:-1])
+    assert all(torch.count_nonzero(x[:, :T - 2]) == 0 for x in g)
+    with pytest.raises(ForethoughtError, match="our GPT only"):
+        make_myopic(_gpt2(), mode="local", frozen=_gpt2(), local_form="reference")
 
 
 def test_bad_mode_errors():

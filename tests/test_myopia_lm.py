@@ -84,15 +84,6 @@ def test_summary_uses_the_papers_definitions(trained) -> None:
     assert lm.gap_over_context(3.0, 3.0, 2.9) is None  # context buys nothing: no ratio
 
 
-def test_paper_preset_is_the_papers_regime() -> None:
-    cfg = load_config(lm.LMConfig, CONFIG_DIR / "myopia" / "lm_paper.yaml")
-    assert cfg.gpt.dropout == 0.1 and cfg.gpt.attn_dropout == 0.1
-    assert (cfg.gpt.n_embd, cfg.gpt.n_layer, cfg.gpt.n_head, cfg.data.seq_len) == (768, 12, 12, 64)
-    assert cfg.train.batch_size == 512 and cfg.train.lr == 6e-4
-    assert abs(cfg.train.steps * cfg.train.batch_size - 4.66e6) < 0.01e6  # the paper's 4.66M sequences, once
-    assert cfg.data.corpus.startswith("hf:") and "msmarco" in cfg.data.corpus
-
-
 def test_repeating_the_corpus_warns_before_training(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = load_config(lm.LMConfig, CONFIG_DIR / "myopia" / "lm_tiny.yaml",

@@ -11,7 +11,15 @@ from forethought.core.config import load_config
 from forethought.core.runtime import step_generator
 from forethought.models.gpt import GPT, GPTConfig
 from forethought.myopia.probe import fit_ridge, future_lens_accuracy
-from forethought.myopia.synthetic import ProbeSettings, TaskConfig, predict_zero_loss, probe_r2, sample_task
+from forethought.myopia.synthetic import (
+    ProbeSettings,
+    TaskConfig,
+    copy_prediction,
+    normalised_loss,
+    predict_zero_loss,
+    probe_r2,
+    sample_task,
+)
 
 
 def test_synthetic_targets_follow_the_definition():
@@ -23,9 +31,37 @@ def test_synthetic_targets_follow_the_definition():
             s = sum(math.sin(10 * x[i, n - j].item()) for j in range(2, 5) if n - j >= 0)
             want = z[i, n].item() * s + (1 - z[i, n].item()) * x[i, n].item()
             assert abs(b["targets"][i, n].item() - want) < 1e-5
+    # before the first position: by default each missing term is 0 (the reference's padding); with history f0 each
+    # missing input is x = 0, so each missing term is cos(0) = 1
     cos = TaskConfig(seq_len=8, window=2, shift=1, function="cos")
     b = sample_task(cos, 1.0, 1, step_generator(0, 1))
-    assert abs(b["targets"][0, 0].item() - 2.0) < 1e-6  # zero history: cos(0) twice
+    x = b["inputs"][0, :, 0]
+    assert abs(b["targets"][0, 0].item()) < 1e-6 and abs(b["targets"][0, 1].item() - math.cos(10 * x[0])) < 1e-5
+    f0 = TaskConfig(seq_len=8, window=2, shift=1, function="cos", history="f0")
+    b = sample_task(f0, 1.0, 1, step_generator(0, 1))
+    assert abs(b["targets"][0, 0].item() - 2.0) < 1e-6
+    assert abs(b["targets"][0, 1].item() - 1.0 - math.cos(10 * x[0])) < 1e-5
+
+
+def test_copy_level_is_the_loss_of_copying_on_the_models_evaluation_sequences():
+    # a "model" that copies x_n where z = 0 and outputs zero elsewhere scores exactly the copy level, on the same
+    # sequences; at p = 1 (no position copies) that is predicting zero
+    task = TaskConfig(seq_len=16, window=3)
+
+    class Copy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))  # only so that it has a device
+
+        def forward(self, inputs):
+            return ((1 - inputs[..., 1]) * inputs[..., 0]).unsqueeze(-1)
+
+    for p in (0.3, 1.0):
+        level = normalised_loss(copy_prediction, task, p, 200, seed=5, chunk=64)[0]
+        assert level == normalised_loss(Copy(), task, p, 200, seed=5, chunk=64)[0]
+        assert level != normalised_loss(copy_prediction, task, p, 200, seed=6, chunk=64)[0]
+    zero = normalised_loss(lambda b: torch.zeros_like(b["targets"]), task, 1.0, 200, seed=5, chunk=64)[0]
+    assert zero == normalised_loss(copy_prediction, task, 1.0, 200, seed=5, chunk=64)[0]
 
 
 def test_predict_zero_matches_paper_scale():
@@ -139,3 +175,21 @@ def test_probes_read_lags_and_the_whole_sum_on_the_models_own_p():
     assert min(r2[0][:5]) > 0.99 and max(r2[0][5:]) < 0.05
     assert min(r2_sum) > 0.99
     assert all(abs(m - 0.25) < 0.05 for m in seen_p)
+
+
+def test_synthetic_levels_only_run_scores_copy_on_the_given_sequences(tmp_path):
+    # --modes [] trains nothing: the run records the levels on the evaluation sequences of --eval_seed
+    assert main(["myopia", "synthetic", "--config", "tiny", "--modes", "[]", "--p_values", "[0.3]", "--eval_seed",
+                 "3", "--eval_sequences", "100", "--run.out_dir", str(tmp_path), "--run.name", "levels"]) == 0
+    res = json.loads((tmp_path / "levels" / "results.json").read_text())
+    row = res["p=0.3"]
+    assert res["eval_seed"] == 3 and set(row) == {"predict_zero", "copy_level"}
+    assert row["copy_level"] == normalised_loss(copy_prediction, load_config_task(), 0.3, 100, seed=3)[0]
+    assert not (tmp_path / "levels" / "p=0.3").exists()
+
+
+def load_config_task() -> TaskConfig:
+    from forethought.cli import CONFIG_DIR
+    from forethought.myopia.synthetic import SyntheticConfig
+
+    return load_config(SyntheticConfig, CONFIG_DIR / "myopia" / "synthetic_tiny.yaml").task

@@ -70,6 +70,9 @@ COMMANDS = [
     Command("myopia", "families", "make_myopic on every model family: forward unchanged, no gradient into earlier "
             "states, one-pass gradients = the per-position form (float64), and the step cost of a small model",
             "forethought.myopia.families:run", "forethought.myopia.config:FamiliesConfig"),
+    Command("myopia", "attention-check", "the one-pass myopic attention on a device (CUDA: its fused kernel) "
+            "against the explicit reference form and float64, forward and gradients, fp32 and bf16",
+            "forethought.myopia.attention_check:run", "forethought.myopia.config:AttentionCheckConfig"),
     Command("myopia", "sin-block", "can one GPT block learn sin(10x) from a linear embedding of x (length-1 "
             "sequences, MSE)? the held-out MSE over training, e.g. per --model.activation",
             "forethought.myopia.sin_block:run", "forethought.myopia.config:SinBlockConfig", resume="checkpoint"),

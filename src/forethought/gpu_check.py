@@ -39,9 +39,13 @@ The parts, in order:
 4. ``psf_base``: ``forethought psf recipe --config small`` with every stage but ``base`` switched off, in bf16,
    for the preset's fixed 400 steps x 16 x 256 tokens (no checkpoints until the last, no evaluation during
    training): tokens/s = steps x batch x L / the stage's training wall time.
+5. ``attention``: ``forethought myopia attention-check``: the one-pass myopic attention on CUDA (it calls the
+   memory-efficient kernel with its log-sum-exp, which no CPU run exercises) against the explicit form and a
+   float64 CPU truth, forward and the q, k, v gradients, in fp32 (tolerance 2e-5) and bf16 (3e-2; gradients 10x
+   the absolute tolerance), horizons 0 and 3; and whether its forward is bit-identical to vanilla attention there.
 
-Time (GPU defaults, ``--budget_s`` 560 scales them): the parts get 36 / 40 / 10 / 12 % of the budget as hard
-limits (202 / 224 / 56 / 67 s), less when an earlier part ran over, so the whole run ends by ``budget_s``; the
+Time (GPU defaults, ``--budget_s`` 560 scales them): the parts get 36 / 38 / 9 / 12 / 5 % of the budget as hard
+limits (202 / 213 / 50 / 67 / 28 s), less when an earlier part ran over, so the whole run ends by ``budget_s``; the
 synthetic runs train for 24 % of it (134 s) after a timing of about 20 s. PredGen gets the most because its
 epoch is fixed while the synthetic step count adapts; the step cost (46 steps of two 135M models) and the PSF
 base stage (400 steps of a 3M model) should need well under a minute each. In the background, while part 1
@@ -81,11 +85,12 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json, read_jsonl
 
 DEFAULT_OUT = Path("benchmarks") / "results" / "gpu_check.json"
-Part = Literal["synthetic", "predgen", "step_cost", "psf_base"]
-PARTS = ("synthetic", "predgen", "step_cost", "psf_base")
+Part = Literal["synthetic", "predgen", "step_cost", "psf_base", "attention"]
+PARTS = ("synthetic", "predgen", "step_cost", "psf_base", "attention")
 METHODS = ("predictor", "generator", "predgen")
 MODES = ("vanilla", "detach_hidden")
-SHARES = {"synthetic": 0.36, "predgen": 0.40, "step_cost": 0.10, "psf_base": 0.12}  # hard limits, of the budget
+SHARES = {"synthetic": 0.36, "predgen": 0.38, "step_cost": 0.09, "psf_base": 0.12,  # hard limits, of the budget
+          "attention": 0.05}
 SYNTHETIC_TRAIN_SHARE = 0.24  # the synthetic main runs' training time, of the budget
 POLL_S = 0.05  # how often running jobs (and the timing runs' metrics.jsonl) are looked at
 
@@ -141,6 +146,7 @@ class Settings:
     step_cost_args: list[str]
     psf_preset: str
     psf_extra: list[str]
+    attention_args: list[str]  # myopia attention-check's settings
 
 
 def gpu_settings(budget_s: float) -> Settings:
@@ -153,7 +159,7 @@ def gpu_settings(budget_s: float) -> Settings:
         predgen_extra=["--eval.batch_size", "128"],
         step_cost_model="",
         step_cost_args=["--hf_batch", "16", "--hf_seq_len", "512", "--steps", "20", "--warmup", "3"],
-        psf_preset="small", psf_extra=[])
+        psf_preset="small", psf_extra=[], attention_args=[])
 
 
 def dry_settings(budget_s: float) -> Settings:
@@ -168,7 +174,8 @@ def dry_settings(budget_s: float) -> Settings:
         predgen_extra=["--adapter.r", "2", "--eval.batch_size", "8", "--prompt.max_prompt_tokens", "32"],
         step_cost_model="tiny-llama", step_cost_args=["--config", "quick", "--steps", "2", "--warmup", "1"],
         psf_preset="tiny", psf_extra=["--base.train.steps", "2", "--data.eval_sequences", "4",
-                                      "--prior.model.stats_sequences", "8"])
+                                      "--prior.model.stats_sequences", "8"],
+        attention_args=["--seq_len", "16", "--head_dim", "8", "--horizons", "[0]"])
 
 
 # ---------------------------------------------------------------- processes
@@ -508,8 +515,27 @@ def part_psf(ctx: Context, deadline: float) -> dict[str, Any]:
             "final_loss": stage["final_loss"], "params": recipe["params"]["psf"]["total"], "run": job_record(job)}
 
 
+def part_attention(ctx: Context, deadline: float) -> dict[str, Any]:
+    s = ctx.settings
+    job = ctx.start(Job("attention", forethought(
+        "myopia", "attention-check", "--run.device", s.device, *s.attention_args, "--run.out_dir", str(ctx.work),
+        "--run.name", "attention"), ctx.work / "logs" / "attention.log", ctx.threads))
+    wait_all([job], deadline)
+    res = read_json(ctx.work / "attention" / "results.json")
+    if job.returncode != 0 or res is None:
+        return {"ok": False, "error": failure(job), "run": job_record(job)}
+    out = {"what": "myopia attention-check: the fast myopic attention (the device's fused kernel) against the "
+                   "explicit form and float64, forward and gradients, fp32 and bf16", "ok": bool(res["passed"]),
+           **{k: res[k] for k in ("device_name", "shape", "tolerance", "checks", "passed",
+                                  "forward_bit_identical_to_vanilla")}, "run": job_record(job)}
+    if not res["passed"]:
+        out["error"] = "the fast form is outside the tolerance (see checks)"
+    return out
+
+
 RUNNERS: dict[str, Callable[[Context, float], dict[str, Any]]] = {
-    "synthetic": part_synthetic, "predgen": part_predgen, "step_cost": part_step_cost, "psf_base": part_psf}
+    "synthetic": part_synthetic, "predgen": part_predgen, "step_cost": part_step_cost, "psf_base": part_psf,
+    "attention": part_attention}
 
 
 # ---------------------------------------------------------------- preparation (a background process)
@@ -683,6 +709,9 @@ def summary(part: str, rec: dict[str, Any]) -> str:
                        for m, r in rec.get("methods", {}).items())
     if part == "step_cost":
         return f"; ratio {num(rec.get('ratio'))}"
+    if part == "attention":
+        return f"; within tolerance: {rec.get('passed')}; forward bit-identical to vanilla: " \
+            f"{rec.get('forward_bit_identical_to_vanilla')}"
     return f"; {num(rec.get('tokens_per_s'))} tokens/s"
 
 

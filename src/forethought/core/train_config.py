@@ -26,6 +26,8 @@ class TrainConfig:
     warmup_steps: int = field(0, "linear warmup steps")
     schedule: Literal["cosine", "constant"] = field("cosine", "learning-rate schedule after warmup")
     weight_decay: float = field(0.0, "AdamW weight decay")
+    decay_all: bool = field(False, "apply weight_decay to every parameter, biases and norms too, as a plain "
+                            "AdamW(model.parameters()) does (default: matrices only)")
     beta2: float = field(0.999, "AdamW beta2")
     grad_clip: float = field(1.0, "max gradient norm (0 = off)")
     checkpoint_every: int = field(0, "save a checkpoint every N steps (0 = only at the end)")

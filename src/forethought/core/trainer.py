@@ -165,8 +165,10 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
         groups = []
         for scale in dict.fromkeys([1.0, *scales.values()]):  # one pair of groups (decay / none) per lr factor
             mine = [p for p in trainable if scales.get(id(p), 1.0) == scale]
-            groups += [{"params": [p for p in mine if p.dim() >= 2], "weight_decay": cfg.weight_decay, "lr_scale": scale},
-                       {"params": [p for p in mine if p.dim() < 2], "weight_decay": 0.0, "lr_scale": scale}]
+            decayed = [p for p in mine if cfg.decay_all or p.dim() >= 2]
+            groups += [{"params": decayed, "weight_decay": cfg.weight_decay, "lr_scale": scale},
+                       {"params": [p for p in mine if not (cfg.decay_all or p.dim() >= 2)], "weight_decay": 0.0,
+                        "lr_scale": scale}]
         opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
         start, wall_before = 0, 0.0
         ckpt = resolve_resume(run.dir, resume)

@@ -631,6 +631,127 @@ def load_token_splits(corpus: str, tokenizer_spec: str, cache_dir: Path, min_tok
     return out[0], out[1]
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Passages: one sequence per document (MS MARCO as the myopia paper read it)
+# ----------------------------------------------------------------------------------------------------------
+
+# MS MARCO's passage collection: under the data root as MS MARCO's collection.tsv (pid <tab> passage) or BEIR's
+# corpus.jsonl (one {"_id", "title", "text"} per line, the reference code's source), else the hub copy.
+MSMARCO = "msmarco"
+MSMARCO_FILES = ("msmarco/collection.tsv", "msmarco/corpus.jsonl")
+MSMARCO_HUB = ("sentence-transformers/msmarco-corpus", "passage")
+PASSAGE_ORDER_SEED = 1729  # the reference shuffles its passages once with datasets' shuffle(seed=1729)
+PASSAGE_SPLIT = (0.9, 0.01)  # train, valid fractions of the shuffled passages (the reference's; the rest: test)
+_PASSAGE_CACHE_VERSION = 1
+
+
+def _passages_file(path: Path) -> list[str]:
+    """One passage per line: ``.jsonl`` its ``text`` field, ``.tsv`` its last column, anything else the line."""
+    lines = [line for line in _read_text_file(path).splitlines() if line.strip()]
+    if path.suffix == ".jsonl":
+        try:
+            return [str(json.loads(line)["text"]) for line in lines]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ForethoughtError(f"{path}: every line must be a JSON object with a 'text' field ({e})") from None
+    if path.suffix == ".tsv":
+        return [line.rsplit("\t", 1)[-1] for line in lines]
+    return lines
+
+
+def _passage_source(corpus: str) -> tuple[str, Path | None, tuple[str, str | None] | None]:
+    """(what to call it, a local file, or a hub (id, config)) for a passage corpus name."""
+    if corpus == MSMARCO:
+        root = data_root()
+        for rel in MSMARCO_FILES:
+            if root is not None and (root / rel).is_file():
+                return corpus, root / rel, None
+        reason = hub_dataset_unavailable_reason()
+        if reason is not None:
+            raise _msmarco_missing(reason)
+        return corpus, None, MSMARCO_HUB
+    if corpus.startswith("hf:"):
+        hub_id, _, config = corpus[3:].partition(":")
+        return corpus, None, (hub_id, config or None)
+    path = Path(corpus).expanduser()
+    if not path.is_file():
+        raise ForethoughtError(f"passage corpus '{corpus}': not 'msmarco', 'hf:<id>[:<config>]' or a file (one "
+                               "passage per line: .txt, .tsv (last column) or .jsonl (a 'text' field))")
+    return corpus, path, None
+
+
+def _msmarco_missing(reason: str) -> ForethoughtError:
+    root = data_root()
+    where = f"{root}" if root is not None else "the data root (FORETHOUGHT_DATA is not set)"
+    return ForethoughtError(
+        f"corpus 'msmarco' not found: looked in {where} for {' or '.join(MSMARCO_FILES)}, and on the Hugging Face "
+        f"hub as '{MSMARCO_HUB[0]}' (config {MSMARCO_HUB[1]}; {reason}). Place MS MARCO's collection.tsv or "
+        "BEIR's corpus.jsonl in <FORETHOUGHT_DATA>/msmarco/")
+
+
+def passage_texts(corpus: str) -> list[str]:
+    """Every passage of a passage corpus, in the source's order."""
+    _, path, hub = _passage_source(corpus)
+    if path is not None:
+        return _passages_file(path)
+    try:
+        loaded = load_hub_dataset(*hub)
+    except Exception as e:  # datasets raises many types
+        if corpus == MSMARCO:
+            raise _msmarco_missing(f"loading failed: {first_line(e)}") from e
+        raise ForethoughtError(f"cannot load hub dataset '{hub[0]}' for corpus '{corpus}': {first_line(e)}") from e
+    split = "train" if "train" in loaded else next(iter(loaded))
+    if "text" not in loaded[split].column_names:
+        raise ForethoughtError(f"hub dataset '{hub[0]}' has no 'text' column ({', '.join(loaded[split].column_names)})")
+    return [str(t) for t in loaded[split]["text"]]
+
+
+def first_tokens(passages: list[str], tokenizer: PreTrainedTokenizerBase, length: int) -> np.ndarray:
+    """(N, length): each passage's first ``length`` tokens (no special tokens), passages shorter than that dropped
+    (the reference tokenises with truncation at ``length`` and drops every padded row)."""
+    dtype = np.uint16 if len(tokenizer) < 65536 else np.uint32
+    rows = []
+    for start in range(0, len(passages), 1024):
+        encoded = tokenizer(passages[start:start + 1024], add_special_tokens=False, truncation=True,
+                            max_length=length, verbose=False)["input_ids"]
+        rows += [ids for ids in encoded if len(ids) == length]
+    return np.asarray(rows, dtype=dtype).reshape(len(rows), length)
+
+
+def passage_sequences(corpus: str, tokenizer_spec: str, cache_dir: Path, length: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Train and valid sequences of a passage corpus as the myopia paper read MS MARCO: the passages in the order
+    of one fixed shuffle (numpy's ``default_rng(1729).permutation``, which is datasets' ``shuffle(seed=1729)``),
+    each cut to its first ``length`` tokens, shorter ones dropped, then the first 90 % for training and the next
+    1 % for validation. Cached as ``.npy`` (N, length) arrays; training reads them in order, once."""
+    name, path, hub = _passage_source(corpus)
+    fingerprint = ([str(path.resolve()), path.stat().st_mtime_ns, path.stat().st_size] if path is not None
+                   else list(hub))
+    key = {"version": _PASSAGE_CACHE_VERSION, "corpus": fingerprint, "tokenizer": tokenizer_spec, "length": length}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    paths = [Path(cache_dir) / "passages" / f"{_slug(name)}.{s}.{_slug(tokenizer_spec)}.{digest}.npy"
+             for s in ("train", "valid")]
+    if not all(p.is_file() for p in paths):
+        from forethought.data.tokenizers import load_tokenizer  # lazy: pulls in transformers
+
+        if tokenizer_spec.startswith("bpe:"):
+            raise ForethoughtError("passage corpora need a pretrained tokenizer (e.g. gpt2), not a trained bpe:N")
+        texts = passage_texts(corpus)
+        texts = [texts[i] for i in np.random.default_rng(PASSAGE_ORDER_SEED).permutation(len(texts))]
+        tokenizer = load_tokenizer(tokenizer_spec, cache_dir=Path(cache_dir) / "tokenizers")
+        rows = first_tokens(texts, tokenizer, length)
+        n_train = int(len(rows) * PASSAGE_SPLIT[0])
+        n_valid = max(1, int(len(rows) * PASSAGE_SPLIT[1]))
+        for p, part in zip(paths, (rows[:n_train], rows[n_train:n_train + n_valid])):
+            buf = io.BytesIO()
+            np.save(buf, part, allow_pickle=False)
+            atomic_write_bytes(p, buf.getvalue())
+    train, valid = (np.load(p, mmap_mode="r") for p in paths)
+    if len(train) == 0 or len(valid) == 0:
+        raise ForethoughtError(f"passage corpus '{corpus}': {len(train)} train and {len(valid)} valid passages of at "
+                               f"least {length} tokens; need at least one of each")
+    return train, valid
+
+
 def vocab_size_for(*arrays: np.ndarray, tokenizer: PreTrainedTokenizerBase | None = None) -> int:
     """A model's vocabulary: every id seen in the token arrays and every id the tokenizer can produce."""
     seen = max(int(a.max()) for a in arrays) + 1

@@ -83,11 +83,15 @@ def run(cfg: ExperimentConfig, resume: str | None = None,
     planned = plan(spec, layout.runs)
     if parse is not None:
         check_commands(planned, parse)
-    if cfg.dry_run:
-        for p in planned:
+    if cfg.dry_run:  # what run would run: the runs without a current record
+        from forethought.experiments.runner import current_run
+
+        todo = [p for p in planned if current_run(spec, layout, p.run) is None]
+        for p in todo:
             for argv in p.steps:
                 print(" ".join(shlex.quote(a) for a in (*launcher(spec), *argv)))
-        print(f"# {len(planned)} runs, {spec.parallel} at a time, {spec.threads} thread(s) each; every command parses")
+        print(f"# {len(todo)} of {len(planned)} runs to run ({len(planned) - len(todo)} finished), {spec.parallel} at "
+              f"a time, {spec.threads} thread(s) each; every command parses")
         return
     if spec.data:
         from forethought.core.env import data_root

@@ -33,7 +33,9 @@ def lm_summary(loss: Mapping[str, Mapping[int, float]]) -> dict[str, Any]:
     - ``local_myopic_bonus`` / ``_paired``: vanilla − local (the paper's definition: how much a model optimising
       only each position's own loss on vanilla's past states improves on vanilla);
     - ``myopic_minus_local`` / ``_paired``; ``context_benefit_paired``: bigram − vanilla (what context buys);
-    - ``gap_over_context``: mean gap / (mean bigram − mean vanilla), and ``gap_over_context_per_seed``.
+    - ``gap_over_context``: mean gap / (mean bigram − mean vanilla), and ``gap_over_context_per_seed``;
+    - with ``detach_kv`` losses: ``detach_kv_gap`` / ``_paired`` (detach_kv − vanilla) and
+      ``detach_kv_minus_myopic_paired`` (detach_kv − detach_hidden).
     """
     get = {v: loss.get(v, {}) for v in ("vanilla", "detach_hidden", "local", "zero_past")}
     stats = variant_stats({v: d for v, d in get.items() if d})
@@ -53,6 +55,10 @@ def lm_summary(loss: Mapping[str, Mapping[int, float]]) -> dict[str, Any]:
         for s in seeds}
     res["gap_over_context"] = (gap["mean"] / (mean["zero_past"] - mean["vanilla"])
                                if gap and "zero_past" in mean else None)
+    if loss.get("detach_kv"):  # the frozen-past variant: its own gap, and what freezing past K/V adds
+        kv = paired_or_none(loss["detach_kv"], get["vanilla"])
+        res["detach_kv_gap"], res["detach_kv_gap_paired"] = (kv["mean"] if kv else None), kv
+        res["detach_kv_minus_myopic_paired"] = paired_or_none(loss["detach_kv"], get["detach_hidden"])
     return res
 
 
@@ -73,33 +79,37 @@ def _interval_or_none(stats: Mapping[str, Any] | None) -> list[float] | None:
     return stats["ci95_of_mean"] if stats else None
 
 
-COPY_RUN = "copy-s0"  # the p-grid spec's run that measures the COPY level for records written before it was kept
+LEVELS = "levels-"  # a run that records only the levels (``myopia synthetic --modes []``), no model
 
 
-def copy_level(records: Mapping[str, Mapping[str, Any]], row: Mapping[str, Any]) -> float | None:
-    """The synthetic task's COPY level (output x_n where z = 0, zero where z = 1): what ``myopia synthetic`` records
-    as ``copy_level`` beside each p's predict-zero level, or else the predict-zero level at p = 1 of the spec's
-    ``copy`` run (the same quantity: the mean over z = 1 positions of predicting zero), or None."""
-    if row.get("copy_level") is not None:
-        return row["copy_level"]
-    copy = records.get(COPY_RUN)
-    return copy["results"]["p=1"]["predict_zero"] if copy else None
+def _seed(record: Mapping[str, Any]) -> int:
+    return int(record["config"]["run"]["seed"])
+
+
+def _levels(records: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, int], float]:
+    """{(p key, seed): the COPY level} from the level-only runs (on the sequences that seed's models are scored on)."""
+    return {(key, _seed(r)): row["copy_level"] for name, r in records.items() if name.startswith(LEVELS)
+            for key, row in r["results"].items() if key.startswith("p=") and row.get("copy_level") is not None}
 
 
 def _synthetic_rows(records: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
-    """{'p=<p>': {model: {seed: the run's row}}} from ``myopia synthetic`` records (one p and mode each, or more)."""
+    """{'p=<p>': {model: {seed: the run's row}}} from ``myopia synthetic`` records (one p and mode each, or more);
+    each row carries its p's predict-zero level and its COPY level on the same evaluation sequences (recorded by the
+    run, or by the level-only run of its p and seed), or None where neither has it."""
+    levels = _levels(records)
     rows: dict = {}
     for name, record in records.items():
-        if name == COPY_RUN:
+        if name.startswith(LEVELS):
             continue
-        seed = int(record["config"]["run"]["seed"])
+        seed = _seed(record)
         for key, row in record["results"].items():
             if not key.startswith("p="):
                 continue
-            for mode, name in MODEL_NAMES.items():
+            copy = row.get("copy_level", levels.get((key, seed)))
+            for mode, model in MODEL_NAMES.items():
                 if mode in row:
-                    rows.setdefault(key, {}).setdefault(name, {})[seed] = {
-                        **row[mode], "predict_zero": row["predict_zero"], "copy_level": row.get("copy_level")}
+                    rows.setdefault(key, {}).setdefault(model, {})[seed] = {
+                        **row[mode], "predict_zero": row["predict_zero"], "copy_level": copy}
     return rows
 
 
@@ -108,15 +118,21 @@ def _best_lag(probe_r2: list[list[float]], lag: int) -> float:
 
 
 def synthetic(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:
-    """Per p (``p=<p>``, p descending): the predict-zero and COPY levels, each model's normalised loss (mean over
-    seeds, std, per seed), myopic − vanilla paired by seed (the same data stream and initialisation), myopic − copy,
-    the paper's myopic loss, and the best-layer probe R² of sin(10·x_n) (lag 0) and of the whole sum (last layer)."""
+    """Per p (``p=<p>``, p descending): the predict-zero level; the COPY level (x_n where z = 0, zero where z = 1:
+    the level breadcrumbs are read against) per seed on that seed's evaluation sequences and its mean; each model's
+    normalised loss (mean over seeds, std, per seed); myopic − vanilla paired by seed (the same data stream and
+    initialisation); each model − COPY paired by seed (on the same sequences), with an interval from two seeds on;
+    the paper's myopic loss; the best-layer probe R² of sin(10·x_n) (lag 0) and of the whole sum (last layer)."""
     out: dict[str, Any] = {}
     rows = _synthetic_rows(records)
     for key in sorted(rows, key=lambda k: -float(k[2:])):
         models = rows[key]
         any_row = next(iter(next(iter(models.values())).values()))
-        entry: dict[str, Any] = {"predict_zero": any_row["predict_zero"], "copy": copy_level(records, any_row)}
+        copy = {s: r["copy_level"] for by_seed in models.values() for s, r in by_seed.items()
+                if r["copy_level"] is not None}
+        entry: dict[str, Any] = {"predict_zero": any_row["predict_zero"],
+                                 "copy": over_seeds(copy)["mean"] if copy else None,
+                                 "copy_per_seed": {str(k): v for k, v in sorted(copy.items())}}
         loss = {name: {s: r["normalised_loss"] for s, r in by_seed.items()} for name, by_seed in models.items()}
         for name in ("vanilla", "myopic"):
             if name in loss:
@@ -126,8 +142,10 @@ def synthetic(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, 
         diff = paired_or_none(loss.get("myopic", {}), loss.get("vanilla", {}))
         entry["myopic_minus_vanilla"] = diff["mean"] if diff else None
         entry["myopic_minus_vanilla_ci95"] = _interval_or_none(diff)
-        if "myopic" in loss and entry["copy"] is not None:
-            entry["myopic_minus_copy"] = entry["myopic"] - entry["copy"]
+        for name in ("vanilla", "myopic"):
+            below = paired_or_none(loss.get(name, {}), copy)
+            entry[f"{name}_minus_copy"] = below["mean"] if below else None
+            entry[f"{name}_minus_copy_ci95"] = _interval_or_none(below)
         entry["paper_myopic"] = PAPER_SYNTHETIC_MYOPIC.get(key)
         for name, by_seed in models.items():
             entry[f"{name}_probe_r2_lag0"] = over_seeds({s: _best_lag(r["probe_r2"], 0)
@@ -137,6 +155,7 @@ def synthetic(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, 
                 entry[f"{name}_probe_sum_r2_last_layer"] = over_seeds(sums)["mean"]
         out[key] = entry
     return out
+
 
 
 def escape_step(curve: list, predict_zero: float, fraction: float = 0.8) -> int | None:

@@ -30,7 +30,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 from forethought.experiments.archive import finished_run, invocations, span_s
 from forethought.experiments.jobs import Job, JobFailed, run_queue
-from forethought.experiments.spec import OPS, ExperimentSpec, PlannedRun, plan
+from forethought.experiments.spec import OPS, ExperimentSpec, PlannedRun, plan, retrain_before
 from forethought.experiments.stats import over_seeds, seed_paired
 
 SCHEMA = "forethought.experiment/1"
@@ -65,11 +65,20 @@ def run(spec: ExperimentSpec, layout: Layout, command: str, parse: Callable[[tup
     planned = plan(spec, layout.runs)
     if parse is not None:
         check_commands(planned, parse)
-    todo = [p for p in planned if finished_run(layout.runs / p.run, layout.archive, spec.files) is None]
+    todo = [p for p in planned if current_run(spec, layout, p.run) is None]
     progress(f"{spec.name}: {len(planned) - len(todo)} of {len(planned)} runs finished; running {len(todo)}")
     for stage in sorted({p.stage for p in todo}):  # a stage's runs all finish before the next stage starts
         _run_steps(spec, layout, [p for p in todo if p.stage == stage], progress)
     return collect(collect_as or spec, layout, command, spec_file)
+
+
+def current_run(spec: ExperimentSpec, layout: Layout, run: str) -> dict[str, Any] | None:
+    """A run's record (:func:`finished_run`), or None when it has not finished or its record is stale: it started
+    before the spec's ``retrain`` time for it."""
+    record = finished_run(layout.runs / run, layout.archive, spec.files)
+    if record is not None and run in spec.retrain and (record.get("started") or 0) < retrain_before(spec.retrain[run]):
+        return None
+    return record
 
 
 def check_commands(planned: list[PlannedRun], parse: Callable[[tuple[str, ...]], None]) -> None:
@@ -172,7 +181,7 @@ def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path 
     """The finished runs' records (run folders, else the archive) -> one results JSON (written to
     ``layout.results``, plots beside it) -> returned. Unfinished runs are left out and listed."""
     planned = plan(spec, layout.runs)
-    records = {p.run: r for p in planned if (r := finished_run(layout.runs / p.run, layout.archive, spec.files))}
+    records = {p.run: r for p in planned if (r := current_run(spec, layout, p.run))}
     if not records:
         raise ForethoughtError(f"{spec.name}: no finished run yet (run 'forethought experiment run {spec.name}')")
     runs, by_group = {}, {}

@@ -10,10 +10,12 @@ the same way. No torch here: ``experiment list`` and a bad spec answer at once.
 
 from __future__ import annotations
 
+import calendar
 import itertools
 import re
 import shlex
 import string
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -94,6 +96,9 @@ class ExperimentSpec:
     launcher: str = field("", "what runs each command instead of 'python -m forethought.cli', e.g. 'accelerate "
                               "launch --num_processes 8 -m forethought.cli' for several GPUs")
     runs: list[RunGroup] = field([], "the run groups")
+    retrain: dict[str, str] = field({}, "run name -> 'YYYY-MM-DD HH:MM' (UTC): a record of that run started before "
+                                        "then is stale (e.g. trained on an earlier data stream): run trains it "
+                                        "again and replaces its record; until then collect leaves it out")
     files: list[str] = field(["results.json"], "what each finished run keeps in the archive (JSON files relative "
                                                "to its folder; the first must exist when the run has finished)")
     measures: dict[str, str] = field({}, "name -> dotted path in a run's record (results.accuracy, "
@@ -122,6 +127,9 @@ class ExperimentSpec:
             _check_group(g, i, self.seeds)
         groups = [p.group for p in plan(self)]
         runs = [p.run for p in plan(self)]
+        for name, when in self.retrain.items():
+            _known(name, runs, "retrain: run")
+            retrain_before(when, name)
         dup = sorted({r for r in runs if runs.count(r) > 1})
         if dup:
             raise ForethoughtError(f"runs: two run groups give the same run name(s): {', '.join(dup[:3])}")
@@ -152,6 +160,14 @@ class ExperimentSpec:
             _known(p.measure, self.measures, f"plot '{p.file}': measure")
             for g in p.groups:
                 _known(g, known_groups, f"plot '{p.file}': group")
+
+
+def retrain_before(when: str, name: str = "") -> float:
+    """A ``retrain`` time ('YYYY-MM-DD HH:MM', UTC) as epoch seconds."""
+    try:
+        return calendar.timegm(time.strptime(str(when), "%Y-%m-%d %H:%M"))
+    except ValueError:
+        raise ForethoughtError(f"retrain.{name}: give the time as 'YYYY-MM-DD HH:MM' (UTC), got {when!r}") from None
 
 
 def _known(name: str, known: Any, what: str) -> None:

@@ -29,10 +29,20 @@ class MyopiaSettings:
         0, "myopia horizon k: in every attention layer, query t reads the live keys/values of positions t-k..t and "
         "detached ones before (0 = myopic, >= seq_len - 1 = vanilla; through L layers the gradient of position "
         "t's loss reaches back at most L*k positions). Applies to the detach_hidden / detach_kv models")
+    beta: float = field(
+        0.0, "a dial between myopic (0) and vanilla (1): that fraction of the gradient into other positions' keys "
+        "and values flows as in vanilla (the reference code's beta). Applies to the detach_hidden / detach_kv models")
+    local_form: Literal["ours", "reference"] = field(
+        "ours", "the local-myopic model's past states: ours = the frozen vanilla model's attention input (after its "
+        "LayerNorm), the frozen model in eval mode; reference = the reference code's form: the frozen model's block "
+        "input (the residual before the LayerNorm), projected with no LayerNorm, the frozen model in train mode "
+        "(its dropout on). Our GPT only")
 
     def validate(self) -> None:
         if self.horizon < 0:
             raise ForethoughtError(f"myopia.horizon must be >= 0, got {self.horizon}")
+        if not 0.0 <= self.beta <= 1.0:  # also rejects NaN
+            raise ForethoughtError(f"myopia.beta must be in [0, 1], got {self.beta}")
 
 
 # the models the synthetic task trains (not 'local': it needs a trained vanilla LM's states)
@@ -46,6 +56,9 @@ class TaskConfig:
     shift: int = field(1, "first lag in the sum (1 = the previous input)")
     frequency: float = field(10.0, "the 10 in sin(10·x)")
     function: Literal["sin", "cos", "tanh", "square"] = field("sin", "f in the target")
+    history: Literal["zero", "f0"] = field(
+        "zero", "the sum's terms before the first position: zero = each missing term is 0 (the reference code pads "
+        "the f-values with zeros); f0 = each missing input is x = 0, so each term is f(0). The same for sin")
 
     def validate(self) -> None:
         at_least(self, 1, "seq_len", "window")
@@ -70,14 +83,19 @@ class SyntheticConfig:
     run: RunConfig = field(RunConfig(name="myopia-synthetic"), "run folder, seed, device")
     task: TaskConfig = field(TaskConfig(), "the synthetic task")
     p_values: list[float] = field([1.0, 0.1], "Bernoulli probabilities p to train and report")
-    modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode")
+    modes: list[SyntheticMode] = field(["vanilla", "detach_hidden"], "models to train: vanilla and/or a myopia mode "
+                                       "([] = none: only the predict-zero and copy levels on the eval sequences)")
+    myopic_p_values: list[float] | None = field(None, "the p values the modes other than vanilla train at (default: "
+                                                "all of p_values; the paper trains vanilla alone at p = 0.001)")
     myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
                                    "detach_kv)")
     model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=2, n_head=2, input_dim=2, output_dim=1),
                              "GPT-2 architecture (inputs through a linear embedding)")
     train: TrainConfig = field(TrainConfig(steps=6000, batch_size=64, lr=1e-3, warmup_steps=200, log_every=50),
                                "optimisation")
-    eval_sequences: int = field(16384, "fresh sequences for the normalised loss")
+    eval_sequences: int = field(16384, "fresh sequences for the normalised loss and the reference levels")
+    eval_seed: int | None = field(None, "the seed of those sequences (default: derived from run.seed); give an "
+                                  "earlier run's to measure on the sequences it was evaluated on")
     curve_sequences: int = field(512, "fresh sequences (seeded: the same ones at every evaluation) for the "
                                  "normalised loss every --train.eval_every steps")
     probe: ProbeSettings = field(ProbeSettings(), "ridge probes")
@@ -85,6 +103,8 @@ class SyntheticConfig:
     def validate(self) -> None:
         if not self.p_values or any(not 0 < p <= 1 for p in self.p_values):
             raise ForethoughtError(f"p_values must be in (0, 1], got {self.p_values}")
+        if self.myopic_p_values is not None and not set(self.myopic_p_values) <= set(self.p_values):
+            raise ForethoughtError(f"myopic_p_values {self.myopic_p_values} must be among p_values {self.p_values}")
         for m in self.modes:
             if m not in MODES or m == "local":
                 raise ForethoughtError(f"modes: unknown or unsupported mode '{m}' "
@@ -102,6 +122,8 @@ class SyntheticConfig:
         for name in ("eval_sequences", "curve_sequences"):  # zero sequences would report a NaN loss
             if getattr(self, name) < 1:
                 raise ForethoughtError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.eval_seed is not None and self.eval_seed < 0:
+            raise ForethoughtError(f"eval_seed must not be negative, got {self.eval_seed}")
 
 
 # ---------------------------------------------------------------- myopia sin-block
@@ -192,10 +214,17 @@ class LMDataConfig:
     curve_sequences: int = field(64, "validation windows scored every --train.eval_every steps (the first of the "
                                  "eval_sequences windows, the same ones at every evaluation)")
     cache_dir: str = field("", "token/tokenizer cache ('' = FORETHOUGHT_CACHE or ~/.cache/forethought)")
+    sequences: Literal["windows", "passages"] = field(
+        "windows", "windows = seq_len + 1 tokens at random offsets of the concatenated corpus; passages = the "
+        "myopia paper's MS MARCO reading: each passage's first seq_len tokens (shorter ones dropped, seq_len − 1 "
+        "predictions each), in one fixed shuffled order, read once in order (corpus: msmarco, hf:<id>, or a file "
+        "with one passage per line)")
 
     def validate(self) -> None:
         # curve_sequences is checked by the commands that score a curve (myopia lm), not here: gradients ignores it
         at_least(self, 1, "seq_len", "eval_sequences")
+        if self.sequences == "passages" and self.seq_len < 2:
+            raise ForethoughtError(f"data.seq_len must be at least 2 with sequences passages, got {self.seq_len}")
         if not self.corpus.strip():
             raise ForethoughtError("corpus must name a corpus, a .txt file or hf:<dataset>")
 
@@ -234,6 +263,8 @@ class LMConfig:
             raise ForethoughtError("data.seq_len must be <= gpt.n_positions")
         if self.base != "gpt":
             base_dtype_name(self.base_dtype, self.run.precision, trains_base=self.lora_r == 0)
+            if "local" in self.variants and self.myopia.local_form == "reference":
+                raise ForethoughtError("myopia.local_form reference is implemented for our GPT (base: gpt) only")
 
 
 @dataclass
@@ -387,6 +418,27 @@ class StepCostConfig:
 
 Family = Literal["gpt", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2", "gpt_neox", "phi", "opt"]
 FAMILY_NAMES: tuple[str, ...] = typing.get_args(Family)
+
+
+@dataclass
+class AttentionCheckConfig:
+    """``myopia attention-check``: the one-pass myopic attention on a device against the explicit reference form,
+    forward and gradients, in fp32 and bf16 (the CUDA kernel it calls is checked on a GPU only)."""
+
+    run: RunConfig = field(RunConfig(name="myopia-attention-check", device="auto"), "run folder, seed, device")
+    dtypes: list[Literal["fp32", "bf16"]] = field(["fp32", "bf16"], "the dtypes compared")
+    horizons: list[int] = field([0, 3], "myopia horizons (0 = myopic; k >= 1 takes the 2T-key path)")
+    batch: int = field(2, "sequences")
+    heads: int = field(4, "attention heads")
+    seq_len: int = field(64, "positions")
+    head_dim: int = field(32, "width of a head")
+
+    def validate(self) -> None:
+        if not self.dtypes or not self.horizons:
+            raise ForethoughtError("dtypes and horizons: give at least one each")
+        if any(h < 0 for h in self.horizons):
+            raise ForethoughtError(f"horizons must be >= 0, got {self.horizons}")
+        at_least(self, 1, "batch", "heads", "seq_len", "head_dim")
 
 
 @dataclass

@@ -143,6 +143,7 @@ def _synthetic(cfg: GradientsConfig) -> tuple[torch.nn.Module, LossFn, Callable,
 def _language(cfg: GradientsConfig) -> tuple[torch.nn.Module, LossFn, Callable, list, Callable]:
     lcfg = _lm_config(cfg)
     train_tokens, valid_tokens, vocab = lm.load_data(lcfg)
+    train_tokens, valid_tokens = train_tokens.reshape(-1), valid_tokens.reshape(-1)  # passages: concatenated
     model = lm.build_model(lcfg, vocab)
     L = cfg.data.seq_len + 1
     windows = eval_windows(valid_tokens, cfg.eval_sequences, L)

@@ -43,7 +43,13 @@ from forethought.core.precision import base_dtype
 from forethought.core.run import Run
 from forethought.core.runtime import runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainHooks, train
-from forethought.data.corpora import eval_windows, load_token_splits, random_windows, vocab_size_for
+from forethought.data.corpora import (
+    eval_windows,
+    load_token_splits,
+    passage_sequences,
+    random_windows,
+    vocab_size_for,
+)
 from forethought.models.gpt import GPT, load_gpt
 from forethought.myopia.config import (  # noqa: F401  (their home imports no torch; importable from here too)
     VARIANTS,
@@ -52,6 +58,11 @@ from forethought.myopia.config import (  # noqa: F401  (their home imports no to
     MyopiaSettings,
 )
 from forethought.myopia.wrap import make_myopic
+
+
+def beta_for(settings: MyopiaSettings, variant: str) -> float:
+    """The beta dial a variant trains with: the setting for the myopic models, 0 for the baselines."""
+    return settings.beta if variant in ("detach_hidden", "detach_kv") else 0.0
 
 
 def horizon_for(settings: MyopiaSettings, variant: str) -> int:
@@ -65,11 +76,19 @@ def tokenizer_spec(cfg: LMConfig) -> str:
 
 
 def load_tokens(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Train and valid token streams (with ``data.sequences passages``: the passages' sequences, (N, seq_len))."""
     spec = tokenizer_spec(cfg)
     if spec == "auto":
         raise ForethoughtError("data.tokenizer 'auto' needs an HF base model; with base 'gpt' name one (e.g. gpt2)")
+    if cfg.data.sequences == "passages":
+        return passage_sequences(cfg.data.corpus, spec, cache_dir(cfg.data.cache_dir), cfg.data.seq_len)
     return load_token_splits(cfg.data.corpus, spec, cache_dir(cfg.data.cache_dir), cfg.data.seq_len + 2,
                              f"seq_len {cfg.data.seq_len}")
+
+
+def passage_batch(train: np.ndarray, step: int, batch_size: int) -> torch.Tensor:
+    """The training batch of ``step`` in one ordered pass over the passages' sequences: rows [step·B, (step+1)·B)."""
+    return torch.from_numpy(np.asarray(train[step * batch_size:(step + 1) * batch_size], dtype=np.int64))
 
 
 def build_model(cfg: LMConfig, vocab_size: int) -> torch.nn.Module:
@@ -158,23 +177,37 @@ def repeat_warning(cfg: LMConfig, train_tokens: int) -> str | None:
 def run(cfg: LMConfig, resume: str | None = None) -> dict:
     rt = runtime_for(cfg.run)
     train_tokens, valid_tokens, vocab = load_data(cfg)
-    warning = repeat_warning(cfg, len(train_tokens))
-    if warning and rt.is_main:
-        print(warning, file=sys.stderr, flush=True)
-    windows = eval_windows(valid_tokens, cfg.data.eval_sequences, cfg.data.seq_len + 1)
+    passages = cfg.data.sequences == "passages"
+    if passages:  # one ordered pass: every step a batch of sequences never seen before
+        if cfg.train.steps * cfg.train.batch_size > len(train_tokens):
+            raise ForethoughtError(
+                f"corpus '{cfg.data.corpus}' has {len(train_tokens):,} training passages of {cfg.data.seq_len} tokens: "
+                f"one pass is at most {len(train_tokens) // cfg.train.batch_size} steps of {cfg.train.batch_size}, "
+                f"not {cfg.train.steps}")
+        windows = torch.from_numpy(np.asarray(valid_tokens[:cfg.data.eval_sequences], dtype=np.int64))
+    else:
+        warning = repeat_warning(cfg, len(train_tokens))
+        if warning and rt.is_main:
+            print(warning, file=sys.stderr, flush=True)
+        windows = eval_windows(valid_tokens, cfg.data.eval_sequences, cfg.data.seq_len + 1)
     L = cfg.data.seq_len + 1
     curve_windows = windows[:cfg.data.curve_sequences]
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)  # after every input is checked
 
     def batch_fn(step: int) -> torch.Tensor:
+        if passages:
+            return passage_batch(train_tokens, step, cfg.train.batch_size)
         return random_windows(train_tokens, cfg.train.batch_size, L, step_generator(cfg.run.seed, step))
 
     def eval_fn(model: torch.nn.Module, step: int) -> dict[str, float]:
         return {"val_loss": float(np.mean(per_position_loss(model, curve_windows)))}
 
     results: dict = {"base": cfg.base, "corpus": cfg.data.corpus, "tokenizer": tokenizer_spec(cfg),
-                     "myopia_horizon": cfg.myopia.horizon, "train_tokens": len(train_tokens),
-                     "epochs": epochs_of(cfg, len(train_tokens)),
+                     "myopia_horizon": cfg.myopia.horizon, "myopia_beta": cfg.myopia.beta,
+                     "local_form": cfg.myopia.local_form, "sequences": cfg.data.sequences,
+                     "train_tokens": int(np.prod(train_tokens.shape)),
+                     "epochs": (cfg.train.steps * cfg.train.batch_size / len(train_tokens) if passages
+                                else epochs_of(cfg, len(train_tokens))),
                      "seq_len": cfg.data.seq_len, "steps": cfg.train.steps, "batch_size": cfg.train.batch_size,
                      "tokens_seen": cfg.train.steps * cfg.train.batch_size * cfg.data.seq_len,
                      "eval_sequences": len(windows), "variants": {}}
@@ -191,7 +224,8 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
         results.setdefault("trainable_params", sum(p.numel() for p in model.parameters() if p.requires_grad))
         if variant != "vanilla":
             make_myopic(model, mode=variant, frozen=vanilla_model if variant == "local" else None,
-                        horizon=horizon_for(cfg.myopia, variant))
+                        horizon=horizon_for(cfg.myopia, variant), beta=beta_for(cfg.myopia, variant),
+                        local_form=cfg.myopia.local_form)
         sub = parent.sub(variant)
         out = train(model, lm_loss, batch_fn, cfg.train, sub, rt, resume=resume, desc=variant,
                     hooks=TrainHooks(eval_fn=eval_fn),
@@ -292,5 +326,6 @@ def load_variant(lm_run: str | Path, variant: str,
     model.to(device)
     if variant != "vanilla":  # the detach modes leave the forward as it is; applied anyway, as in training
         frozen = load_variant(lm_run, "vanilla", device)[0] if variant == "local" else None
-        make_myopic(model, mode=variant, frozen=frozen, horizon=horizon_for(cfg.myopia, variant))
+        make_myopic(model, mode=variant, frozen=frozen, horizon=horizon_for(cfg.myopia, variant),
+                    beta=beta_for(cfg.myopia, variant), local_form=cfg.myopia.local_form)
     return model.eval(), cfg

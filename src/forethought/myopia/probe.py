@@ -104,7 +104,8 @@ def run(cfg: ProbeConfig, resume: str | None = None) -> dict:
     results: dict = {"lm_run": str(Path(cfg.lm_run)), "k_max": cfg.k_max, "variants": {}}
     for variant in cfg.variants:
         model, lm_cfg = load_variant(cfg.lm_run, variant, rt.device)
-        train_tokens, valid_tokens = load_tokens(lm_cfg)
+        # windows of the token streams (a passage run's sequences, concatenated)
+        train_tokens, valid_tokens = (t.reshape(-1) for t in load_tokens(lm_cfg))
         L = lm_cfg.data.seq_len
         fit_ids = random_windows(train_tokens, cfg.fit_sequences, L, torch.Generator().manual_seed(cfg.run.seed))
         eval_ids = eval_windows(valid_tokens, cfg.eval_sequences, L)

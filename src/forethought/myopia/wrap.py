@@ -304,12 +304,17 @@ def myopia_mode(model: nn.Module) -> str:
 
 
 def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0,
-                frozen: nn.Module | None = None, implementation: str = "fast", horizon: int = 0) -> nn.Module:
+                frozen: nn.Module | None = None, implementation: str = "fast", horizon: int = 0,
+                local_form: str = "ours") -> nn.Module:
     """Make every attention layer of ``model`` myopic in place and return the model.
 
     ``mode``: detach_hidden | detach_kv | zero_past | local | vanilla (undo). ``beta`` in [0, 1] lets that
     fraction of the gradient flow as in vanilla. ``frozen``: the frozen vanilla model for ``local`` (same
     architecture). ``implementation``: ``fast`` (one fused attention, exact) or ``reference`` (explicit O(T²)).
+    ``local_form`` (``local`` only): ``ours`` reads the frozen model's attention inputs (after its LayerNorm), the
+    frozen model in eval mode; ``reference`` is the reference code's form, our GPT only: the frozen model's block
+    inputs (the residual before the LayerNorm), projected by this model's K/V weights with no LayerNorm, the frozen
+    model in the live model's train / eval mode (its dropout on while training).
 
     ``horizon`` k >= 0 (the myopia horizon, a dial between myopic, k = 0, and vanilla, k >= T − 1), defined per
     layer: in every attention layer, query t reads the live keys/values of positions t − k .. t and the "past"
@@ -345,6 +350,10 @@ def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0
         return model
     if mode == "local" and frozen is None:
         raise ForethoughtError("myopia mode 'local' needs a frozen vanilla model (frozen=...)")
+    if local_form not in ("ours", "reference"):
+        raise ForethoughtError(f"unknown local_form '{local_form}' (ours | reference)")
+    if mode == "local" and local_form == "reference" and any(kind != "gpt" for kind, _ in mods):
+        raise ForethoughtError("local_form 'reference' is implemented for our GPT only")
     spec = MyopiaSpec(mode=mode, beta=beta, implementation=implementation, horizon=horizon)
     for i, (kind, m) in enumerate(mods):
         setattr(m, _ATTR, spec)
@@ -353,23 +362,30 @@ def make_myopic(model: nn.Module, mode: str = "detach_hidden", beta: float = 0.0
         else:
             m.forward = types.MethodType(_hf_forward(kind, inspect.signature(type(m).forward), i), m)
     if mode == "local":
-        _install_frozen_hook(model, frozen, spec)
+        _install_frozen_hook(model, frozen, spec, local_form)
     return model
 
 
-def _install_frozen_hook(model: nn.Module, frozen: nn.Module, spec: MyopiaSpec) -> None:
-    """Before each forward of ``model``, run ``frozen`` on the same inputs and record every attention layer's
-    input (by layer index), which the local-myopic layers use as the other positions' states."""
+def _install_frozen_hook(model: nn.Module, frozen: nn.Module, spec: MyopiaSpec, local_form: str = "ours") -> None:
+    """Before each forward of ``model``, run ``frozen`` on the same inputs and record, by layer index, what the
+    local-myopic layers use as the other positions' states: every attention layer's input (``ours``), or every
+    block's input, the residual before the LayerNorm (``reference``: our GPT's blocks ``h``)."""
     frozen.eval().requires_grad_(False)
     fmods = attention_modules(frozen)
     if len(fmods) != len(attention_modules(model)):
         raise ForethoughtError("local myopia: the frozen model must have the same architecture as the model")
+    if local_form == "reference":
+        if any(kind != "gpt" for kind, _ in fmods):
+            raise ForethoughtError("local_form 'reference' is implemented for our GPT only")
+        fmods = [("gpt", block) for block in frozen.h]
     for i, (_, m) in enumerate(fmods):
         def capture(mod, args, kwargs, i=i):
             spec.frozen_inputs[i] = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
         m.register_forward_pre_hook(capture, with_kwargs=True)
 
     def run_frozen(mod, args, kwargs):
+        if local_form == "reference":  # the reference's frozen model sits in the trained module: its mode follows
+            frozen.train(model.training)
         with torch.no_grad():
             if args:
                 frozen(args[0])

@@ -108,9 +108,11 @@ def summary(spec: ExperimentSpec, data: dict[str, Any], derived: tuple[str, ...]
     return out
 
 
-def body(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
-    """The section's markdown lines (without its heading), from the collected JSON ``data``."""
+def body(spec: ExperimentSpec, data: dict[str, Any], lead: list[str] | None = None) -> list[str]:
+    """The section's markdown lines (without its heading), from the collected JSON ``data``; ``lead``: a system's
+    own lines (e.g. its main table) placed after the description."""
     out = [spec.description.strip(), ""] if spec.description else []
+    out += [*lead, ""] if lead else []
     out += measure_tables(spec, data)
     if data["comparisons"]:
         rows = []

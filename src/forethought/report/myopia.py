@@ -17,24 +17,39 @@ def _paired(d: dict | None, nd: int = 3) -> str:
     return out
 
 
-def synthetic(r: dict, paper: bool = True) -> list[str]:
+def _copy_cell(r: dict, key: str) -> str:
+    """The COPY level of a pre-runner file's row: at p = 1 no position copies, so it is the predict-zero level;
+    below 1 those files did not measure it on their sequences ('–')."""
+    row = r[key]
+    if row.get("copy") is not None:
+        return num(row["copy"])
+    return num(row.get("predict_zero")) if float(key[2:]) == 1 else "–"
+
+
+def synthetic(r: dict, paper: bool = True, keys: tuple[str, ...] | None = None) -> list[str]:
+    """A pre-runner synthetic file's table (its p rows, or only ``keys``), with the COPY level beside predict-zero."""
     rows = []
-    for key in sorted((k for k in r if k.startswith("p=")), key=lambda k: -float(k[2:])):
+    for key in sorted((k for k in r if k.startswith("p=") and (keys is None or k in keys)), key=lambda k: -float(k[2:])):
         row = r[key]
         rows.append([key[2:], f"{row.get('vanilla_steps', '–')} × {row.get('vanilla_batch_size', '–')}",
                      ", ".join(map(str, row.get("vanilla_seeds", []))),
                      mean_std(row.get("vanilla"), row.get("vanilla_std")),
                      mean_std(row.get("myopic"), row.get("myopic_std")),
                      num(MYOPIA_SYNTHETIC_MYOPIC.values.get(key)) if paper else "–",
-                     _paired(row.get("myopic_minus_vanilla"), 2), num(row.get("predict_zero")),
+                     _paired(row.get("myopic_minus_vanilla"), 2), _copy_cell(r, key), num(row.get("predict_zero")),
                      f"{num(row.get('vanilla_probe_r2_lag0'), '.2f')} / {num(row.get('myopic_probe_r2_lag0'), '.2f')}",
                      f"{num(row.get('vanilla_probe_r2_best_lag0_10'), '.2f')} / "
                      f"{num(row.get('myopic_probe_r2_best_lag0_10'), '.2f')}",
                      f"{num(row.get('vanilla_probe_sum_r2_last_layer'), '.2f')} / "
                      f"{num(row.get('myopic_probe_sum_r2_last_layer'), '.2f')}"])
     out = table(["p", "steps × batch", "seeds", "vanilla", "myopic", "paper myopic", "myopic − vanilla (paired)",
-                 "predict zero", "probe R² lag 0 (van / myo)", "best probe R², lags 0–10 (van / myo)",
+                 "copy", "predict zero", "probe R² lag 0 (van / myo)", "best probe R², lags 0–10 (van / myo)",
                  "probe R² of the 10-term sum, last layer (van / myo)"], rows)
+    out.append("\nCopy: the loss of outputting x_n where z = 0 and zero where z = 1 (none of the sum computed); at "
+               "p = 1 it is the predict-zero level" + ("" if all(float(k[2:]) == 1 for k in r if k.startswith("p=")
+                                                        and (keys is None or k in keys))
+                                                    else "; below 1 these runs did not measure it on their "
+                                                         "sequences (–)") + ".")
     m = r.get("machine", {})
     if r.get("train_wall_s_total"):
         out.append(f"\nTraining wall time, all runs: {r['train_wall_s_total'] / 60:.0f} min ({m.get('cpu_count')} "
@@ -43,8 +58,18 @@ def synthetic(r: dict, paper: bool = True) -> list[str]:
         return out
     v = MYOPIA_SYNTHETIC.values
     out.append(f"\nThe paper ({MYOPIA_SYNTHETIC.source}): the vanilla model reaches a normalised loss of at most "
-               f"{v['vanilla_at_most']:g} at p = 1, after {v['steps']:,} steps × {v['batch_size']}.")
+               f"{v['vanilla_at_most']:g} at p = 1, after {v['steps']:,} steps × {v['batch_size']}; the reference "
+               f"code computes the predict-zero level at p = 1 as {v['predict_zero_p1']:.4f} "
+               f"({MYOPIA_SYNTHETIC.setting_note}).")
     return out
+
+
+def synthetic_p1(r: dict) -> list[str]:
+    """The synthetic benchmark's pre-runner file at p = 1 only: its p = 0.1 run was trained on the data stream
+    before the current seed mixing, and the p-grid section holds the same run on the current stream."""
+    return [*synthetic(r, keys=("p=1",)),
+            "\nThe file's p = 0.1 run (seed 0) was trained on an earlier data stream; the same command on the current "
+            "stream is the p = 0.1 row of [the p grid](#the-papers-p-grid-at-the-cpu-budget), which replaces it."]
 
 
 def synthetic_earlier(r: dict) -> list[str]:
@@ -52,16 +77,37 @@ def synthetic_earlier(r: dict) -> list[str]:
     return synthetic(r, paper=False)
 
 
+def synthetic_levels(derived: dict) -> list[str]:
+    """The synthetic derive's per-p rows as one table: each model's loss against the COPY level measured on the
+    same evaluation sequences (paired by seed, with an interval from two seeds on), and the predict-zero level."""
+    def minus(entry: dict, name: str) -> str:
+        v, ci = entry.get(f"{name}_minus_copy"), entry.get(f"{name}_minus_copy_ci95")
+        return "–" if v is None else f"{v:+.3f}" + (f" {interval(ci, '+.3f')}" if ci else "")
+
+    rows = []
+    for key, e in derived.items():
+        if not key.startswith("p="):
+            continue
+        seeds = sorted({*e.get("vanilla_per_seed", {}), *e.get("myopic_per_seed", {})}, key=int)
+        rows.append([key[2:], ", ".join(seeds), mean_std(e.get("vanilla"), e.get("vanilla_std")),
+                     mean_std(e.get("myopic"), e.get("myopic_std")),
+                     " / ".join(f"{v:.3f}" for v in e.get("copy_per_seed", {}).values()) or "–",
+                     minus(e, "myopic"), minus(e, "vanilla"), num(e.get("predict_zero")), num(e.get("paper_myopic"))])
+    return table(["p", "seeds", "vanilla", "myopic", "copy (per seed)", "myopic − copy (paired, 95 % CI)",
+                  "vanilla − copy (paired, 95 % CI)", "predict zero", "paper myopic"], rows)
 
 
 # variant key in the JSON -> (row label, key of the published number)
 LM_VARIANTS = (("vanilla", "vanilla", "vanilla"), ("myopic (detach_hidden)", "detach_hidden", "myopic"),
+               ("myopic, past K/V frozen (detach_kv)", "detach_kv", None),
                ("local myopic", "local", "local_myopic"), ("transformer bigram (zero_past)", "zero_past", "transformer_bigram"))
 # seed-paired differences by key; any other '*_paired' key is shown under its own name
 PAIRED_LABELS = {"gap_paired": "myopia gap (myopic − vanilla)",
                  "local_myopic_bonus_paired": "local-myopic bonus (vanilla − local, the paper's definition)",
                  "myopic_minus_local_paired": "myopic − local",
-                 "context_benefit_paired": "context benefit (bigram − vanilla)"}
+                 "context_benefit_paired": "context benefit (bigram − vanilla)",
+                 "detach_kv_gap_paired": "detach_kv − vanilla",
+                 "detach_kv_minus_myopic_paired": "detach_kv − detach_hidden"}
 # the paper's number for each paired difference, where it gives one
 PAIRED_PAPER = {"gap_paired": "gap", "local_myopic_bonus_paired": "local_myopic_bonus",
                 "myopic_minus_local_paired": "myopic_minus_local"}

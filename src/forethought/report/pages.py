@@ -34,12 +34,18 @@ class Section:
     more: str = ""
 
 
-def spec_section(name: str) -> Section:
+def spec_section(name: str, lead: Callable[[dict], list[str]] | None = None) -> Section:
     """The section of a shipped experiment spec: its collected JSON (``benchmarks/results/<name>.json``) through the
-    one generic renderer, with the spec's description and notes."""
+    one generic renderer, with the spec's description and notes; ``lead`` (the collected JSON -> lines) puts a
+    system's own table after the description."""
     spec, _ = load_spec(name)
     return Section(f"{name}.json", spec.title, f"forethought experiment run {name}",
-                   lambda data: experiment.body(spec, data))
+                   lambda data: experiment.body(spec, data, lead(data) if lead else None))
+
+
+def _synthetic_levels(data: dict) -> list[str]:
+    return ["Per p, each model against the COPY level on its own evaluation sequences:", "",
+            *myopia.synthetic_levels(data.get("derived", {}))]
 
 
 def _before_runner(name: str, script: str, render: Callable[[dict], list[str]], reading: Callable[[dict], str]
@@ -86,15 +92,15 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
     "reruns it. `make bench-myopia` runs the synthetic task, the step cost and the language-model benchmark."),
     "myopia_", (
     Section("myopia_synthetic.json", "Synthetic pre-caching task", "forethought experiment run myopia_synthetic",
-            myopia.synthetic, ("myopia_synthetic_curves.png", "myopia_synthetic_probe_r2.png"),
+            myopia.synthetic_p1, ("myopia_synthetic_curves.png", "myopia_synthetic_probe_r2.png"),
             PRE_RUNNER + "The `small` preset: the paper's architecture (2 layers, width 128, 2 heads, ReLU MLP) with PyTorch's "
             "default init for every linear layer and no final LayerNorm; the paper's model keeps GPT-2's init for "
             "the blocks and the final LayerNorm (`init: reference`, the `synthetic_paper` preset). The difference is paired by seed (the same "
             "data stream and initialisation for both models). The vanilla model learns the task and pre-caches the "
             "feature at its own position (high lag-0 probe R²); the myopic model with the same architecture, data, "
-            "budget and seeds stays at the predict-zero level. At p = 0.1 the myopic model learns to copy x_n when "
-            "z = 0 and nothing of the sum. The paper's vanilla level is not reached at this budget."),
-    spec_section("myopia_synthetic_pgrid"),
+            "budget and seeds stays at the predict-zero level (at p = 1 also the copy level: every position asks the "
+            "sum). The paper's vanilla level is not reached at this budget."),
+    spec_section("myopia_synthetic_pgrid", _synthetic_levels),
     Section("myopia_synthetic_reference.json", "The paper's synthetic model at the CPU budget",
             "forethought experiment run myopia_synthetic_reference", myopia.synthetic,
             ("myopia_synthetic_reference_curves.png",),
