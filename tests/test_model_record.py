@@ -76,6 +76,29 @@ def test_env_json_names_the_loaded_folder_and_its_weights_hash(fresh_record: Non
     assert list(memo.values()) == [expected["weights"]["model.safetensors"]]
 
 
+def test_nested_run_scopes_list_their_own_models_and_pass_them_outward(fresh_record: None, tiny_folder: Path,
+                                                                       tmp_path: Path) -> None:
+    """A run inside a run (a stage, a sub-command) lists only what it loaded; when it ends, the enclosing run lists
+    those too (its env.json names every model the whole command used), and so, once the outermost ends, does the
+    process's list."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny_folder, other)
+
+    def names() -> list[str]:
+        return [m["name"] for m in core_env.resolved_models()]
+
+    core_env.record_model("before", str(tiny_folder))
+    with core_env.run_models():
+        core_env.record_model("outer", str(tiny_folder))
+        with core_env.run_models():
+            assert names() == []
+            core_env.record_model("inner", str(other))
+            core_env.record_model("outer", str(tiny_folder))
+            assert names() == ["inner", "outer"]
+        assert names() == ["outer", "inner"]  # noted once, in the order the enclosing run first saw them
+    assert names() == ["before", "outer", "inner"]
+
+
 def test_the_smollm2_alias_records_the_gguf_source(fresh_record: None, tiny_folder: Path, tmp_path: Path) -> None:
     """The alias resolves to the dequantised-GGUF folder in the cache when there is one: the record says so, with
     the folder's path and its weights' hash (the hub fallback would say kind 'hub' and its revision)."""
