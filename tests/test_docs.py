@@ -244,3 +244,15 @@ def test_psf_headline_quotes_codes_on_differences_and_leaves_out_the_token_flow(
     assert "content states" in text and "token flow" not in text.lower()
     r["differences"]["psf - ar"]["per_point"] = []  # a file without the temperature-1 point says so, no number
     assert "**–**" in headline(r)
+
+
+def test_smollm2_names_are_described_by_their_weights() -> None:
+    """Both spellings of the offline alias name the dequantised GGUF, the hub id the hub's weights; a longer name
+    that only starts like the alias is left alone."""
+    from forethought.report.common import SMOLLM2, SMOLLM2_HUB, smollm2
+
+    assert smollm2("smollm2-135m + LoRA r16") == SMOLLM2 + " + LoRA r16"
+    assert smollm2("smollm2-135m-q4") == SMOLLM2
+    assert smollm2("HuggingFaceTB/SmolLM2-135M-Instruct") == SMOLLM2_HUB
+    assert smollm2("smollm2-135m-instruct-other") == "smollm2-135m-instruct-other"
+    assert smollm2("gpt2") == "gpt2"
