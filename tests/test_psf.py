@@ -477,6 +477,20 @@ def test_recipe_and_sample_end_to_end(tmp_path, monkeypatch, capsys):
     assert cli.main(["psf", "sample", "--recipe_run", str(moved), "--n", "2", "--name", "moved"]) == 0
     moved_rows = [json.loads(x) for x in (moved / "moved" / "samples.jsonl").read_text().splitlines()]
     assert moved_rows[0]["text"] == load_recipe(run).tokenizer.decode(moved_rows[0]["tokens"])
+    # ... and samples from prompts of the user's own text, tokenised with the run's tokenizer
+    prompts = tmp_path / "prompts.txt"
+    words = "the cat sat on the mat and the dog ran to the park while the bird sang in the tree by the river"
+    prompts.write_text(f"{words}\n\n{words} again\n")
+    assert cli.main(["psf", "sample", "--recipe_run", str(moved), "--n", "2", "--name", "own-prompts",
+                     "--prompt_blocks", "1", "--prompt_file", str(prompts)]) == 0
+    tok = load_recipe(moved).tokenizer
+    own = [json.loads(x) for x in (moved / "own-prompts" / "samples.jsonl").read_text().splitlines()]
+    for row, line in zip(own, (words, f"{words} again"), strict=True):
+        assert row["prompt_tokens"] == 16
+        assert row["tokens"][:16] == tok(line, add_special_tokens=False)["input_ids"][:16]
+    assert cli.main(["psf", "sample", "--recipe_run", str(moved), "--n", "3", "--name", "too-few",
+                     "--prompt_blocks", "1", "--prompt_file", str(prompts)]) == 2
+    assert not (moved / "too-few").exists()
     assert not (tmp_path / "empty-cache").exists()
     monkeypatch.setenv("FORETHOUGHT_CACHE", str(tmp_path / "cache"))
 
@@ -570,6 +584,8 @@ def test_recipe_validates_a_config_built_in_python(tmp_path):
     (["--batch_size", "0"], "^batch_size must be at least 1, got 0$"),
     (["--prior_steps", "-1"], "^prior_steps must not be negative, got -1$"),
     (["--prompt_blocks", "-2"], "^prompt_blocks must not be negative, got -2$"),
+    (["--prompt_file", "p.txt"], "^prompt_file gives the prompts of prompted generation: set --prompt_blocks"),
+    (["--prompt_blocks", "1", "--prompt_file", "/nonexistent/p.txt"], "^prompt_file /nonexistent/p.txt: no such file$"),
     (["--name", ""], "^name must be a plain folder name"),
     (["--name", "../elsewhere"], "^name must be a plain folder name"),
 ])

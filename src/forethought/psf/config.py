@@ -465,6 +465,10 @@ class SampleConfig:
         "main", "which prior writes the trajectories: main (states + codes when the run trained codes), or "
         "state_only (the run's prior_state_only, recipe prior.state_only_variant: states only, zero codes)")
     prompt_blocks: int = field(0, "prompted generation: the first m blocks of validation windows are given")
+    prompt_file: str = field("", "prompted generation from your own text instead of the corpus's validation "
+                             "windows: a UTF-8 file of prompts, one per line, tokenised with the run's own "
+                             "tokenizer; the first n lines are used, each cut to prompt_blocks blocks (it needs "
+                             "that many tokens)")
     prompt_replace: bool = field(True, "prompted: also set the known entries of x_t to their interpolant at every "
                                  "Euler step (replacement); false needs a prior trained with conditioning "
                                  "known_mask, whose input then alone carries the prompt")
@@ -487,6 +491,11 @@ class SampleConfig:
         if self.name in ("", ".", "..") or Path(self.name).name != self.name:
             raise ForethoughtError(f"name must be a plain folder name (it is created inside the recipe run), "
                                    f"got {self.name!r}")
+        if self.prompt_file and not self.prompt_blocks:
+            raise ForethoughtError("prompt_file gives the prompts of prompted generation: set --prompt_blocks m "
+                                   "(how many blocks of each prompt are given)")
+        if self.prompt_file and not Path(self.prompt_file).is_file():
+            raise ForethoughtError(f"prompt_file {self.prompt_file}: no such file")
 
 
 @dataclass

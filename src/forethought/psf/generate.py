@@ -237,6 +237,23 @@ def sample_states(model: PSFModel, prior: FlowPrior, n: int, *, steps: int | Non
     return states, codes, force, force_blocks
 
 
+def file_prompts(path: Path, tokenizer, n: int, length: int) -> torch.Tensor:
+    """The first ``n`` non-empty lines of ``path``, each tokenised (no special tokens) and cut to ``length``
+    tokens: (n, length) long. One-line errors for too few lines or a line too short."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if len(lines) < n:
+        raise ForethoughtError(f"prompt_file {path} holds {len(lines)} prompts (non-empty lines); lower n to "
+                               f"{len(lines)} or add prompts")
+    rows = []
+    for i, line in enumerate(lines[:n], 1):
+        ids = tokenizer(line, add_special_tokens=False)["input_ids"]
+        if len(ids) < length:
+            raise ForethoughtError(f"prompt_file {path}: prompt {i} has {len(ids)} tokens; prompt_blocks needs "
+                                   f"{length} (lengthen it or lower prompt_blocks)")
+        rows.append(ids[:length])
+    return torch.tensor(rows, dtype=torch.long)
+
+
 def sample(cfg: SampleConfig, resume: str | None = None) -> dict:
     """``forethought psf sample``: writes ``<recipe_run>/<name>/samples.jsonl``, ``samples.txt``, ``results.json``."""
     del resume  # sampling has no checkpoints
@@ -255,10 +272,13 @@ def sample(cfg: SampleConfig, resume: str | None = None) -> dict:
     if cfg.prompt_blocks:
         if not 0 < cfg.prompt_blocks <= art.model.blocks:
             raise ForethoughtError(f"prompt_blocks must be in 1..{art.model.blocks}")
-        windows = eval_windows(art.valid_tokens, cfg.n, L)
-        if len(windows) < cfg.n:
-            raise ForethoughtError(f"the valid split holds only {len(windows)} prompt windows; lower n")
-        prompt = windows[:, :cfg.prompt_blocks * nb]
+        if cfg.prompt_file:
+            prompt = file_prompts(Path(cfg.prompt_file), art.tokenizer, cfg.n, cfg.prompt_blocks * nb)
+        else:
+            windows = eval_windows(art.valid_tokens, cfg.n, L)
+            if len(windows) < cfg.n:
+                raise ForethoughtError(f"the valid split holds only {len(windows)} prompt windows; lower n")
+            prompt = windows[:, :cfg.prompt_blocks * nb]
     if cfg.model == "ar" and art.ar is None:
         raise ForethoughtError(f"{cfg.recipe_run} has no AR baseline (train it with baselines: [ar])")
     prior = art.state_only_prior if cfg.prior == "state_only" else art.prior
