@@ -242,9 +242,10 @@ class InitModelConfig:
     its vocabulary, written as a run folder that ``myopia lm --base <folder>`` trains from scratch."""
 
     run: RunConfig = field(RunConfig(name="pythia-14m-init"), "the run folder that holds the model; run.seed seeds it")
-    shape: Literal["pythia-14m"] = field("pythia-14m", "the architecture: Pythia-14M's GPT-NeoX shapes (6 layers, "
-                                         "width 128, 4 heads, MLP 512, rotary on a quarter of each head, parallel "
-                                         "residual)")
+    shape: Literal["pythia-14m", "pythia-31m", "pythia-w32", "pythia-w64"] = field(
+        "pythia-14m", "the architecture: Pythia-14M's GPT-NeoX shapes (6 layers, width 128, 4 heads, MLP 512, rotary "
+        "on a quarter of each head, parallel residual), Pythia-31M's (width 256, 8 heads, MLP 1024), or the same "
+        "design at width 32 or 64 (heads of 32 dimensions)")
     data: LMDataConfig = field(LMDataConfig(tokenizer="bpe:4096"), "the corpus and tokenizer whose vocabulary the "
                                "model gets (use the same ones as the myopia lm runs)")
 
