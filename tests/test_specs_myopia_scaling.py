@@ -35,3 +35,34 @@ def test_gap_by_size_orders_by_parameters() -> None:
     collected["groups"]["small"]["measures"]["gap"] = _stats([0.3])
     assert scaling({}, collected)["gap_grows_with_size"] is False
     assert paper_gaps()["2.8b"]["gap"] == 0.23 and paper_gaps()["160m"]["gap"] == 0.1
+
+
+def _arith_results(variant: str, acc1: float, acc2: float) -> dict:
+    by = {"1": acc1, "2": acc2}
+    return {"variants": {variant: {"by_digits": by, "accuracy": (acc1 + acc2) / 2, "token_accuracy": acc2,
+                                   "train_wall_s": 1.0}}}
+
+
+def test_arithmetic_spec_collects_per_digit_count(tmp_path) -> None:
+    """Records shaped as `myopia arithmetic` writes them -> every measure, the seed-paired comparisons and the
+    checks (fed by hand: vanilla multiplies, myopic does not), and the plot."""
+    import json
+
+    from forethought.experiments.runner import Layout, collect
+
+    spec, path = load_spec("myopia_arithmetic")
+    layout = Layout.under(tmp_path, spec.name)
+    for run in plan(spec, layout.runs):
+        vanilla = run.group == "vanilla"
+        folder = layout.runs / run.run
+        folder.mkdir(parents=True)
+        res = _arith_results(run.settings["variant"], 1.0, 0.95 + 0.01 * run.seed if vanilla else 0.1 * run.seed)
+        (folder / "results.json").write_text(json.dumps(res))
+        (folder / "env.json").write_text(json.dumps({"command": " ".join(run.steps[0]), "machine": {},
+                                                     "started": "2026-01-01T00:00:00"}))
+    out = collect(spec, layout, "pytest", path)
+    comp = out["comparisons"]["vanilla − myopic (2 × 2)"]
+    assert comp["seeds"] == [0, 1, 2] and abs(comp["mean"] - (0.96 - 0.1)) < 1e-9 and comp["ci95_low"] > 0
+    assert out["comparisons"]["vanilla − myopic (1 × 1)"]["mean"] == 0
+    assert all(c["passed"] for c in out["checks"].values())
+    assert (layout.results.parent / "myopia_arithmetic.png").is_file()
