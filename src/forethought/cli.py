@@ -147,6 +147,9 @@ COMMANDS = [
             "forethought.gpu_check:GpuCheckConfig"),
     Command("demo", "", "a tiny end-to-end run of every system (minutes on 2 CPU cores) with a markdown report",
             "forethought.demo:run", "forethought.demo:DemoConfig", resume="auto"),
+    Command("myopia", "arithmetic", "the reference's multiplication task (reversed digits, zero padding as filler), "
+            "GPT-2 from scratch, vanilla vs myopic: loss on the product only, exact-product accuracy per digit count",
+            "forethought.myopia.arithmetic:run", "forethought.myopia.config:ArithmeticConfig", resume="auto"),
 ]
 
 

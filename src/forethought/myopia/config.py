@@ -273,9 +273,10 @@ class InitModelConfig:
     its vocabulary, written as a run folder that ``myopia lm --base <folder>`` trains from scratch."""
 
     run: RunConfig = field(RunConfig(name="pythia-14m-init"), "the run folder that holds the model; run.seed seeds it")
-    shape: Literal["pythia-14m"] = field("pythia-14m", "the architecture: Pythia-14M's GPT-NeoX shapes (6 layers, "
-                                         "width 128, 4 heads, MLP 512, rotary on a quarter of each head, parallel "
-                                         "residual)")
+    shape: Literal["pythia-14m", "pythia-31m", "pythia-w32", "pythia-w64"] = field(
+        "pythia-14m", "the architecture: Pythia-14M's GPT-NeoX shapes (6 layers, width 128, 4 heads, MLP 512, rotary "
+        "on a quarter of each head, parallel residual), Pythia-31M's (width 256, 8 heads, MLP 1024), or the same "
+        "design at width 32 or 64 (heads of 32 dimensions)")
     data: LMDataConfig = field(LMDataConfig(tokenizer="bpe:4096"), "the corpus and tokenizer whose vocabulary the "
                                "model gets (use the same ones as the myopia lm runs)")
 
@@ -478,3 +479,70 @@ class FamiliesConfig:
         at_least(self, 2, "seq_len", "exact_vocab", "vocab")
         if max(self.exact_tokens, self.seq_len) > 512:
             raise ForethoughtError("exact_tokens and seq_len must be <= 512 (the models' positions)")
+
+
+# ---------------------------------------------------------------- myopia arithmetic
+
+# the models the multiplication task trains (local and zero_past are language-model baselines, not offered here)
+ArithmeticMode = Literal["vanilla", "detach_hidden", "detach_kv"]
+
+
+@dataclass
+class ArithmeticTaskConfig:
+    """The reference's multiplication data (``src/data/arithmetic.py``): x * y = x·y with each operand's digit count
+    drawn uniformly from min_digits..max_digits and the operand uniformly below 10^digits, written in reverse digit
+    order, each operand zero-padded to ``pad`` digits (the zeros past max_digits are the filler positions), the
+    product reversed and padded to 2·max_digits digits; one token per digit, '*' and '='."""
+
+    min_digits: int = field(1, "fewest digits an operand is drawn with")
+    max_digits: int = field(5, "most digits an operand is drawn with (the product takes 2·max_digits tokens)")
+    pad: int = field(10, "digits each operand is zero-padded to (= max_digits: no filler; the paper's 10 for 5-digit "
+                     "operands gives 5 filler positions per operand)")
+
+    def validate(self) -> None:
+        at_least(self, 1, "min_digits")
+        if self.max_digits < self.min_digits:
+            raise ForethoughtError(f"max_digits ({self.max_digits}) must be >= min_digits ({self.min_digits})")
+        if self.pad < self.max_digits:
+            raise ForethoughtError(f"pad ({self.pad}) must be >= max_digits ({self.max_digits}): an operand is "
+                                   "padded, never cut")
+        if self.max_digits > 9:  # the product of two 10-digit numbers passes int64 in the tensor path
+            raise ForethoughtError(f"max_digits must be at most 9, got {self.max_digits}")
+
+
+@dataclass
+class ArithmeticConfig:
+    """``myopia arithmetic``: GPT-2 from scratch on the reference's multiplication task, vanilla vs myopic; the loss
+    on the product's tokens only, the accuracy of the whole product per digit count."""
+
+    run: RunConfig = field(RunConfig(name="myopia-arithmetic"), "run folder, seed, device")
+    task: ArithmeticTaskConfig = field(ArithmeticTaskConfig(), "the multiplication data")
+    variants: list[ArithmeticMode] = field(["vanilla", "detach_hidden"], "what to train (each from the same "
+                                           "initial weights and data)")
+    myopia: MyopiaSettings = field(MyopiaSettings(), "myopic attention (the horizon applies to detach_hidden / "
+                                   "detach_kv)")
+    model: GPTConfig = field(GPTConfig(n_positions=64, n_embd=128, n_layer=4, n_head=4),
+                             "our GPT from scratch (its vocabulary is set to the task's 12 symbols)")
+    train: TrainConfig = field(TrainConfig(steps=2000, batch_size=128, lr=1e-3, warmup_steps=20, min_lr_ratio=0.0,
+                                           weight_decay=0.01, grad_clip=0.0, log_every=50),
+                               "optimisation (fresh examples every step)")
+    eval_examples: int = field(1024, "held-out examples per (x digits, y digits) pair for the final accuracy table "
+                               "(the reference's 1,024)")
+    curve_examples: int = field(1024, "held-out examples of max_digits × max_digits scored every "
+                                "--train.eval_every steps (the same ones every time)")
+
+    def validate(self) -> None:
+        if not self.variants or len(set(self.variants)) != len(self.variants):
+            raise ForethoughtError(f"variants: name each model at most once, got {self.variants}")
+        for v in self.variants:
+            if v not in typing.get_args(ArithmeticMode):
+                raise ForethoughtError(f"variants: unknown variant '{v}' (vanilla, detach_hidden, detach_kv)")
+        if self.model.input_dim or self.model.output_dim:
+            raise ForethoughtError("the arithmetic task needs a token model: model.input_dim = model.output_dim = 0")
+        seq = 2 * self.task.pad + 2 + 2 * self.task.max_digits
+        if seq > self.model.n_positions:
+            raise ForethoughtError(f"a sequence takes {seq} tokens (2·pad + 2 + 2·max_digits); model.n_positions "
+                                   f"is {self.model.n_positions}")
+        if self.train.steps < 1:
+            raise ForethoughtError(f"train.steps must be at least 1, got {self.train.steps}")
+        at_least(self, 1, "eval_examples", "curve_examples")

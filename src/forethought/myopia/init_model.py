@@ -13,12 +13,20 @@ from forethought.data.corpora import load_corpus_text
 from forethought.data.tokenizers import load_tokenizer
 from forethought.myopia.config import InitModelConfig
 
-# Pythia-14M's config.json (EleutherAI/pythia-14m), the vocabulary left to the tokenizer
-SHAPES = {"pythia-14m": {"hidden_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4,
-                         "intermediate_size": 512, "use_parallel_residual": True, "max_position_embeddings": 2048,
-                         "tie_word_embeddings": False,
-                         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
-                                             "partial_rotary_factor": 0.25}}}
+
+def pythia_shape(width: int) -> dict:
+    """GPT-NeoX shapes of Pythia's small models at a given width: 6 layers, heads of 32 dimensions, MLP 4 × width,
+    rotary on a quarter of each head, parallel residual, untied embeddings (Pythia-14M is width 128, Pythia-31M
+    width 256: their config.json files); the vocabulary is left to the tokenizer."""
+    return {"hidden_size": width, "num_hidden_layers": 6, "num_attention_heads": width // 32,
+            "intermediate_size": 4 * width, "use_parallel_residual": True, "max_position_embeddings": 2048,
+            "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}
+
+
+# the published shapes, and narrower ones of the same design (from-scratch surrogates for a CPU size sweep)
+SHAPES = {"pythia-14m": pythia_shape(128), "pythia-31m": pythia_shape(256), "pythia-w32": pythia_shape(32),
+          "pythia-w64": pythia_shape(64)}
 
 
 def run(cfg: InitModelConfig, resume: str | None = None) -> dict:

@@ -50,6 +50,14 @@ from forethought.data.corpora import (
     random_windows,
     vocab_size_for,
 )
+from forethought.data.token_ids import (
+    check_vocabulary,
+    is_token_ids,
+    ordered_rows,
+    read_token_ids,
+    row_align,
+    token_id_streams,
+)
 from forethought.models.gpt import GPT, load_gpt
 from forethought.myopia.config import (  # noqa: F401  (their home imports no torch; importable from here too)
     VARIANTS,
@@ -82,6 +90,8 @@ def load_tokens(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray]:
         raise ForethoughtError("data.tokenizer 'auto' needs an HF base model; with base 'gpt' name one (e.g. gpt2)")
     if cfg.data.sequences == "passages":
         return passage_sequences(cfg.data.corpus, spec, cache_dir(cfg.data.cache_dir), cfg.data.seq_len)
+    if is_token_ids(cfg.data.corpus):  # pre-tokenised: rows joined into streams (row_align keeps windows on rows)
+        return token_id_streams(cfg.data.corpus, spec, cfg.data.seq_len + 2, f"seq_len {cfg.data.seq_len}")
     return load_token_splits(cfg.data.corpus, spec, cache_dir(cfg.data.cache_dir), cfg.data.seq_len + 2,
                              f"seq_len {cfg.data.seq_len}")
 
@@ -140,7 +150,10 @@ def load_data(cfg: LMConfig) -> tuple[np.ndarray, np.ndarray, int]:
     """Train and validation token streams and the vocabulary size the model needs."""
     train_tokens, valid_tokens = load_tokens(cfg)
     # our GPT's vocabulary covers every id its tokenizer can emit; an HF base brings its own
-    tokenizer = lm_tokenizer(cfg) if cfg.base == "gpt" else None
+    tokenizer = lm_tokenizer(cfg) if cfg.base == "gpt" or is_token_ids(cfg.data.corpus) else None
+    if is_token_ids(cfg.data.corpus):  # ids made by another tokenizer would train silently
+        check_vocabulary(read_token_ids(cfg.data.corpus), len(tokenizer), tokenizer_spec(cfg))
+        tokenizer = tokenizer if cfg.base == "gpt" else None
     return train_tokens, valid_tokens, vocab_size_for(train_tokens, valid_tokens, tokenizer=tokenizer)
 
 
@@ -194,9 +207,13 @@ def run(cfg: LMConfig, resume: str | None = None) -> dict:
     curve_windows = windows[:cfg.data.curve_sequences]
     parent = Run.create(cfg.run.out_dir, cfg.run.name, cfg, is_main=rt.is_main)  # after every input is checked
 
+    rows = row_align(cfg.data.corpus, L) > 1  # pre-tokenised rows of L tokens
+
     def batch_fn(step: int) -> torch.Tensor:
         if passages:
             return passage_batch(train_tokens, step, cfg.train.batch_size)
+        if rows:  # the reference's one ordered pass over the rows
+            return ordered_rows(train_tokens, L, step, cfg.train.batch_size)
         return random_windows(train_tokens, cfg.train.batch_size, L, step_generator(cfg.run.seed, step))
 
     def eval_fn(model: torch.nn.Module, step: int) -> dict[str, float]:

@@ -144,6 +144,8 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
     spec_section("myopia_pythia_lm"),
     spec_section("myopia_horizon"),
     spec_section("myopia_gradients"),
+    spec_section("myopia_arithmetic"),
+    spec_section("myopia_scaling"),
 ))
 
 PREDGEN = Page("predgen", "Results: PredGen", (
