@@ -571,7 +571,8 @@ def _story(rng: random.Random) -> str:
 def eval_windows(tokens: np.ndarray, n: int, length: int) -> torch.Tensor:
     """Non-overlapping windows from the start of a split (deterministic; as many as fit, at most n): (n, length)."""
     n = min(n, len(tokens) // length)
-    return torch.from_numpy(np.asarray(tokens[:n * length], dtype=np.int64).reshape(n, length))
+    # a copy: an int64 memory-mapped split would otherwise give a tensor over read-only memory
+    return torch.from_numpy(np.array(tokens[:n * length], dtype=np.int64).reshape(n, length))
 
 
 def spread_windows(tokens: np.ndarray, n: int, length: int, spread: str = "even", seed: int = 0
