@@ -148,8 +148,8 @@ def test_two_process_training_matches_one_process(tmp_path):
     assert two.returncode == 0, two.stderr[-2000:]
     res = [json.loads((tmp_path / n / "p=1" / "vanilla" / "results.json").read_text()) for n in ("one", "two")]
     assert res[0]["world_size"] == 1 and res[1]["world_size"] == 2
-    l1 = [l for _, l in res[0]["curve"]]
-    l2 = [l for _, l in res[1]["curve"]]
+    l1 = [loss for _, loss in res[0]["curve"]]
+    l2 = [loss for _, loss in res[1]["curve"]]
     assert len(l1) == len(l2) == 4
     # Same global batch, gradients averaged by DDP: equal up to float32 reduction order.
     assert max(abs(a - b) for a, b in zip(l1, l2)) < 1e-4

@@ -420,7 +420,7 @@ def test_text_answers_decode_only_the_examples_own_choices(world: dict, tmp_path
     m = _model(world, "generator", enc)
     b = enc.collate(items)
     d = constrained_greedy(m.lm, enc.tries(b), b["prompt_ids"], b["prompt_mask"], pad_id=enc.pad_id)
-    for r, (it, e) in enumerate(zip(items, examples)):
+    for r, (it, _example) in enumerate(zip(items, examples, strict=True)):
         toks = d.tokens[r][d.mask[r]].tolist()
         assert toks in it["trie"].sequences and toks == it["trie"].sequences[d.choice[r]]
         one = enc.collate([it])

@@ -39,7 +39,7 @@ def test_pipeline_layout(name: str) -> None:
         assert evaluation[:2] == ("psf", "eval") and _opt(evaluation, "--recipe_run") == run_dir
         assert _opt(evaluation, "--out") == f"{run_dir}/eval"
         written = {"results.json", "eval/results.json"}
-        for k, argv in enumerate(p.steps[1:-1], 1):
+        for _k, argv in enumerate(p.steps[1:-1], 1):
             if argv[:2] == ("psf", "recipe"):
                 written.add(f"{_opt(argv, '--run.name')}/results.json")
                 assert _opt(argv, "--run.out_dir") == run_dir

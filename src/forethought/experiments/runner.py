@@ -45,7 +45,7 @@ class Layout:
     results: Path  # the collected JSON; plots beside it
 
     @classmethod
-    def under(cls, root: Path, name: str) -> "Layout":
+    def under(cls, root: Path, name: str) -> Layout:
         root = Path(root)
         return cls(root / "runs" / name, root / "benchmarks" / "results" / "runs" / name,
                    root / "benchmarks" / "results" / f"{name}.json")

@@ -148,9 +148,10 @@ def run(cfg: FamiliesConfig, resume: str | None = None) -> dict[str, Any]:
     families: dict[str, Any] = {}
     for name in cfg.families:
         small = builder(name, cfg.exact_hidden, cfg.exact_layers, cfg.exact_vocab)
-        row = {"what": WHAT.get(name, ""), **exactness(lambda: seeded(small, cfg.run.seed).to(device), ids)}
-        row["step_cost"] = step_cost(cfg, lambda: seeded(builder(name, cfg.hidden, cfg.layers, cfg.vocab),
-                                                         cfg.run.seed), device)
+        row = {"what": WHAT.get(name, ""),
+               **exactness(lambda small=small: seeded(small, cfg.run.seed).to(device), ids)}
+        row["step_cost"] = step_cost(cfg, lambda name=name: seeded(builder(name, cfg.hidden, cfg.layers, cfg.vocab),
+                                                                   cfg.run.seed), device)
         families[name] = row
         print(f"{name}: forward {row['forward_max_abs_diff']:.1e}  leak {row['earlier_state_grad_max_abs']:.1e}  "
               f"grads vs per-position {row['param_grad_max_rel_diff']:.1e}  step ratio "

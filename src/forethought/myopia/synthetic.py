@@ -168,7 +168,7 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
     r2, r2_sum = probes(model, cfg.task, cfg.probe, mix_seed("synthetic-probe", cfg.run.seed), p)  # on the model's own p
     res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2, "probe_sum_r2": r2_sum,
            "probe_p": p,
-           "curve": [[s, l / p] for s, l in out["curve"]], "eval_curve": out.get("eval_curve", []),
+           "curve": [[step, train_loss / p] for step, train_loss in out["curve"]], "eval_curve": out.get("eval_curve", []),
            "train_wall_s": out["wall_s"], "steps": cfg.train.steps, "world_size": out["world_size"],
            "wall_s": time.perf_counter() - t0}
     run.write_results(res)

@@ -95,10 +95,11 @@ def prompt_documents(planted: PlantedConfig, n: int) -> np.ndarray:
 
 def prompted_continuations(gen: PlantedGenerator, docs: np.ndarray, methods: dict[str, Sampler],
                            prompt_blocks: list[int], seed: int, n_boot: int,
-                           device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+                           device: torch.device | None = None) -> dict[str, Any]:
     """Every method's continuations of the prompts ``docs`` (n, T) at every m in ``prompt_blocks``, scored;
     ``{str(m): {method: {metric: summary}, "true": ..., "differences": {"<method> - <first>": {metric: {diff,
-    interval}}}}}``."""
+    interval}}}}}``. ``device``: where the samplers' generators live (None: the CPU)."""
+    device = torch.device("cpu") if device is None else device
     check_prompt_blocks(prompt_blocks, gen.blocks)
     if not methods:
         raise ForethoughtError("prompted evaluation needs at least one PSF model to prompt")
