@@ -152,7 +152,7 @@ def test_two_process_training_matches_one_process(tmp_path):
     l2 = [loss for _, loss in res[1]["curve"]]
     assert len(l1) == len(l2) == 4
     # Same global batch, gradients averaged by DDP: equal up to float32 reduction order.
-    assert max(abs(a - b) for a, b in zip(l1, l2)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(l1, l2, strict=True)) < 1e-4
 
 
 def test_fresh_run_refuses_to_mix_with_existing_checkpoints(tmp_path, capsys):

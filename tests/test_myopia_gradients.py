@@ -62,7 +62,7 @@ def _slow_myopic_gradient(model: GPT, batch: dict) -> dict[str, torch.Tensor]:
         finally:
             for h in hooks:
                 h.remove()
-        for n, g in zip(names, grads):
+        for n, g in zip(names, grads, strict=True):
             if g is not None:
                 total[n] += g
     return total

@@ -87,7 +87,7 @@ def synthetic(nll_per_token: list[float], entropy: list[float], n: int = 40, see
     """One Scores set per sweep point, n samples of 10 tokens each, spread around the given means."""
     rng = np.random.default_rng(seed)
     out = []
-    for nll, ent in zip(nll_per_token, entropy):
+    for nll, ent in zip(nll_per_token, entropy, strict=True):
         out.append(Scores((nll + 0.05 * rng.standard_normal(n)) * 10, np.full(n, 10), ent + 0.02 * rng.standard_normal(n),
                           {2: np.zeros(n)}, {"persistence": rng.uniform(0.4, 0.6, n)}, None))
     return out

@@ -39,7 +39,7 @@ def table_rows() -> list[dict[str, str]]:
     for line in text[start:end].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0].startswith("`"):
-            rows.append(dict(zip(("setting", "paper", "ours", "source", "why"), cells)))
+            rows.append(dict(zip(("setting", "paper", "ours", "source", "why"), cells, strict=True)))
     return rows
 
 

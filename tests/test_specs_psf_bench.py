@@ -147,7 +147,7 @@ def test_interpolation_and_gain_by_hand() -> None:
     assert agg["differences"]["psf - psf_content"]["persistence_at_matched_entropy"] is None
     # content never reaches the target: psf is compared at content's own entropy (psf below the floor: gain > 1)
     seeds = {i: seed(0.0, 1.0) for i in range(3)}
-    for sd, at in zip(seeds.values(), (-1.1, -1.3, -1.2)):
+    for sd, at in zip(seeds.values(), (-1.1, -1.3, -1.2), strict=True):
         sd["psf_minus"]["psf_content"] = {"nll_at_matched_entropy": None, "nll_at_other_entropy": at,
                                           "other_nll_there": 3.0}
     c = b.over_seeds(seeds)["nll_comparisons"]["psf_content"]

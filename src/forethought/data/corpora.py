@@ -741,7 +741,7 @@ def passage_sequences(corpus: str, tokenizer_spec: str, cache_dir: Path, length:
         rows = first_tokens(texts, tokenizer, length)
         n_train = int(len(rows) * PASSAGE_SPLIT[0])
         n_valid = max(1, int(len(rows) * PASSAGE_SPLIT[1]))
-        for p, part in zip(paths, (rows[:n_train], rows[n_train:n_train + n_valid])):
+        for p, part in zip(paths, (rows[:n_train], rows[n_train:n_train + n_valid]), strict=True):
             buf = io.BytesIO()
             np.save(buf, part, allow_pickle=False)
             atomic_write_bytes(p, buf.getvalue())

@@ -123,7 +123,7 @@ class JudgePass:
             raise ForethoughtError(f"unknown pooling '{pooling}'; expected last or mean")
         s = int(self.start)
         totals, counts, feats, entropies = [], [], [], []
-        for ids, nll, h in zip(self.ids, self.nll, self.hidden):
+        for ids, nll, h in zip(self.ids, self.nll, self.hidden, strict=True):
             n = len(ids) if max_tokens is None else min(len(ids), max_tokens)
             row = n + s  # row length after the cut
             scored = nll[:max(row - 1, 0)]

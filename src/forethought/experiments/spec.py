@@ -259,7 +259,7 @@ def plan(spec: ExperimentSpec, out_dir: Path | str = "{out_dir}") -> list[Planne
     out = []
     for g in spec.runs:
         keys = list(g.grid)
-        points = [dict(zip(keys, vals)) for vals in itertools.product(*(g.grid[k] for k in keys))]
+        points = [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*(g.grid[k] for k in keys))]
         seeds = g.seeds if g.seeds is not None else spec.seeds
         for seed in seeds:
             for point in points:

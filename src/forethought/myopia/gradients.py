@@ -71,10 +71,10 @@ def mean_gradient(model: torch.nn.Module, loss_fn: LossFn, batches: Sequence[Any
     for batch in batches:
         loss, _ = loss_fn(model, batch)
         grads = torch.autograd.grad(loss, sel, allow_unused=True)
-        for t, g in zip(total, grads):
+        for t, g in zip(total, grads, strict=True):
             if g is not None:
                 t += g.double()
-    return {n: t / len(batches) for n, t in zip(names, total)}
+    return {n: t / len(batches) for n, t in zip(names, total, strict=True)}
 
 
 def split_gradient(model: torch.nn.Module, loss_fn: LossFn, batches: Sequence[Any], names: Sequence[str],

@@ -123,7 +123,7 @@ def probes(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int,
     tr_f, tr_y = collect(settings.train_sequences, 11)
     te_f, te_y = collect(settings.test_sequences, 13)
     r2, r2_sum = [], []
-    for X, Xt in zip(tr_f, te_f):
+    for X, Xt in zip(tr_f, te_f, strict=True):
         W, b = fit_ridge(X, tr_y, settings.ridge)
         pred = Xt @ W + b
         ss_res = ((te_y - pred) ** 2).sum(0)
@@ -233,7 +233,7 @@ def _report(cfg: SyntheticConfig, results: dict, run: Run) -> None:
                           for m in first)]
     heatmaps({m: results[p0][m]["probe_r2"] for m in first}, run.path("probe_r2.png"),
              title=f"ridge probe R² ({p0})", xlabel="lag", ylabel="layer (0 = embedding)")
-    curves = {f"{m} p={p:g}": tuple(zip(*results[f"p={p:g}"][m]["curve"])) for p in cfg.p_values
+    curves = {f"{m} p={p:g}": tuple(zip(*results[f"p={p:g}"][m]["curve"], strict=True)) for p in cfg.p_values
               for m in modes_at(cfg, p) if results[f"p={p:g}"][m]["curve"]}
     for p in cfg.p_values:  # the COPY level as a flat line across the steps
         level = results[f"p={p:g}"]["copy_level"]

@@ -274,7 +274,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
             continue
         points, added = list(c.points), 0
         while added < cfg.densify_points:
-            measured = [(p[c.knob.name], metrics(sc)["entropy"]) for p, sc in zip(points, scores[name])
+            measured = [(p[c.knob.name], metrics(sc)["entropy"]) for p, sc in zip(points, scores[name], strict=True)
                         if c.knob.matches(p)]
             v = next_knob_value(measured, target_entropy, cfg.entropy_tolerance, c.knob.increasing, c.knob.low,
                                 c.knob.high, c.knob.start)
@@ -415,7 +415,7 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
     rows: dict[str, dict] = {}
     for name, c in cands.items():
         sweep, boots[name] = [], []
-        for i, (point, s, (_, texts)) in enumerate(zip(c.points, scores[name], sets[name])):
+        for i, (point, s, (_, texts)) in enumerate(zip(c.points, scores[name], sets[name], strict=True)):
             idx = resample_indices(len(s), cfg.n_boot, rng)
             boot = metrics(s, idx)
             row = {**point, **point_row(s, boot)}

@@ -138,7 +138,7 @@ def _below_floor(a: dict, seeds: list[int]) -> dict[str, list[int]]:
     out = {}
     for m, v in a["models"].items():
         per = (v.get("excess_over_floor") or {}).get("per_seed") or []
-        out[m] = [s for s, x in zip(seeds, per) if x is not None and x < 0]
+        out[m] = [s for s, x in zip(seeds, per, strict=False) if x is not None and x < 0]
     return out
 
 
