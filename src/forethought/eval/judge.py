@@ -1,8 +1,8 @@
 """Judge-LM metrics, one forward pass per sample set: generative perplexity, unigram entropy, MAUVE features.
 
 Conventions (those of the MDLM, Duo, BD3-LM and ELF papers and code): samples are decoded to text
-(forethought.eval.text) and retokenised with the judge's tokenizer, without its own special tokens. A start token is prepended (the
-document separator ``<|endoftext|>`` when the judge has one, else its bos, else its eos; see
+(forethought.eval.text) and retokenised with the judge's tokenizer, without its own special tokens. A start token is
+prepended (the document separator ``<|endoftext|>`` when the judge has one, else its bos, else its eos; see
 :func:`start_token_id`) so that *every* text token is scored, the first one conditioned on the start token
 only; the start token itself is never scored. Generative perplexity is exp of the token-weighted mean NLL over
 all scored tokens of all samples (long samples weigh more).

@@ -120,7 +120,8 @@ def exactness(build: Callable[[], nn.Module], ids: torch.Tensor) -> dict[str, An
     slow = per_position_gradient(vanilla, lambda: per_position_loss(_forward(vanilla, ids)[0], ids), params, T - 1)
     one = torch.autograd.grad(losses.sum(), list(myopic.parameters()), allow_unused=True)
     scale = max(a.abs().max().item() for a in slow)
-    diff = max(((b if b is not None else torch.zeros_like(a)) - a).abs().max().item() for a, b in zip(slow, one, strict=True))
+    diff = max(((b if b is not None else torch.zeros_like(a)) - a).abs().max().item()
+               for a, b in zip(slow, one, strict=True))
     return {"forward_max_abs_diff": fwd, "earlier_state_grad_max_abs": leak, "param_grad_max_rel_diff": diff / scale,
             "attention_implementation": getattr(getattr(vanilla, "config", None), "_attn_implementation", None)}
 

@@ -174,7 +174,8 @@ def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
         return {**compare(g, g_m, groups), **held_out(m)}
 
     out = train(model, loss_fn, batch_fn, cfg.train, parent, rt, resume=resume, desc=f"{cfg.experiment} vanilla",
-                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.checkpoint_record() if isinstance(model, GPT) else None)
+                hooks=TrainHooks(eval_fn=eval_fn),
+                model_config=model.checkpoint_record() if isinstance(model, GPT) else None)
     results = {"experiment": cfg.experiment, "mode": cfg.mode, "steps": cfg.train.steps,
                "batch_size": cfg.train.batch_size, "measure_batches": cfg.measure_batches,
                "groups": {k: len(v) for k, v in groups.items()},

@@ -212,8 +212,9 @@ def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtif
     run = Path(cfg.recipe_run)
     names = [Path(os.path.abspath(f)).name for f in cfg.compare]  # a symlink keeps its own name
     # a compared run with a state-only prior adds <name>_state_only: every model name checked before any loads
-    models = [*zip(names, cfg.compare, strict=True), *((f"{n}_state_only", f) for n, f in zip(names, cfg.compare, strict=True)
-                                          if (Path(f) / STATE_ONLY_PRIOR).is_dir())]  # (model name, its folder)
+    models = [*zip(names, cfg.compare, strict=True),
+              *((f"{n}_state_only", f) for n, f in zip(names, cfg.compare, strict=True)
+                if (Path(f) / STATE_ONLY_PRIOR).is_dir())]  # (model name, its folder)
     for folder in cfg.compare:
         if not Path(folder).is_dir():
             raise ForethoughtError(f"compare: {folder} is not a folder")

@@ -7,8 +7,8 @@ Every stage of ``configs/psf/recipe_paper.yaml`` (``plan_stages``: the model sta
 longer-blocks stages and their priors, the AR baseline) runs its training step as the recipe does (the model's
 loss with the stage's switches, the self-realized rollout, the prior's data encoded from the batch, the AR loss;
 backward, AdamW, the EMA update, the stage's activation checkpointing) on random tokens,
-at the preset's L and K but the widths, depths, batch sizes and vocabulary of ``SCALED``. Each step's CPU time is the process
-time of one thread (``time.process_time``, so other processes on the machine do not count), the median of
+at the preset's L and K but the widths, depths, batch sizes and vocabulary of ``SCALED``. Each step's CPU time is the
+process time of one thread (``time.process_time``, so other processes on the machine do not count), the median of
 ``--reps`` steps after one untimed step.
 
 FLOPs per step are analytic (``forethought.eval.cost.analytic_flops``: 2·N·T + 4·n_layer·d·T·C per network

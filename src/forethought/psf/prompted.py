@@ -11,13 +11,14 @@ Scores (:func:`forethought.psf.scores.prompted_scores`, the true generator's for
 NLL per token of the continuation given the prompt, ``continuation_persistence`` = the posterior fraction of
 consecutive continued block pairs that keep their topic. Per m: the mean over prompts with a 95 % percentile
 bootstrap interval over prompts, and paired bootstrap intervals (the same prompts) of every other method (and
-``true``) minus the first method. Prompt length m is sampled with seed ``mix_seed("psf-prompted", seed, m)`` for every method.
+``true``) minus the first method. Prompt length m is sampled with seed ``mix_seed("psf-prompted", seed, m)`` for
+every method.
 
 ``forethought psf prompted`` (:func:`run`) takes two recipe runs of the same model: ``recipe_run`` with the
 unconditional prior (method ``replace``) and ``conditioned_run`` with the prompt-conditioned prior
 (``conditioned``: the prompt's states as its input and replaced; ``conditioned_no_replace``: its input only).
-With ``unprompted`` it also scores each prior's unconditional samples (seed ``mix_seed("psf-unprompted", seed)``) beside the test
-documents: what conditioning costs where nothing is known.
+With ``unprompted`` it also scores each prior's unconditional samples (seed ``mix_seed("psf-unprompted", seed)``)
+beside the test documents: what conditioning costs where nothing is known.
 """
 
 from __future__ import annotations
