@@ -84,7 +84,8 @@ def test_help_and_bad_settings_import_no_torch(argv: list[str], code: int, tmp_p
     (["myopia", "synthetic", "--train.stepz", "3"], "unknown config key 'train.stepz'"),
     (["myopia", "nope"], "unknown command 'myopia nope'"),
     (["myopia", "synthetic", "--config", "nosuchpreset"], "neither a YAML file nor a preset"),
-    (["myopia", "synthetic", "--modes", "[bogus]"], "config key 'modes' must be one of 'vanilla', 'detach_hidden', 'detach_kv', 'zero_past', got 'bogus'"),
+    (["myopia", "synthetic", "--modes", "[bogus]"],
+     "config key 'modes' must be one of 'vanilla', 'detach_hidden', 'detach_kv', 'zero_past', got 'bogus'"),
     (["myopia", "lm", "--data.corpus", "no-such-corpus"], "unknown corpus"),
     (["myopia", "probe"], "--lm_run"),
 ])
@@ -177,7 +178,8 @@ def test_readme_template_example_keeps_newlines_and_strings(tmp_path):
     rows = [{"title": f"t{i}", "body": "good" if i % 2 else "bad", "score": f"{i % 5}.5"} for i in range(12)]
     data = write_csv(tmp_path / "my.csv", rows)
     base = tmp_path / "tiny"
-    tiny_llama_folder(base, "Title: t1\nBody: good\nScore: 1.5" * 20, 280, hidden_size=16, layers=1, heads=2, kv_heads=1)
+    tiny_llama_folder(base, "Title: t1\nBody: good\nScore: 1.5" * 20, 280, hidden_size=16, layers=1, heads=2,
+                      kv_heads=1)
     # README: --task.text_fields "[title, body]" --task.template "Title: {title}\nBody: {body}\nScore:"
     readme = ["--task.name", str(data), "--task.target_field", "score", "--task.task_type", "regression",
               "--task.text_fields", "[title, body]", "--task.template", r"Title: {title}\nBody: {body}\nScore:"]

@@ -261,7 +261,8 @@ class _Choices:
 @pytest.mark.parametrize("args,msg", [
     (["--pool", "meen"], r"^config key 'pool' must be one of 'mean', 'last', got 'meen' \(did you mean 'mean'\?\)$"),
     (["--pool", "xyz"], r"^config key 'pool' must be one of 'mean', 'last', got 'xyz'$"),  # nothing close: no hint
-    (["--modes", "[vanilla, detach_hiden]"], r"config key 'modes' .* got 'detach_hiden' \(did you mean 'detach_hidden'"),
+    (["--modes", "[vanilla, detach_hiden]"],
+     r"config key 'modes' .* got 'detach_hiden' \(did you mean 'detach_hidden'"),
 ])
 def test_literal_values_are_checked_at_load_with_a_suggestion(args, msg):
     with pytest.raises(ForethoughtError, match=msg):

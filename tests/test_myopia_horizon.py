@@ -86,7 +86,8 @@ def test_horizon_zero_is_myopic_and_full_horizon_is_vanilla(arch):
     for a, b in zip(gT, gv, strict=True):
         if a is not None:
             torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
-    assert max((a - b).abs().max().item() for a, b in zip(gm, gv, strict=True) if a is not None) > 1e-4  # they do differ
+    # they do differ
+    assert max((a - b).abs().max().item() for a, b in zip(gm, gv, strict=True) if a is not None) > 1e-4
 
 
 @pytest.mark.parametrize("arch", list(BUILDERS))

@@ -859,7 +859,8 @@ def test_choice_adapter_permutes_with_the_choices(world: dict, loglik: float) ->
     perm = [2, 0, 3, 1]  # the text at letter i moves to letter perm[i]
     moved = [texts[perm.index(j)] for j in range(4)]
     examples = [Example({"question": "the movie was fine"}, "A", "x", dict(zip("ABCD", texts, strict=True))),
-                Example({"question": "the movie was fine"}, "ABCD"[perm[0]], "y", dict(zip("ABCD", moved, strict=True)))]
+                Example({"question": "the movie was fine"}, "ABCD"[perm[0]], "y",
+                        dict(zip("ABCD", moved, strict=True)))]
     enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
     items = enc.encode(examples)
     torch.manual_seed(0)

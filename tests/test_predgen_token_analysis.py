@@ -147,7 +147,8 @@ def test_mine_words_computes_the_definition(trained: Path) -> None:
         rows = table[label]["top"]
         kept = [w for w in sorted(set().union(*words)) if sum(w in ws for ws in words) >= 2]
         expected = sorted(kept, key=lambda w: (-_brute(words, answers, y, w),
-                                               -sum(w in ws and a == y for ws, a in zip(words, answers, strict=True)), w))[:4]
+                                               -sum(w in ws and a == y
+                                                    for ws, a in zip(words, answers, strict=True)), w))[:4]
         assert [r["word"] for r in rows] == expected
         for r in rows + table[label]["asked"][:1]:
             assert r["npmi"] == pytest.approx(_brute(words, answers, y, r["word"]), abs=1e-9)

@@ -68,7 +68,8 @@ def test_wikitext_checks_equal_the_scripts(file: str) -> None:
     ev = _wikitext_eval(r)
     assert json.loads(json.dumps(b.wikitext_checks(ev))) == r["checks"]
     # derive: one entry per run, the checks and what the codes carry (psf diagnose's zeroing cost)
-    record = {"eval/results": ev, "diagnose": r["diagnose"]["psf"], "psf_content/diagnose": r["diagnose"]["psf_content"]}
+    record = {"eval/results": ev, "diagnose": r["diagnose"]["psf"],
+              "psf_content/diagnose": r["diagnose"]["psf_content"]}
     d = b.wikitext({"wikitext-s0": record}, {})["wikitext-s0"]
     assert d["checks"] == b.wikitext_checks(ev) and d["target_entropy"] == r["settings"]["target_entropy"]
     assert d["gen_ppl_at_matched_entropy"]["psf"] == r["psf"]["gen_ppl_at_matched_entropy"]

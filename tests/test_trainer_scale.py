@@ -468,8 +468,8 @@ def test_a_stopped_run_ends_its_tracker_and_gives_the_model_back_as_it_was(tmp_p
 
     with pytest.raises(KeyboardInterrupt if stop == "ctrl-c" else ForethoughtError):
         train(model, loss_fn, lambda s: _ragged(8, seed=s),
-              TrainConfig(steps=3, batch_size=8, log_every=1, activation_checkpointing=True), Run.create(tmp_path, stop),
-              rt)
+              TrainConfig(steps=3, batch_size=8, log_every=1, activation_checkpointing=True),
+              Run.create(tmp_path, stop), rt)
     assert len(rec.rows) == 1 and rec.finished and not rt.accelerator.trackers
     assert not memory.activation_checkpointing_on(model)
     assert [m.training for m in model.modules()] == modes
