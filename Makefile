@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/pip check --disable-pip-version-check
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 
-# pyflakes + import order (the selection is in pyproject.toml)
+# pycodestyle, pyupgrade, bugbear, import order, pyflakes (the selection is in pyproject.toml)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 

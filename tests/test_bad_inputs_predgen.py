@@ -16,7 +16,8 @@ from cli_harness import expect_clean_failure
 from forethought.cli import main
 from forethought.testing import tiny_llama_folder, write_csv
 
-_REVIEWS = [("good movie", "positive"), ("bad plot", "negative"), ("great actor", "positive"), ("dull scene", "negative")]
+_REVIEWS = [("good movie", "positive"), ("bad plot", "negative"), ("great actor", "positive"),
+            ("dull scene", "negative")]
 ROWS = [{"id": f"r{i}", "text": _REVIEWS[i % 4][0], "label": _REVIEWS[i % 4][1], "score": f"{i % 5}.5"}
         for i in range(24)]
 

@@ -84,7 +84,8 @@ def test_help_and_bad_settings_import_no_torch(argv: list[str], code: int, tmp_p
     (["myopia", "synthetic", "--train.stepz", "3"], "unknown config key 'train.stepz'"),
     (["myopia", "nope"], "unknown command 'myopia nope'"),
     (["myopia", "synthetic", "--config", "nosuchpreset"], "neither a YAML file nor a preset"),
-    (["myopia", "synthetic", "--modes", "[bogus]"], "config key 'modes' must be one of 'vanilla', 'detach_hidden', 'detach_kv', 'zero_past', got 'bogus'"),
+    (["myopia", "synthetic", "--modes", "[bogus]"],
+     "config key 'modes' must be one of 'vanilla', 'detach_hidden', 'detach_kv', 'zero_past', got 'bogus'"),
     (["myopia", "lm", "--data.corpus", "no-such-corpus"], "unknown corpus"),
     (["myopia", "probe"], "--lm_run"),
 ])
@@ -148,11 +149,11 @@ def test_two_process_training_matches_one_process(tmp_path):
     assert two.returncode == 0, two.stderr[-2000:]
     res = [json.loads((tmp_path / n / "p=1" / "vanilla" / "results.json").read_text()) for n in ("one", "two")]
     assert res[0]["world_size"] == 1 and res[1]["world_size"] == 2
-    l1 = [l for _, l in res[0]["curve"]]
-    l2 = [l for _, l in res[1]["curve"]]
+    l1 = [loss for _, loss in res[0]["curve"]]
+    l2 = [loss for _, loss in res[1]["curve"]]
     assert len(l1) == len(l2) == 4
     # Same global batch, gradients averaged by DDP: equal up to float32 reduction order.
-    assert max(abs(a - b) for a, b in zip(l1, l2)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(l1, l2, strict=True)) < 1e-4
 
 
 def test_fresh_run_refuses_to_mix_with_existing_checkpoints(tmp_path, capsys):
@@ -177,7 +178,8 @@ def test_readme_template_example_keeps_newlines_and_strings(tmp_path):
     rows = [{"title": f"t{i}", "body": "good" if i % 2 else "bad", "score": f"{i % 5}.5"} for i in range(12)]
     data = write_csv(tmp_path / "my.csv", rows)
     base = tmp_path / "tiny"
-    tiny_llama_folder(base, "Title: t1\nBody: good\nScore: 1.5" * 20, 280, hidden_size=16, layers=1, heads=2, kv_heads=1)
+    tiny_llama_folder(base, "Title: t1\nBody: good\nScore: 1.5" * 20, 280, hidden_size=16, layers=1, heads=2,
+                      kv_heads=1)
     # README: --task.text_fields "[title, body]" --task.template "Title: {title}\nBody: {body}\nScore:"
     readme = ["--task.name", str(data), "--task.target_field", "score", "--task.task_type", "regression",
               "--task.text_fields", "[title, body]", "--task.template", r"Title: {title}\nBody: {body}\nScore:"]

@@ -43,7 +43,8 @@ def test_show_through_the_cli_keeps_overrides_and_comments(tmp_path: Path) -> No
     assert config_module.load_config(type(expected), shown) == expected
     assert expected.task.template == "Q: {text}\nA:" and expected.task.labels == ["no", "yes"]
     lines = out.stdout.splitlines()
-    assert lines[0] == r"# the resolved config of: forethought predgen train --config tiny --task.template 'Q: {text}\nA:'" \
+    assert lines[0] == "# the resolved config of: forethought predgen train --config tiny" \
+        r" --task.template 'Q: {text}\nA:'" \
         " --task.labels '[no, yes]' --train.lr 3e-4 --predgen.p_end 0.25 --task.max_eval_examples 7"
     # each key: a comment with its type, the command's default and its help, then the resolved value
     i = lines.index("  lr: 0.0003")

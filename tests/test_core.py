@@ -114,7 +114,7 @@ def test_checkpoint_roundtrip_and_rotation(tmp_path):
     m2 = GPT(GPTConfig(vocab_size=17, n_positions=8, n_embd=8, n_layer=1, n_head=2))
     state = load_checkpoint(latest_checkpoint(tmp_path), m2)
     assert state["step"] == 3
-    for (k, a), b in zip(m.state_dict().items(), m2.state_dict().values()):
+    for (k, a), b in zip(m.state_dict().items(), m2.state_dict().values(), strict=True):
         assert torch.equal(a, b), k
     assert m2.head.weight is m2.wte.weight  # the tie survives de-duplicated saving
 
@@ -261,7 +261,8 @@ class _Choices:
 @pytest.mark.parametrize("args,msg", [
     (["--pool", "meen"], r"^config key 'pool' must be one of 'mean', 'last', got 'meen' \(did you mean 'mean'\?\)$"),
     (["--pool", "xyz"], r"^config key 'pool' must be one of 'mean', 'last', got 'xyz'$"),  # nothing close: no hint
-    (["--modes", "[vanilla, detach_hiden]"], r"config key 'modes' .* got 'detach_hiden' \(did you mean 'detach_hidden'"),
+    (["--modes", "[vanilla, detach_hiden]"],
+     r"config key 'modes' .* got 'detach_hiden' \(did you mean 'detach_hidden'"),
 ])
 def test_literal_values_are_checked_at_load_with_a_suggestion(args, msg):
     with pytest.raises(ForethoughtError, match=msg):
@@ -403,7 +404,7 @@ def test_resume_restores_every_rng_stream(tmp_path, opts):
     torch.manual_seed(123)
     resumed, out, _ = _train(tmp_path, "cut", steps=6, resume="auto", checkpoint_every=3, **opts)
     assert out["resumed_from"] == 3
-    for (name, a), b in zip(ref.state_dict().items(), resumed.state_dict().values()):
+    for (name, a), b in zip(ref.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
 
 
@@ -550,7 +551,7 @@ def test_sampling_loads_the_ema_and_a_warm_start_the_raw_weights(tmp_path):
     assert torch.equal(loaded.head.weight, ema["wte.weight"])  # the tie holds the average
     raw = GPT(GPTConfig(**dataclasses.asdict(model.config)))
     load_checkpoint(ckpt, raw)
-    assert all(torch.equal(a, b) for a, b in zip(raw.parameters(), model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(raw.parameters(), model.parameters(), strict=True))
     raw_again, _ = load_pretrained(ckpt, "tiny-gpt", lambda r: GPT(GPTConfig(**r["config"])), ema=False)
     assert torch.equal(raw_again.wte.weight, model.wte.weight)
     (ckpt / "ema.safetensors").write_bytes(b"x" * (ckpt / "ema.safetensors").stat().st_size)

@@ -47,7 +47,8 @@ def test_renderer_tolerates_new_renamed_and_missing_files(tmp_path: Path) -> Non
     assert "## Not rendered yet" in psf and "psf_future.json" in psf
     readme = out[Path("README.md")]
     assert readme.startswith("# x\n\n" + BEGIN) and readme.endswith(END + "\n\nrest\n") and "old" not in readme
-    assert "**Predictive State Flow**: WikiText-2, realization codes on" in readme and "**PredGen**: not produced yet" in readme
+    assert "**Predictive State Flow**: WikiText-2, realization codes on" in readme
+    assert "**PredGen**: not produced yet" in readme
 
 
 def _report(root: Path, *args: str) -> subprocess.CompletedProcess:

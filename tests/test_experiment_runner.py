@@ -155,7 +155,8 @@ def test_launcher_replaces_the_interpreter(tmp_path) -> None:
 
 
 def test_stages_order_runs_and_measures_fill_placeholders(tmp_path) -> None:
-    text = TINY.replace("  - name: synth\n", "  - name: first\n    stage: 0\n    steps: [myopia synthetic --config tiny]\n"
+    text = TINY.replace("  - name: synth\n",
+                        "  - name: first\n    stage: 0\n    steps: [myopia synthetic --config tiny]\n"
                         "  - name: 'p{p}'\n    stage: 1\n    grid: {p: ['0.3', '1']}\n").replace(
         "  vanilla: results.p=1.vanilla.normalised_loss", "  vanilla: results.p={p}.vanilla.normalised_loss").replace(
         "groups.synth.vanilla.mean", "groups.p1.vanilla.mean")

@@ -37,7 +37,7 @@ def test_myopic_attention_on_cuda_equals_the_reference_form(dtype):
     tol = TOL[dtype]
     torch.testing.assert_close(outs[0], outs[2], rtol=tol, atol=tol)  # the forward is vanilla attention's
     torch.testing.assert_close(outs[0], outs[1], rtol=tol, atol=tol)
-    for a, b in zip(grads[0], grads[1]):
+    for a, b in zip(grads[0], grads[1], strict=True):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol * 10)
     assert (grads[0][1] - grads[2][1]).abs().max() > 10 * tol  # k's gradient differs from vanilla's
 
@@ -76,5 +76,5 @@ def test_two_gpu_ddp_matches_one_gpu(tmp_path):
     res = [json.loads((tmp_path / n / "p=1" / "vanilla" / "results.json").read_text()) for n in ("one", "two")]
     assert res[0]["world_size"] == 1 and res[1]["world_size"] == 2
     # Same global batch, gradients averaged by DDP over NCCL: equal up to float32 reduction order.
-    diffs = [abs(a - b) for (_, a), (_, b) in zip(res[0]["curve"], res[1]["curve"])]
+    diffs = [abs(a - b) for (_, a), (_, b) in zip(res[0]["curve"], res[1]["curve"], strict=True)]
     assert len(diffs) == 4 and max(diffs) < 1e-3

@@ -198,7 +198,7 @@ def test_checkpoint_records_are_versioned_and_verified(tmp_path: Path) -> None:
     ckpt = save_checkpoint(tmp_path, 1, gpt, {}, gpt.checkpoint_record(bos_id=3))
     loaded, record = load_gpt(ckpt)
     assert record["bos_id"] == 3 and record["format_version"] == FORMAT_VERSION
-    assert all(torch.equal(a, b) for a, b in zip(gpt.state_dict().values(), loaded.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(gpt.state_dict().values(), loaded.state_dict().values(), strict=True))
 
     def rewrite(change) -> None:  # config.json changed, its manifest entry kept consistent
         rec = json.loads((ckpt / "config.json").read_text())

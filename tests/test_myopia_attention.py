@@ -117,7 +117,7 @@ def test_fast_form_equals_reference_and_vanilla():
         grads.append(torch.autograd.grad((o * g).sum(), (q, k, v)))
     assert torch.equal(outs[0], outs[2])  # bit-identical forward
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-13)
-    for a, b in zip(grads[0], grads[1]):
+    for a, b in zip(grads[0], grads[1], strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
     torch.testing.assert_close(grads[0][0], grads[2][0])  # q's gradient is the same as vanilla's
     assert (grads[0][1] - grads[2][1]).abs().max() > 1e-3  # k's is not
@@ -150,7 +150,7 @@ def test_no_gradient_into_earlier_states(arch, impl):
             logits, hidden = _forward(model, ids, hidden=True)
             states = hidden[:-1]  # block inputs (the last entry may be after the final norm)
             store.extend(torch.autograd.grad(_per_pos_loss(logits, ids)[t], states))
-        for layer, (a, b) in enumerate(zip(gv, gm)):
+        for layer, (a, b) in enumerate(zip(gv, gm, strict=True)):
             assert torch.count_nonzero(b[:, :t]) == 0, (arch, t, layer)
             if layer > 0:
                 assert a[:, :t].abs().max() > 0, (arch, t, layer)
@@ -166,7 +166,7 @@ def test_param_grads_equal_sum_of_per_position_passes(arch):
     make_myopic(model, mode="detach_hidden")
     logits, _ = _forward(model, ids)
     one_pass = torch.autograd.grad(_per_pos_loss(logits, ids).sum(), params, allow_unused=True)
-    for p, a, b in zip(params, oracle, one_pass):
+    for p, a, b in zip(params, oracle, one_pass, strict=True):
         _close(arch, b if b is not None else torch.zeros_like(p), a, rtol=1e-9, atol=1e-11)
 
 
@@ -179,7 +179,7 @@ def test_beta_dial_and_detach_kv(arch):
     full = make_myopic(BUILDERS[arch](), mode="detach_kv", beta=1.0)  # beta = 1: vanilla gradients
     gb = torch.autograd.grad(_per_pos_loss(_forward(full, ids)[0], ids).sum(), list(full.parameters()),
                              allow_unused=True)
-    for a, b in zip(gv, gb):
+    for a, b in zip(gv, gb, strict=True):
         if a is not None:
             _close(arch, b, a, rtol=1e-9, atol=1e-11)
     half = make_myopic(BUILDERS[arch](), mode="detach_hidden", beta=0.5)

@@ -62,7 +62,7 @@ def _slow_myopic_gradient(model: GPT, batch: dict) -> dict[str, torch.Tensor]:
         finally:
             for h in hooks:
                 h.remove()
-        for n, g in zip(names, grads):
+        for n, g in zip(names, grads, strict=True):
             if g is not None:
                 total[n] += g
     return total
@@ -152,7 +152,8 @@ def test_collect_from_the_archive_reproduces_the_committed_json(tmp_path) -> Non
     got = json.loads(json.dumps(collect(spec, layout, "test", spec_file=path)))
     assert got["groups"] == committed["groups"]
     assert got["derived"] == committed["derived"]
-    assert {k: c["passed"] for k, c in got["checks"].items()} == {k: c["passed"] for k, c in committed["checks"].items()}
+    passed = {k: c["passed"] for k, c in committed["checks"].items()}
+    assert {k: c["passed"] for k, c in got["checks"].items()} == passed
     record = json.loads(next(layout.archive.glob("synthetic-s0*")).read_text())
     last = record["results"]["measurements"][-1]
     assert lookup(record, spec.measures["rel_diff_last"]) == last["all/rel_diff"]

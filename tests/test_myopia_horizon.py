@@ -65,7 +65,7 @@ def test_fast_form_equals_explicit_form(horizon):
     torch.testing.assert_close(fast, vanilla_attention(q, k, v), rtol=0, atol=1e-14)  # the forward is vanilla's
     gf = torch.autograd.grad((fast * g).sum(), (q, k, v), retain_graph=True)
     gr = torch.autograd.grad((ref * g).sum(), (q, k, v))
-    for a, b in zip(gf, gr):
+    for a, b in zip(gf, gr, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
     # the horizon decides which keys get gradient from query t's output: none before t − horizon
     gk = torch.autograd.grad((fast[:, :, T - 1] * g[:, :, T - 1]).sum(), k)[0]
@@ -81,12 +81,13 @@ def test_horizon_zero_is_myopic_and_full_horizon_is_vanilla(arch):
     gm = _grads(make_myopic(copy.deepcopy(vanilla), mode="detach_hidden"), ids)
     g0 = _grads(make_myopic(copy.deepcopy(vanilla), mode="detach_hidden", horizon=0), ids)
     gT = _grads(make_myopic(copy.deepcopy(vanilla), mode="detach_hidden", horizon=T), ids)
-    for a, b in zip(g0, gm):
+    for a, b in zip(g0, gm, strict=True):
         assert (a is None and b is None) or torch.equal(a, b)
-    for a, b in zip(gT, gv):
+    for a, b in zip(gT, gv, strict=True):
         if a is not None:
             torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
-    assert max((a - b).abs().max().item() for a, b in zip(gm, gv) if a is not None) > 1e-4  # they do differ
+    # they do differ
+    assert max((a - b).abs().max().item() for a, b in zip(gm, gv, strict=True) if a is not None) > 1e-4
 
 
 @pytest.mark.parametrize("arch", list(BUILDERS))
@@ -104,7 +105,7 @@ def test_one_layer_equals_sum_of_per_position_passes(arch, horizon):
     slack = 1e4 if arch == "llama" else 1.0
     for impl in ("fast", "reference"):
         m = make_myopic(copy.deepcopy(model), mode="detach_hidden", horizon=horizon, implementation=impl)
-        for p, a, b in zip(params, oracle, _grads(m, ids)):
+        for p, a, b in zip(params, oracle, _grads(m, ids), strict=True):
             torch.testing.assert_close(b if b is not None else torch.zeros_like(p), a, rtol=1e-9 * slack,
                                        atol=1e-11 * slack)
 

@@ -22,7 +22,7 @@ def test_reference_init_is_gpt2_body_with_torch_default_input_and_head():
     ref, gpt2 = _model("reference"), _model("gpt2")
     d = ref.config.n_embd
     # the body (blocks, positions, final LayerNorm) is GPT-2's, draw for draw
-    for (name, a), (_, b) in zip(ref.named_parameters(), gpt2.named_parameters()):
+    for (name, a), (_, b) in zip(ref.named_parameters(), gpt2.named_parameters(), strict=True):
         if not name.startswith(("wte.", "head.")):
             assert torch.equal(a, b), name
     assert isinstance(ref.ln_f, torch.nn.LayerNorm)
@@ -45,7 +45,7 @@ def test_reference_equals_gpt2_for_token_models():
         torch.manual_seed(0)
         return GPT(GPTConfig(vocab_size=50, n_positions=16, n_embd=16, n_layer=1, n_head=2, init=init))
 
-    for a, b in zip(lm("reference").parameters(), lm("gpt2").parameters()):
+    for a, b in zip(lm("reference").parameters(), lm("gpt2").parameters(), strict=True):
         assert torch.equal(a, b)
 
 

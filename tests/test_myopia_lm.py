@@ -41,7 +41,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, t
         lm.run(cfg)
     assert len(seen) == len(VARIANTS)
     _, valid = lm.load_tokens(cfg)
-    return root / cfg.run.name, dict(zip(VARIANTS, seen)), eval_windows(valid, 4, cfg.data.seq_len)
+    return root / cfg.run.name, dict(zip(VARIANTS, seen, strict=True)), eval_windows(valid, 4, cfg.data.seq_len)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

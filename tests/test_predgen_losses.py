@@ -40,7 +40,7 @@ def test_wdal_reference_identity():
 @pytest.mark.parametrize("schedule", ["linear", "exponential", "inverse_sigmoid"])
 def test_schedules_monotone_from_start_to_end(schedule):
     ps = [sampling_probability(s, 100, schedule) for s in range(0, 101)]
-    assert all(b >= a - 1e-12 for a, b in zip(ps, ps[1:]))
+    assert all(b >= a - 1e-12 for a, b in zip(ps, ps[1:], strict=False))
     assert ps[0] < 0.1 and ps[-1] > 0.9
     assert sampling_probability(0, 100, "linear", start=0.2, end=0.6) == pytest.approx(0.2)
 

@@ -414,13 +414,13 @@ def test_text_answers_decode_only_the_examples_own_choices(world: dict, tmp_path
     enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
     items = enc.encode(examples)
     assert enc.trie is None and all(it["trie"].values == [spec.labels.index(k) for k in e.options]
-                                    for it, e in zip(items, examples))
+                                    for it, e in zip(items, examples, strict=True))
     assert [it["answer"] for it in items] == [enc.answer_tokens(e.options[e.target]) + [enc.eos_id]
                                               for e in examples]
     m = _model(world, "generator", enc)
     b = enc.collate(items)
     d = constrained_greedy(m.lm, enc.tries(b), b["prompt_ids"], b["prompt_mask"], pad_id=enc.pad_id)
-    for r, (it, e) in enumerate(zip(items, examples)):
+    for r, (it, _example) in enumerate(zip(items, examples, strict=True)):
         toks = d.tokens[r][d.mask[r]].tolist()
         assert toks in it["trie"].sequences and toks == it["trie"].sequences[d.choice[r]]
         one = enc.collate([it])
@@ -467,7 +467,7 @@ def test_two_process_training(world: dict, tmp_path: Path) -> None:
         lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
         curves[name] = [json.loads(line)["loss"] for line in lines]
     assert len(curves["one"]) == len(curves["two"]) == 4
-    assert max(abs(a - b) for a, b in zip(curves["one"], curves["two"])) < 1e-4
+    assert max(abs(a - b) for a, b in zip(curves["one"], curves["two"], strict=True)) < 1e-4
     proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "29548", "-m", "forethought.cli",
                            *base, "--method", "predgen", "--run.name", "pg"], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -605,8 +605,8 @@ def test_paired_matches_rows_by_id_and_hand_computed_values() -> None:
     lo, hi = res["ci95"]
     assert -1 <= lo <= 0.25 <= hi <= 1
     t, pa, pb = [1.0, 2.0, 3.0], [1.0, 2.0, 5.0], [2.0, 2.0, 3.0]
-    ra = [{"id": i, "prediction": x, "target": y} for i, (x, y) in enumerate(zip(pa, t))]
-    rb = [{"id": i, "prediction": x, "target": y} for i, (x, y) in enumerate(zip(pb, t))]
+    ra = [{"id": i, "prediction": x, "target": y} for i, (x, y) in enumerate(zip(pa, t, strict=True))]
+    rb = [{"id": i, "prediction": x, "target": y} for i, (x, y) in enumerate(zip(pb, t, strict=True))]
     reg = paired(ra, rb, "regression", n_boot=500)
     assert reg["mse"]["difference"] == pytest.approx(1.0) and reg["mse"]["a"] == pytest.approx(4 / 3)
     r = np.corrcoef(pa, t)[0, 1] - np.corrcoef(pb, t)[0, 1]
@@ -764,9 +764,9 @@ def test_absent_choices_get_zero_probability(world: dict, tmp_path: Path, monkey
         preds = predict(m, kind, enc, items, 4, -1)
         assert preds.prediction == [4 if "E" in e.options else 3 if "D" in e.options else preds.prediction[i]
                                     for i, e in enumerate(examples)]
-        assert all(e.options and spec.labels[p] in e.options for p, e in zip(preds.prediction, examples))
+        assert all(e.options and spec.labels[p] in e.options for p, e in zip(preds.prediction, examples, strict=True))
         if preds.decoded is not None:
-            assert all(spec.labels[d] in e.options for d, e in zip(preds.decoded, examples))
+            assert all(spec.labels[d] in e.options for d, e in zip(preds.decoded, examples, strict=True))
         batch = with_sampling(enc.collate(items), 0.0, 0)
         loss = predictor_loss(m, batch, "classification", -1)[0] if kind == "predictor" else \
             predgen_loss(m, batch, PredGenSettings(), enc, "classification", -1, True)[0].value()
@@ -806,9 +806,9 @@ def test_rank_decoder_matches_brute_force(world: dict, tmp_path: Path, monkeypat
     m.eval()
     b = enc.collate(items)
     got = choice_logprobs(m.lm, [[t for _, t, _ in c] for c in b["choices"]], b["prompt_ids"], b["prompt_mask"])
-    for it, e, lps in zip(items, examples, got):
+    for it, e, lps in zip(items, examples, got, strict=True):
         assert [c for c, _, _ in it["choices"]] == [spec.labels.index(k) for k in e.options]
-        for (_, toks, n_chars), text, lp in zip(it["choices"], e.options.values(), lps):
+        for (_, toks, n_chars), text, lp in zip(it["choices"], e.options.values(), lps, strict=True):
             assert n_chars == len(" " + text) and toks == enc.answer_tokens(text)
             ids = torch.tensor([it["prompt"] + toks])
             with torch.no_grad():
@@ -817,10 +817,10 @@ def test_rank_decoder_matches_brute_force(world: dict, tmp_path: Path, monkeypat
             want = sum(float(logp[P - 1 + j, t]) for j, t in enumerate(toks))
             assert lp == pytest.approx(want, abs=1e-4)
     preds = predict(m, "generator", enc, items, 2, -1, rank=True)
-    for it, lps, r, rn in zip(items, got, preds.rank, preds.rank_norm):
+    for it, lps, r, rn in zip(items, got, preds.rank, preds.rank_norm, strict=True):
         cands = it["choices"]
         assert r == cands[int(np.argmax(lps))][0]
-        assert rn == cands[int(np.argmax([lp / c[2] for lp, c in zip(lps, cands)]))][0]
+        assert rn == cands[int(np.argmax([lp / c[2] for lp, c in zip(lps, cands, strict=True)]))][0]
 
 
 def test_cli_zero_shot_base_and_rank(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -858,8 +858,9 @@ def test_choice_adapter_permutes_with_the_choices(world: dict, loglik: float) ->
     texts = ["good movie", "bad plot", "great actor", "dull scene"]
     perm = [2, 0, 3, 1]  # the text at letter i moves to letter perm[i]
     moved = [texts[perm.index(j)] for j in range(4)]
-    examples = [Example({"question": "the movie was fine"}, "A", "x", dict(zip("ABCD", texts))),
-                Example({"question": "the movie was fine"}, "ABCD"[perm[0]], "y", dict(zip("ABCD", moved)))]
+    examples = [Example({"question": "the movie was fine"}, "A", "x", dict(zip("ABCD", texts, strict=True))),
+                Example({"question": "the movie was fine"}, "ABCD"[perm[0]], "y",
+                        dict(zip("ABCD", moved, strict=True)))]
     enc = Encoder(spec, world["tok"], PromptConfig(max_prompt_tokens=48))
     items = enc.encode(examples)
     torch.manual_seed(0)
@@ -1054,7 +1055,7 @@ def _ss_batch(prompt: list[list[int]], gold: list[list[int]], p: float, coins: l
     P, M = max(map(len, prompt)), max(map(len, gold))
     ids, pmask = torch.zeros(len(prompt), P, dtype=torch.long), torch.zeros(len(prompt), P, dtype=torch.long)
     answer, amask = torch.zeros(len(gold), M, dtype=torch.long), torch.zeros(len(gold), M, dtype=torch.bool)
-    for b, (pr, g) in enumerate(zip(prompt, gold)):
+    for b, (pr, g) in enumerate(zip(prompt, gold, strict=True)):
         ids[b, P - len(pr):], pmask[b, P - len(pr):] = torch.tensor(pr), 1
         answer[b, :len(g)], amask[b, :len(g)] = torch.tensor(g), True
     u = torch.zeros(len(gold), M, 2)

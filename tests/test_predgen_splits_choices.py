@@ -132,7 +132,8 @@ def test_choice_files_lists_maps_and_indices(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "l.jsonl", rows * 2)
     spec, examples = load_task(str(path), "train", target_field="gold", choices_field="choices", eval_path=str(path))
     assert spec.labels == ["A", "B", "C", "D", "E"] and [e.target for e in examples[:3]] == ["C", "A", "B"]
-    assert examples[2].options == dict(zip("ABCDE", "pqrst")) and spec.template.endswith("{choices}\nAnswer:")
+    assert examples[2].options == dict(zip("ABCDE", "pqrst", strict=True))
+    assert spec.template.endswith("{choices}\nAnswer:")
     assert render_prompt(spec, examples[0]) == "q: one?\nA. x\nB. y\nC. z\nAnswer:"
     tsv = tmp_path / "m.tsv"
     tsv.write_text('q\topts\tkey\nwhy?\t{"yes": "because", "no": "never"}\tno\nhow?\t{"yes": "so", "no": "not"}\tyes\n')

@@ -33,7 +33,7 @@ def _brute(words: list[set[str]], answers: list[int], y: int, w: str) -> float:
     n = len(answers)
     p_w = sum(w in ws for ws in words) / n
     p_y = sum(a == y for a in answers) / n
-    p_wy = sum(w in ws and a == y for ws, a in zip(words, answers)) / n
+    p_wy = sum(w in ws and a == y for ws, a in zip(words, answers, strict=True)) / n
     if p_wy == 0:
         return -1.0
     if p_wy == 1:
@@ -70,7 +70,7 @@ def test_word_association_equals_the_definition_by_brute_force() -> None:
         for r in rows:
             assert r["npmi"] == pytest.approx(_brute(words, answers, y, r["word"]), abs=1e-12)
             assert r["examples"] == counts[r["word"]]
-            assert r["with_answer"] == sum(r["word"] in ws and a == y for ws, a in zip(words, answers))
+            assert r["with_answer"] == sum(r["word"] in ws and a == y for ws, a in zip(words, answers, strict=True))
         assert [r["npmi"] for r in rows] == sorted((r["npmi"] for r in rows), reverse=True)
     top2 = word_association(words, answers, labels, top=2, min_count=8)
     assert all(top2[label]["top"] == table[label]["top"][:2] for label in labels)
@@ -81,7 +81,7 @@ def test_word_association_equals_the_definition_by_brute_force() -> None:
     asked = word_association(words, answers, labels, 1, 8, asked=(rare.upper(), "unseen"))
     assert asked["neu"]["asked"] == [
         {"word": rare, "npmi": pytest.approx(_brute(words, answers, 1, rare)), "examples": counts[rare],
-         "with_answer": sum(rare in ws and a == 1 for ws, a in zip(words, answers))},
+         "with_answer": sum(rare in ws and a == 1 for ws, a in zip(words, answers, strict=True))},
         {"word": "unseen", "npmi": None, "with_answer": 0, "examples": 0}]
 
 
@@ -147,7 +147,8 @@ def test_mine_words_computes_the_definition(trained: Path) -> None:
         rows = table[label]["top"]
         kept = [w for w in sorted(set().union(*words)) if sum(w in ws for ws in words) >= 2]
         expected = sorted(kept, key=lambda w: (-_brute(words, answers, y, w),
-                                               -sum(w in ws and a == y for ws, a in zip(words, answers)), w))[:4]
+                                               -sum(w in ws and a == y
+                                                    for ws, a in zip(words, answers, strict=True)), w))[:4]
         assert [r["word"] for r in rows] == expected
         for r in rows + table[label]["asked"][:1]:
             assert r["npmi"] == pytest.approx(_brute(words, answers, y, r["word"]), abs=1e-9)
@@ -155,7 +156,7 @@ def test_mine_words_computes_the_definition(trained: Path) -> None:
         assert table[label]["asked"][1]["npmi"] is None
     targets = [it["target"] for it in items]
     assert res["word_association"]["answers_match_targets"] == pytest.approx(
-        sum(a == t for a, t in zip(answers, targets)) / len(items))
+        sum(a == t for a, t in zip(answers, targets, strict=True)) / len(items))
 
 
 def test_mine_words_bad_inputs(trained: Path, tmp_path: Path) -> None:
@@ -193,6 +194,6 @@ def test_mine_words_on_text_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     examples = saved_examples(saved, "train", 0)
     items = saved.enc.encode(examples)
     answers = [_greedy_by_hand(saved.model.lm, it["prompt"], it["trie"]) for it in items]
-    assert all(saved.enc.spec.labels[a] in ex.options for a, ex in zip(answers, examples))
+    assert all(saved.enc.spec.labels[a] in ex.options for a, ex in zip(answers, examples, strict=True))
     assert {label: v["answered"] for label, v in table.items()} == {
         label: answers.count(y) for y, label in enumerate(saved.enc.spec.labels)}

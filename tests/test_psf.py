@@ -930,7 +930,8 @@ def test_stages_from_copies_the_matching_stages_and_trains_the_rest(tmp_path, mo
     assert cli.main([*longer, "--run.name", "b", "--stages_from", str(tmp_path / "a"), "--resume", "auto"]) == 0
     assert json.loads((tmp_path / "b" / "results.json").read_text())["stages_from"]["stages"] == ["base", "landing"]
     # code dropout acts only where codes are read: the stages before codes are still copied, codes trains here
-    assert cli.main([*base, "--run.name", "e", "--model.code_dropout", "0.5", "--stages_from", str(tmp_path / "a")]) == 0
+    assert cli.main([*base, "--run.name", "e", "--model.code_dropout", "0.5",
+                     "--stages_from", str(tmp_path / "a")]) == 0
     assert json.loads((tmp_path / "e" / "results.json").read_text())["stages_from"]["stages"] == ["base", "landing"]
 
     capsys.readouterr()

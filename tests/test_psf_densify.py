@@ -87,9 +87,10 @@ def synthetic(nll_per_token: list[float], entropy: list[float], n: int = 40, see
     """One Scores set per sweep point, n samples of 10 tokens each, spread around the given means."""
     rng = np.random.default_rng(seed)
     out = []
-    for nll, ent in zip(nll_per_token, entropy):
-        out.append(Scores((nll + 0.05 * rng.standard_normal(n)) * 10, np.full(n, 10), ent + 0.02 * rng.standard_normal(n),
-                          {2: np.zeros(n)}, {"persistence": rng.uniform(0.4, 0.6, n)}, None))
+    for nll, ent in zip(nll_per_token, entropy, strict=True):
+        out.append(Scores((nll + 0.05 * rng.standard_normal(n)) * 10, np.full(n, 10),
+                          ent + 0.02 * rng.standard_normal(n), {2: np.zeros(n)},
+                          {"persistence": rng.uniform(0.4, 0.6, n)}, None))
     return out
 
 
@@ -126,7 +127,8 @@ def test_matched_entropy_below_the_floor_is_flagged_and_the_interval_carries_the
         slo, shi = m["interval_sampling_only"]
         assert lo == pytest.approx(slo * math.exp(-err)) and hi == pytest.approx(shi * math.exp(err))
     me = d["matched_entropy"]
-    assert me["interpolation_error_nats"] == pytest.approx(psf["interpolation_error_nats"] + ar["interpolation_error_nats"])
+    assert me["interpolation_error_nats"] == pytest.approx(psf["interpolation_error_nats"]
+                                                           + ar["interpolation_error_nats"])
     # without a floor (a text corpus) nothing is flagged
     rows, diffs, _, _ = score_models(cands, sets, scores, refs, cfg, use_mauve=False)
     assert "valid" not in rows["psf"]["matched_entropy"] and "valid" not in diffs["psf - ar"]["matched_entropy"]

@@ -295,7 +295,8 @@ def test_more_bad_inputs_raise_before_writing(cache_env, tmp_path):
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "pl_copy_state_only").symlink_to(runs / "tf", target_is_directory=True)  # pl_copy's derived name
     bad = [({"samples": 1}, "samples"), ({"sweep": [[1.0, 0.0]]}, "top_p"), ({"sweep": [[1.0]]}, "sweep"),
-           ({"token_flow_sweep": [0.0]}, "guidance must be a number > 0"), ({"mauve_boot": 300, "n_boot": 200}, "mauve_boot"),
+           ({"token_flow_sweep": [0.0]}, "guidance must be a number > 0"),
+           ({"mauve_boot": 300, "n_boot": 200}, "mauve_boot"),
            ({"compare": [str(runs / "missing")]}, "missing"), ({"compare": [str(runs / "cache")]}, "neither"),
            ({"compare": [str(runs / "tf"), str(runs / "tf")]}, "names another model"),
            ({"compare": [str(runs / "pl_copy"), str(tmp_path / "pl_copy_state_only")]}, "names another model"),
@@ -330,7 +331,8 @@ def test_densified_sweeps_reach_the_target_entropy(cache_env, tmp_path, capsys):
         assert all(p["top_p"] == 1.0 for p in sweep if p["densified"])  # top-p fixed while bisecting
         m = row["matched_entropy"]
         if m["gen_ppl"] is not None:  # the interpolation error widens the sampling interval
-            assert m["interval"][0] <= m["interval_sampling_only"][0] <= m["interval_sampling_only"][1] <= m["interval"][1]
+            lo, hi = m["interval_sampling_only"]
+            assert m["interval"][0] <= lo <= hi <= m["interval"][1]
             assert m["valid"] == (m["nll_per_token"] >= res["floor"]["entropy_rate"])
     t1 = res["differences"]["psf - ar"]["at_temperature_1"]
     assert set(t1) >= {"nll_per_token", "persistence"}

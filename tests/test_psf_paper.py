@@ -39,7 +39,7 @@ def table_rows() -> list[dict[str, str]]:
     for line in text[start:end].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0].startswith("`"):
-            rows.append(dict(zip(("setting", "paper", "ours", "source", "why"), cells)))
+            rows.append(dict(zip(("setting", "paper", "ours", "source", "why"), cells, strict=True)))
     return rows
 
 
@@ -240,7 +240,8 @@ def test_tiny_paper_shaped_run_samples_with_its_ema_weights(tmp_path: Path, monk
                  "longer_blocks.blocks": "[]"}
     overrides.update({f"{s}.train.ema_decay": "0.5" for s in ("base", "landing", "self_realized", "prior", "ar")})
     overrides.update({f"{s}.train.steps": "2" for s in ("base", "landing", "self_realized", "prior", "ar")})
-    cfg = load_config(RecipeConfig, CONFIG_DIR / "psf" / "recipe_tiny.yaml", [f"--{k}={v}" for k, v in overrides.items()])
+    cfg = load_config(RecipeConfig, CONFIG_DIR / "psf" / "recipe_tiny.yaml",
+                      [f"--{k}={v}" for k, v in overrides.items()])
     results = run(cfg)
     assert results["bos_id"] == 1 and results["vocab_size"] <= 300  # T5's </s>, the stand-in's vocabulary
     art = load_recipe(tmp_path / "runs" / "owt")

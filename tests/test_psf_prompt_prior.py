@@ -46,7 +46,7 @@ def conditioned(dim: int = 5, blocks: int = 4, state_dim: int = 3, lead: int = 1
 def test_known_mask_layout():
     mask = leading_known_mask(torch.tensor([0, 1, 2, 4]), blocks=4, dim=5, state_dim=3, prompt_lead=1)
     assert mask.shape == (4, 4, 5) and not mask[0].any()  # m = 0: nothing known (unconditional)
-    for row, m in zip(mask[1:], (1, 2, 4)):
+    for row, m in zip(mask[1:], (1, 2, 4), strict=True):
         assert row[:, :3].any(-1).tolist() == [k < min(m + 1, 4) for k in range(4)]  # states: m + 1 (predictive)
         assert row[:, 3:].any(-1).tolist() == [k < m for k in range(4)]  # codes: m
         assert row[:, :3].all(-1).tolist() == row[:, :3].any(-1).tolist()  # whole state vectors
@@ -170,7 +170,7 @@ def test_prompted_scores_against_brute_force():
     for m in (1, 2):
         s = prompted_scores(gen, docs, m)
         tails = np.array(list(itertools.product(range(4), repeat=(3 - m) * 2)))
-        for doc, nll in zip(docs, s["continuation_nll"]):
+        for doc, nll in zip(docs, s["continuation_nll"], strict=True):
             full = np.concatenate([np.broadcast_to(doc[:2 * m], (len(tails), 2 * m)), tails], 1)
             log_prompt = np.logaddexp.reduce(log_likelihood(gen, full))  # p(prompt) = sum over continuations
             assert nll == pytest.approx(-(log_likelihood(gen, doc[None])[0] - log_prompt) / ((3 - m) * 2))

@@ -38,7 +38,7 @@ def _same(new, old) -> None:
             _same(new[k], old[k])
     elif isinstance(old, list):
         assert len(new) == len(old)
-        for a, b in zip(new, old):
+        for a, b in zip(new, old, strict=True):
             _same(a, b)
     elif isinstance(old, float):
         assert new == pytest.approx(old, rel=1e-12, abs=1e-12)

@@ -1,6 +1,6 @@
-"""The PSF ablation specs (psf_codes, psf_codes_pilot, psf_states_ablation) and psf_prompted: each loads and its commands parse;
-collecting psf_codes from a copy of its committed archive reproduces the numbers of the JSON the old benchmark
-script wrote (``benchmarks/results/legacy/psf_codes.json``, read from that file); ``psf recipe --stages_from``
+"""The PSF ablation specs (psf_codes, psf_codes_pilot, psf_states_ablation) and psf_prompted: each loads and its
+commands parse; collecting psf_codes from a copy of its committed archive reproduces the numbers of the JSON the old
+benchmark script wrote (``benchmarks/results/legacy/psf_codes.json``, read from that file); ``psf recipe --stages_from``
 copies a matching prior too (what the old script's ``--copy-prior`` did, now the one implementation)."""
 
 from __future__ import annotations
@@ -142,7 +142,8 @@ def test_psf_trade_runs_on_fresh_seeds_and_derives_state_only_minus_main() -> No
                            "psf_code_dropout") for p in plan(load_spec(name)[0]) for s in [p.seed]}
     assert len(trade.seeds) == 3 and not set(trade.seeds) & used
     groups = {"trade": {"measures": {
-        "prior_nll": {"seeds": [3, 4], "per_seed": [3.0, 2.9]}, "state_only_nll": {"seeds": [3, 4], "per_seed": [2.8, 2.8]},
+        "prior_nll": {"seeds": [3, 4], "per_seed": [3.0, 2.9]},
+        "state_only_nll": {"seeds": [3, 4], "per_seed": [2.8, 2.8]},
         "prior_persistence": {"seeds": [3, 4], "per_seed": [0.62, 0.64]},
         "state_only_persistence": {"seeds": [4], "per_seed": [0.54]}}}}
     out = derive({}, {"groups": groups})["state_only_minus_main"]

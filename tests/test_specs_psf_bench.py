@@ -39,7 +39,7 @@ def test_pipeline_layout(name: str) -> None:
         assert evaluation[:2] == ("psf", "eval") and _opt(evaluation, "--recipe_run") == run_dir
         assert _opt(evaluation, "--out") == f"{run_dir}/eval"
         written = {"results.json", "eval/results.json"}
-        for k, argv in enumerate(p.steps[1:-1], 1):
+        for _k, argv in enumerate(p.steps[1:-1], 1):
             if argv[:2] == ("psf", "recipe"):
                 written.add(f"{_opt(argv, '--run.name')}/results.json")
                 assert _opt(argv, "--run.out_dir") == run_dir
@@ -68,7 +68,8 @@ def test_wikitext_checks_equal_the_scripts(file: str) -> None:
     ev = _wikitext_eval(r)
     assert json.loads(json.dumps(b.wikitext_checks(ev))) == r["checks"]
     # derive: one entry per run, the checks and what the codes carry (psf diagnose's zeroing cost)
-    record = {"eval/results": ev, "diagnose": r["diagnose"]["psf"], "psf_content/diagnose": r["diagnose"]["psf_content"]}
+    record = {"eval/results": ev, "diagnose": r["diagnose"]["psf"],
+              "psf_content/diagnose": r["diagnose"]["psf_content"]}
     d = b.wikitext({"wikitext-s0": record}, {})["wikitext-s0"]
     assert d["checks"] == b.wikitext_checks(ev) and d["target_entropy"] == r["settings"]["target_entropy"]
     assert d["gen_ppl_at_matched_entropy"]["psf"] == r["psf"]["gen_ppl_at_matched_entropy"]
@@ -147,7 +148,7 @@ def test_interpolation_and_gain_by_hand() -> None:
     assert agg["differences"]["psf - psf_content"]["persistence_at_matched_entropy"] is None
     # content never reaches the target: psf is compared at content's own entropy (psf below the floor: gain > 1)
     seeds = {i: seed(0.0, 1.0) for i in range(3)}
-    for sd, at in zip(seeds.values(), (-1.1, -1.3, -1.2)):
+    for sd, at in zip(seeds.values(), (-1.1, -1.3, -1.2), strict=True):
         sd["psf_minus"]["psf_content"] = {"nll_at_matched_entropy": None, "nll_at_other_entropy": at,
                                           "other_nll_there": 3.0}
     c = b.over_seeds(seeds)["nll_comparisons"]["psf_content"]

@@ -170,8 +170,8 @@ def test_entropy_knobs_move_the_unigram_entropy_of_a_trained_flow() -> None:
     by_noise = [entropy(noise=eta) for eta in (0.0, 0.5, 1.0)]
     last = [entropy(temperature=t) for t in (0.5, 1.0)]
     print(f"step temperature 0.5/1/1.5/2: {by_tau}; noise 0/0.5/1: {by_noise}; last-step temperature 0.5/1: {last}")
-    assert all(a - b > 0.02 for a, b in zip(by_tau, by_tau[1:])), by_tau
-    assert all(a - b > 0.02 for a, b in zip(by_noise, by_noise[1:])), by_noise
+    assert all(a - b > 0.02 for a, b in zip(by_tau, by_tau[1:], strict=False)), by_tau
+    assert all(a - b > 0.02 for a, b in zip(by_noise, by_noise[1:], strict=False)), by_noise
     assert abs(last[0] - last[1]) < 0.02  # the old knob: the final temperature hardly matters
     with pytest.raises(ForethoughtError):
         sample_token_flow(model, 2, step_temperature=0.0)
@@ -228,7 +228,7 @@ def test_sde_sampler_self_conditions_on_the_previous_estimate_and_lands_on_an_ex
     alpha = 1 - 1.5 * 0.25
     assert ts == pytest.approx([0.0, alpha * 0.25, alpha * 0.5, 0.75])  # moved back except at the last step
     assert rec.calls[0][1] is None  # zeros at the first step, then the previous step's estimate
-    for prev, cur in zip(rec.calls, rec.calls[1:]):
+    for prev, cur in zip(rec.calls, rec.calls[1:], strict=False):
         assert torch.equal(cur[1], prev[3])
 
 

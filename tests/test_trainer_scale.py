@@ -220,7 +220,7 @@ def test_trainer_accumulation_and_checkpointing_match_plain_training(tmp_path: P
         model, out, run = _train_gpt(tmp_path, name, **cfg)
         assert [s for s, _ in out["curve"]] == [1, 2, 3]
         assert [loss for _, loss in out["curve"]] == pytest.approx([loss for _, loss in ref["curve"]], abs=ATOL)
-        for (n, p), q in zip(model.named_parameters(), plain.parameters()):
+        for (n, p), q in zip(model.named_parameters(), plain.parameters(), strict=True):
             assert torch.allclose(p, q, rtol=0, atol=ATOL), n
         assert not model.activation_checkpointing  # switched off again after training
         assert json.loads((run.dir / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
@@ -243,12 +243,12 @@ def test_lr_scales_and_gradient_norms(tmp_path: Path) -> None:
     train(both, loss_fn, lambda s: x, cfg, run, compute_init("cpu", seed=0),
           TrainHooks(grad_groups={"body": list(model.parameters()), "head": list(head.parameters())},
                      lr_scales={id(p): 10.0 for p in head.parameters()}))
-    moved = [(p.detach() - b).abs() for p, b in zip(both.parameters(), before)]
+    moved = [(p.detach() - b).abs() for p, b in zip(both.parameters(), before, strict=True)]
     assert torch.allclose(moved[0], torch.full_like(moved[0], 1e-3), rtol=1e-3)
     assert torch.allclose(moved[1], torch.full_like(moved[1], 1e-2), rtol=1e-3)
     row = json.loads((run.dir / "metrics.jsonl").read_text().splitlines()[0])
     both.zero_grad()
-    for p, b in zip(both.parameters(), before):
+    for p, b in zip(both.parameters(), before, strict=True):
         p.data.copy_(b)
     loss_fn(both, x)[0].backward()
     assert row["grad_norm_body"] == pytest.approx(float(model.weight.grad.norm()), rel=1e-5)
@@ -271,8 +271,8 @@ def test_hooks_params_and_after_step(tmp_path: Path) -> None:
           TrainConfig(steps=3, batch_size=4, lr=1e-2, log_every=1), Run.create(tmp_path, "hooks"),
           compute_init("cpu", seed=0), TrainHooks(params=list(head.parameters()), after_step=after))
     assert seen == [(0, True), (1, True), (2, True)]
-    assert all(torch.equal(p, b) for p, b in zip(body.parameters(), before[:2]))
-    assert not any(torch.equal(p, b) for p, b in zip(head.parameters(), before[2:]))
+    assert all(torch.equal(p, b) for p, b in zip(body.parameters(), before[:2], strict=True))
+    assert not any(torch.equal(p, b) for p, b in zip(head.parameters(), before[2:], strict=True))
 
 
 def test_train_takes_its_hooks_as_one_object(tmp_path: Path) -> None:
@@ -468,8 +468,8 @@ def test_a_stopped_run_ends_its_tracker_and_gives_the_model_back_as_it_was(tmp_p
 
     with pytest.raises(KeyboardInterrupt if stop == "ctrl-c" else ForethoughtError):
         train(model, loss_fn, lambda s: _ragged(8, seed=s),
-              TrainConfig(steps=3, batch_size=8, log_every=1, activation_checkpointing=True), Run.create(tmp_path, stop),
-              rt)
+              TrainConfig(steps=3, batch_size=8, log_every=1, activation_checkpointing=True),
+              Run.create(tmp_path, stop), rt)
     assert len(rec.rows) == 1 and rec.finished and not rt.accelerator.trackers
     assert not memory.activation_checkpointing_on(model)
     assert [m.training for m in model.modules()] == modes

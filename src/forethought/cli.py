@@ -79,7 +79,8 @@ COMMANDS = [
     Command("myopia", "synthetic-why", "why the synthetic task's model does or does not learn under a setting "
             "(--model.init, --model.final_norm): loss, gradient signal-to-noise at the first MLP, the blocks' share "
             "of the head's input and a layer-1 probe of sin(10x), every eval_every steps",
-            "forethought.myopia.synthetic_why:run", "forethought.myopia.config:SyntheticWhyConfig", resume="checkpoint"),
+            "forethought.myopia.synthetic_why:run", "forethought.myopia.config:SyntheticWhyConfig",
+            resume="checkpoint"),
     Command("psf", "recipe", "Predictive State Flow: base -> landing -> self-realized -> codes -> flow prior "
             "(-> longer blocks), each stage resumable; optional AR baseline", "forethought.psf.recipe:run",
             "forethought.psf.config:RecipeConfig", resume="auto"),

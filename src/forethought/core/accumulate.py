@@ -159,7 +159,7 @@ def global_weights(first: AveragedLoss, model: torch.nn.Module, loss_fn: Callabl
         value = combined(first, means)
         grads = torch.autograd.grad(value, [means[n] for n in names], allow_unused=True)
     weights = {n: (torch.zeros((), device=dev) if g is None else g.detach()) / counts[j]
-               for j, (n, g) in enumerate(zip(names, grads))}
+               for j, (n, g) in enumerate(zip(names, grads, strict=True))}
     return value.detach(), weights, {n: means[n].detach() for n in names}
 
 

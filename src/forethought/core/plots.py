@@ -61,7 +61,7 @@ def heatmaps(panels: dict[str, Sequence[Sequence[float]]], path: str | Path, *, 
     n = len(panels)
     fig, axes = subplots(1, n, figsize=(4.2 * n + 0.8, 3.4), squeeze=False)
     im = None
-    for ax, (name, grid) in zip(axes[0], panels.items()):
+    for ax, (name, grid) in zip(axes[0], panels.items(), strict=True):
         im = ax.imshow(grid, aspect="auto", origin="lower", vmin=vmin, vmax=vmax, cmap="viridis")
         ax.set(title=name, xlabel=xlabel, ylabel=ylabel)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9)

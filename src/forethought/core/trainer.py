@@ -248,7 +248,8 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], tupl
                 # FSDP: every process takes part in gathering the full weights; its optimizer states stay sharded
                 weights = None
                 if fsdp:
-                    weights = {k: v for k, v in acc.get_state_dict(wrapped).items() if not partial or k in trained_names}
+                    weights = {k: v for k, v in acc.get_state_dict(wrapped).items()
+                               if not partial or k in trained_names}
                 if rt.is_main:
                     # The data position is the step itself (batch_fn is a pure function of it).
                     state = {"step": done, "optimizer": None if fsdp else opt.state_dict(), "rng": rng_state(),

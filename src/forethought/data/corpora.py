@@ -14,8 +14,8 @@ Single-file text corpora are split 90/10 into train/valid by characters (as nano
 and their test split is the valid split. Corpora of documents (``openwebtext``, a ``.jsonl`` file) are split by
 whole documents instead (:func:`split_documents`): the last 10 % of the documents, at most 100,000, are held out
 (the field's OpenWebText split, e.g. MDLM's: the last 100,000 documents of its only split), their first half the
-valid split and the rest the test split; each document is followed by the end-of-document token. The tokenizer machinery (transformers) is imported only when a token
-array is first built, so listing or reading corpora stays fast.
+valid split and the rest the test split; each document is followed by the end-of-document token. The tokenizer
+machinery (transformers) is imported only when a token array is first built, so listing or reading corpora stays fast.
 """
 
 from __future__ import annotations
@@ -283,7 +283,8 @@ def _hub_splits(source: CorpusSource) -> dict[str, str]:
         if source.data_root_tried is not None:
             raise _not_found(source, "the 'datasets' package is not installed")
         raise ForethoughtError(
-            f"corpus '{source.name}' needs the 'datasets' package (pip install 'forethought[hub]'), which is not installed"
+            f"corpus '{source.name}' needs the 'datasets' package (pip install 'forethought[hub]'), "
+            "which is not installed"
         )
     try:
         loaded = load_hub_dataset(source.hub_id, source.hub_config)
@@ -742,7 +743,7 @@ def passage_sequences(corpus: str, tokenizer_spec: str, cache_dir: Path, length:
         rows = first_tokens(texts, tokenizer, length)
         n_train = int(len(rows) * PASSAGE_SPLIT[0])
         n_valid = max(1, int(len(rows) * PASSAGE_SPLIT[1]))
-        for p, part in zip(paths, (rows[:n_train], rows[n_train:n_train + n_valid])):
+        for p, part in zip(paths, (rows[:n_train], rows[n_train:n_train + n_valid]), strict=True):
             buf = io.BytesIO()
             np.save(buf, part, allow_pickle=False)
             atomic_write_bytes(p, buf.getvalue())

@@ -98,7 +98,7 @@ def build_generator(cfg: PlantedConfig) -> PlantedGenerator:
     for m in range(M):
         subset = np.sort(rng.choice(V, size=cfg.topic_vocab, replace=False))
 
-        def row() -> np.ndarray:  # (V,) Dirichlet over the subset, smoothed
+        def row(subset: np.ndarray = subset) -> np.ndarray:  # (V,) Dirichlet over the subset, smoothed
             p = np.zeros(V)
             p[subset] = rng.dirichlet(np.full(cfg.topic_vocab, cfg.concentration))
             return (1 - eps) * p + eps / V

@@ -1,8 +1,8 @@
 """Judge-LM metrics, one forward pass per sample set: generative perplexity, unigram entropy, MAUVE features.
 
 Conventions (those of the MDLM, Duo, BD3-LM and ELF papers and code): samples are decoded to text
-(forethought.eval.text) and retokenised with the judge's tokenizer, without its own special tokens. A start token is prepended (the
-document separator ``<|endoftext|>`` when the judge has one, else its bos, else its eos; see
+(forethought.eval.text) and retokenised with the judge's tokenizer, without its own special tokens. A start token is
+prepended (the document separator ``<|endoftext|>`` when the judge has one, else its bos, else its eos; see
 :func:`start_token_id`) so that *every* text token is scored, the first one conditioned on the start token
 only; the start token itself is never scored. Generative perplexity is exp of the token-weighted mean NLL over
 all scored tokens of all samples (long samples weigh more).
@@ -123,7 +123,7 @@ class JudgePass:
             raise ForethoughtError(f"unknown pooling '{pooling}'; expected last or mean")
         s = int(self.start)
         totals, counts, feats, entropies = [], [], [], []
-        for ids, nll, h in zip(self.ids, self.nll, self.hidden):
+        for ids, nll, h in zip(self.ids, self.nll, self.hidden, strict=True):
             n = len(ids) if max_tokens is None else min(len(ids), max_tokens)
             row = n + s  # row length after the cut
             scored = nll[:max(row - 1, 0)]

@@ -16,8 +16,8 @@ def paired(rows_a: list[dict], rows_b: list[dict], task_type: str = "classificat
            who_writes: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A vs B on the same examples (matched by id; A's order). Classification: {"difference" (accuracy A − B),
     "ci95", "mcnemar" ({n, b, c, p_value}), "n"}; regression: {"n", "mse": {difference, ci95, a, b},
-    "pearson": {...}}. ``key_*`` picks each side's answer ("prediction", or PredGen's "decoded"); ``who_writes`` says, per answer key,
-    which runs write it (added to the error when a side lacks it)."""
+    "pearson": {...}}. ``key_*`` picks each side's answer ("prediction", or PredGen's "decoded"); ``who_writes`` says,
+    per answer key, which runs write it (added to the error when a side lacks it)."""
     by_id = {r["id"]: r for r in rows_b}
     if len(by_id) != len(rows_b) or sorted(by_id) != sorted(r["id"] for r in rows_a):
         raise ForethoughtError("the two sides were evaluated on different examples (their ids differ); "

@@ -36,6 +36,6 @@ from forethought.experiments.archive import (
 from forethought.experiments.jobs import Job, JobFailed, run_queue, seed_jobs, subprocess_env
 from forethought.experiments.stats import by_seed, gradient_summary, over_seeds, seed_paired
 
-__all__ = ["Job", "JobFailed", "by_seed", "collect_runs", "finished_run", "finished_runs", "gradient_summary", "invocations",
-           "over_seeds", "run_queue", "run_started", "seed_jobs", "seed_paired", "span_s",
+__all__ = ["Job", "JobFailed", "by_seed", "collect_runs", "finished_run", "finished_runs", "gradient_summary",
+           "invocations", "over_seeds", "run_queue", "run_started", "seed_jobs", "seed_paired", "span_s",
            "subprocess_env", "training_log"]

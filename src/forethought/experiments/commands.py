@@ -60,7 +60,7 @@ def load_for(cfg: ExperimentConfig) -> tuple[ExperimentSpec, Path]:
     return spec, path
 
 
-def _layout(cfg: ExperimentConfig, spec: ExperimentSpec) -> "Layout":
+def _layout(cfg: ExperimentConfig, spec: ExperimentSpec) -> Layout:
     return Layout.under(Path(cfg.root), spec.name)
 
 

@@ -234,11 +234,13 @@ def lm(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -
             if x.get("per_position"):
                 per_pos.setdefault(variant, {})[seed] = x["per_position"]
     out: dict[str, Any] = {"setup": setup, **variant_stats(loss), **lm_summary(loss)}
-    out["per_position_mean"] = {v: [statistics.fmean(c) for c in zip(*d.values())] for v, d in per_pos.items()}
+    out["per_position_mean"] = {v: [statistics.fmean(c) for c in zip(*d.values(), strict=True)]
+                                for v, d in per_pos.items()}
     gap = out["gap_paired"]
     if gap and "detach_hidden" in per_pos and "vanilla" in per_pos:
-        diffs = [[m - v for m, v in zip(per_pos["detach_hidden"][s], per_pos["vanilla"][s])] for s in gap["seeds"]]
-        out["gap_per_position_mean"] = [statistics.fmean(c) for c in zip(*diffs)]
+        diffs = [[m - v for m, v in zip(per_pos["detach_hidden"][s], per_pos["vanilla"][s], strict=True)]
+                 for s in gap["seeds"]]
+        out["gap_per_position_mean"] = [statistics.fmean(c) for c in zip(*diffs, strict=True)]
     return out
 
 

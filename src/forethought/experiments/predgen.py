@@ -107,7 +107,8 @@ def mine(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[
         m = rec["mine"]
         for rep, e in m["estimates"].items():
             estimates.setdefault(run, {})[rep] = {"held_out": e["heldout"]["mean"], "std": e["heldout"]["std"],
-                                                  "per_seed": e["heldout"]["per_seed"], "fit_half": e["fit_half"]["mean"]}
+                                                  "per_seed": e["heldout"]["per_seed"],
+                                                  "fit_half": e["fit_half"]["mean"]}
         k = len({p["target"] for p in rec.get("predictions", [])})
         if m.get("H_Y") is not None and k > 1:
             err = 1 - rec["results"]["accuracy"]

@@ -217,8 +217,8 @@ def nll_comparison(per_seed: dict[int, dict], other: str) -> dict[str, Any] | No
         theirs = [r["other_nll_there"] for r in rows]
     else:
         return None
-    excess = [n - per_seed[s]["floor"] for n, s in zip(theirs, seeds)]
-    gain = [-d / e if e > 0 else None for d, e in zip(diffs, excess)]
+    excess = [n - per_seed[s]["floor"] for n, s in zip(theirs, seeds, strict=True)]
+    gain = [-d / e if e > 0 else None for d, e in zip(diffs, excess, strict=True)]
     return {"basis": basis, "per_seed": diffs, "mean": float(np.mean(diffs)),
             "std": float(np.std(diffs, ddof=1)) if len(diffs) > 1 else None,
             "interval": list(t_interval(diffs)) if len(diffs) > 1 else None, "other_nll": theirs,

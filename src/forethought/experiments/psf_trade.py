@@ -24,7 +24,7 @@ PAIRS: dict[str, tuple[str, str]] = {
 def per_seed(collected: Mapping[str, Any], group: str, measure: str) -> dict[int, float]:
     """``{seed: value}`` of one measure of one run group of the collected results (empty when not measured)."""
     m = collected["groups"].get(group, {}).get("measures", {}).get(measure)
-    return dict(zip(m["seeds"], m["per_seed"])) if m else {}
+    return dict(zip(m["seeds"], m["per_seed"], strict=True)) if m else {}
 
 
 def derive(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, Any]) -> dict[str, Any]:

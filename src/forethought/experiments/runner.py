@@ -45,7 +45,7 @@ class Layout:
     results: Path  # the collected JSON; plots beside it
 
     @classmethod
-    def under(cls, root: Path, name: str) -> "Layout":
+    def under(cls, root: Path, name: str) -> Layout:
         root = Path(root)
         return cls(root / "runs" / name, root / "benchmarks" / "results" / "runs" / name,
                    root / "benchmarks" / "results" / f"{name}.json")
@@ -60,8 +60,9 @@ def run(spec: ExperimentSpec, layout: Layout, command: str, parse: Callable[[tup
         collect_as: ExperimentSpec | None = None) -> dict[str, Any]:
     """Run every unfinished run of ``spec`` (step by step: all runs' first commands, then their second, ...),
     ``spec.parallel`` at a time with ``spec.threads`` threads each; archive each run when its last step
-    finishes; then :func:`collect` (of ``collect_as`` when given: the whole spec after a run of some seeds). ``parse`` checks every command before anything starts (the CLI's parser:
-    a typo in a spec fails here, not hours later)."""
+    finishes; then :func:`collect` (of ``collect_as`` when given: the whole spec after a run of some seeds).
+    ``parse`` checks every command before anything starts (the CLI's parser: a typo in a spec fails here, not hours
+    later)."""
     planned = plan(spec, layout.runs)
     if parse is not None:
         check_commands(planned, parse)

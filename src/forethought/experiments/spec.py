@@ -122,7 +122,8 @@ class ExperimentSpec:
         if not self.files or not all(f.endswith(".json") for f in self.files):
             raise ForethoughtError(f"files: JSON files relative to a run folder, got {self.files}")
         if self.derive and not re.fullmatch(r"forethought\.experiments\.[a-z_][a-z0-9_.]*:[A-Za-z_]\w*", self.derive):
-            raise ForethoughtError(f"derive must name 'forethought.experiments.<module>:<function>', got {self.derive!r}")
+            raise ForethoughtError(f"derive must name 'forethought.experiments.<module>:<function>', "
+                                   f"got {self.derive!r}")
         for i, g in enumerate(self.runs):
             _check_group(g, i, self.seeds)
         groups = [p.group for p in plan(self)]
@@ -259,7 +260,7 @@ def plan(spec: ExperimentSpec, out_dir: Path | str = "{out_dir}") -> list[Planne
     out = []
     for g in spec.runs:
         keys = list(g.grid)
-        points = [dict(zip(keys, vals)) for vals in itertools.product(*(g.grid[k] for k in keys))]
+        points = [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*(g.grid[k] for k in keys))]
         seeds = g.seeds if g.seeds is not None else spec.seeds
         for seed in seeds:
             for point in points:

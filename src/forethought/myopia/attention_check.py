@@ -58,7 +58,7 @@ def _diff(a: tuple[torch.Tensor, list[torch.Tensor]], b: tuple[torch.Tensor, lis
 
     res: dict[str, Any] = {"forward": (a[0] - b[0]).abs().max().item()}
     ok = within(a[0], b[0], tol)
-    for name, ga, gb in zip(("grad_q", "grad_k", "grad_v"), a[1], b[1]):
+    for name, ga, gb in zip(("grad_q", "grad_k", "grad_v"), a[1], b[1], strict=True):
         res[name] = (ga - gb).abs().max().item()
         ok = ok and within(ga, gb, tol * GRAD_ATOL_FACTOR)
     res["within_tolerance"] = ok

@@ -1,6 +1,6 @@
 """The settings of the ``forethought myopia`` commands (synthetic, lm, gradients, probe, init-model, step-cost,
-families, sin-block, synthetic-why) and the myopia modes, in a module that imports no torch: the CLI loads and checks a config (and prints
-``--help``) before the heavy libraries load. Each command's module re-exports its classes
+families, sin-block, synthetic-why) and the myopia modes, in a module that imports no torch: the CLI loads and
+checks a config (and prints ``--help``) before the heavy libraries load. Each command's module re-exports its classes
 (``forethought.myopia.lm.LMConfig`` is this LMConfig)."""
 
 from __future__ import annotations

@@ -120,7 +120,8 @@ def exactness(build: Callable[[], nn.Module], ids: torch.Tensor) -> dict[str, An
     slow = per_position_gradient(vanilla, lambda: per_position_loss(_forward(vanilla, ids)[0], ids), params, T - 1)
     one = torch.autograd.grad(losses.sum(), list(myopic.parameters()), allow_unused=True)
     scale = max(a.abs().max().item() for a in slow)
-    diff = max(((b if b is not None else torch.zeros_like(a)) - a).abs().max().item() for a, b in zip(slow, one))
+    diff = max(((b if b is not None else torch.zeros_like(a)) - a).abs().max().item()
+               for a, b in zip(slow, one, strict=True))
     return {"forward_max_abs_diff": fwd, "earlier_state_grad_max_abs": leak, "param_grad_max_rel_diff": diff / scale,
             "attention_implementation": getattr(getattr(vanilla, "config", None), "_attn_implementation", None)}
 
@@ -148,9 +149,10 @@ def run(cfg: FamiliesConfig, resume: str | None = None) -> dict[str, Any]:
     families: dict[str, Any] = {}
     for name in cfg.families:
         small = builder(name, cfg.exact_hidden, cfg.exact_layers, cfg.exact_vocab)
-        row = {"what": WHAT.get(name, ""), **exactness(lambda: seeded(small, cfg.run.seed).to(device), ids)}
-        row["step_cost"] = step_cost(cfg, lambda: seeded(builder(name, cfg.hidden, cfg.layers, cfg.vocab),
-                                                         cfg.run.seed), device)
+        row = {"what": WHAT.get(name, ""),
+               **exactness(lambda small=small: seeded(small, cfg.run.seed).to(device), ids)}
+        row["step_cost"] = step_cost(cfg, lambda name=name: seeded(builder(name, cfg.hidden, cfg.layers, cfg.vocab),
+                                                                   cfg.run.seed), device)
         families[name] = row
         print(f"{name}: forward {row['forward_max_abs_diff']:.1e}  leak {row['earlier_state_grad_max_abs']:.1e}  "
               f"grads vs per-position {row['param_grad_max_rel_diff']:.1e}  step ratio "

@@ -71,10 +71,10 @@ def mean_gradient(model: torch.nn.Module, loss_fn: LossFn, batches: Sequence[Any
     for batch in batches:
         loss, _ = loss_fn(model, batch)
         grads = torch.autograd.grad(loss, sel, allow_unused=True)
-        for t, g in zip(total, grads):
+        for t, g in zip(total, grads, strict=True):
             if g is not None:
                 t += g.double()
-    return {n: t / len(batches) for n, t in zip(names, total)}
+    return {n: t / len(batches) for n, t in zip(names, total, strict=True)}
 
 
 def split_gradient(model: torch.nn.Module, loss_fn: LossFn, batches: Sequence[Any], names: Sequence[str],
@@ -174,7 +174,8 @@ def run(cfg: GradientsConfig, resume: str | None = None) -> dict:
         return {**compare(g, g_m, groups), **held_out(m)}
 
     out = train(model, loss_fn, batch_fn, cfg.train, parent, rt, resume=resume, desc=f"{cfg.experiment} vanilla",
-                hooks=TrainHooks(eval_fn=eval_fn), model_config=model.checkpoint_record() if isinstance(model, GPT) else None)
+                hooks=TrainHooks(eval_fn=eval_fn),
+                model_config=model.checkpoint_record() if isinstance(model, GPT) else None)
     results = {"experiment": cfg.experiment, "mode": cfg.mode, "steps": cfg.train.steps,
                "batch_size": cfg.train.batch_size, "measure_batches": cfg.measure_batches,
                "groups": {k: len(v) for k, v in groups.items()},

@@ -268,7 +268,8 @@ def _summarise(results: dict) -> None:
     if "vanilla" in v and myopic:
         results["gap"] = v[myopic]["val_loss"] - v["vanilla"]["val_loss"]
         results["gap_relative"] = results["gap"] / v["vanilla"]["val_loss"]
-        results["gap_per_position"] = [a - b for a, b in zip(v[myopic]["per_position"], v["vanilla"]["per_position"])]
+        results["gap_per_position"] = [a - b for a, b in zip(v[myopic]["per_position"], v["vanilla"]["per_position"],
+                                                             strict=True)]
     if "vanilla" in v and "local" in v:  # the paper's definition
         results["local_myopic_bonus"] = v["vanilla"]["val_loss"] - v["local"]["val_loss"]
     if myopic and "local" in v:

@@ -50,7 +50,7 @@ def states(model: torch.nn.Module, ids: torch.Tensor, batch: int = 32) -> tuple[
             layers.append([h.float().cpu() for h in hidden])
     finally:
         handle.remove()
-    per_layer = [torch.cat([b[l] for b in layers]) for l in range(len(layers[0]))]
+    per_layer = [torch.cat([b[layer] for b in layers]) for layer in range(len(layers[0]))]
     return per_layer, torch.cat(captured)
 
 
@@ -75,22 +75,22 @@ def future_lens_accuracy(model: torch.nn.Module, fit_ids: torch.Tensor, eval_ids
     fit_h, fit_final = states(model, fit_ids)
     ev_h, _ = states(model, eval_ids)
     T = fit_ids.shape[1]
-    if any(l < 0 or l >= len(fit_h) for l in layers):
+    if any(layer < 0 or layer >= len(fit_h) for layer in layers):
         raise ForethoughtError(f"probe: layers must be in 0..{len(fit_h) - 1}, got {layers}")
     out: dict[str, list[float]] = {}
-    for l in layers:
+    for layer in layers:
         accs = []
         for k in range(1, k_max + 1):
             n = T - k  # positions t = 0..T-k-1 have a token t+k
-            X = fit_h[l][:, :n].reshape(-1, fit_h[l].shape[-1])
+            X = fit_h[layer][:, :n].reshape(-1, fit_h[layer].shape[-1])
             Y = fit_final[:, k - 1:k - 1 + n].reshape(-1, fit_final.shape[-1])
             W, b = fit_ridge(X, Y, ridge)
-            Xe = ev_h[l][:, :n].reshape(-1, X.shape[-1]).double()
+            Xe = ev_h[layer][:, :n].reshape(-1, X.shape[-1]).double()
             pred_state = (Xe @ W + b).float().to(head.weight.device)
             logits = head(pred_state)  # frozen LM head
             target = eval_ids[:, k:k + n].reshape(-1).to(logits.device)
             accs.append((logits.argmax(-1) == target).float().mean().item())
-        out[f"layer {l}"] = accs
+        out[f"layer {layer}"] = accs
     return out
 
 
@@ -131,7 +131,7 @@ def _report(cfg: ProbeConfig, results: dict, run: Run) -> None:
             lines.append(f"| {variant} | {layer.split()[-1]} | " + " | ".join(f"{a:.3f}" for a in accs) + " |")
         layer_ids = [int(x.split()[-1]) for x in table]
         for ki, k in enumerate(ks):
-            series[f"{variant} k={k}"] = (layer_ids, [table[f"layer {l}"][ki] for l in layer_ids])
+            series[f"{variant} k={k}"] = (layer_ids, [table[f"layer {i}"][ki] for i in layer_ids])
     line_plot(series, run.path("future_lens.png"), title="future-token probe accuracy", xlabel="layer",
               ylabel="top-1 accuracy")
     lines += ["", "![probe accuracy](future_lens.png)", ""]

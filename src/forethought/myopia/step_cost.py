@@ -107,7 +107,7 @@ class Variant:
         self.losses.append(loss.item())
         if record:
             self.times.append(t3 - t0)
-            for k, dt in zip(("forward", "backward", "optimizer"), (t1 - t0, t2 - t1, t3 - t2)):
+            for k, dt in zip(("forward", "backward", "optimizer"), (t1 - t0, t2 - t1, t3 - t2), strict=True):
                 self.phases[k].append(dt)
 
     def median(self) -> float:
@@ -115,7 +115,7 @@ class Variant:
 
     def fwd_bwd_median(self) -> float:
         """Median over steps of forward + backward (without the optimizer step, which is the same for all)."""
-        return statistics.median(f + b for f, b in zip(self.phases["forward"], self.phases["backward"]))
+        return statistics.median(f + b for f, b in zip(self.phases["forward"], self.phases["backward"], strict=True))
 
 
 def run_interleaved(variants: list[Variant], warmup: int, steps: int) -> None:

@@ -3,8 +3,9 @@
 
 x_n ~ N(0, 1), z_n ~ Bernoulli(p); the model sees (x_n, z_n) through a linear embedding only and must output
 y_n = z_n · Σ_{i=shift}^{shift+window−1} f(frequency · x_{n−i}) + (1 − z_n) · x_n   (a term before the first
-position is 0, as the reference code pads; ``task.history f0`` makes the missing inputs x = 0 instead). With the defaults (f = sin, frequency 10, shift 1, window 10) this is the paper's task: a
-model that computes sin(10·x) at step n for later use (pre-caching) wins; a myopic model cannot be trained to.
+position is 0, as the reference code pads; ``task.history f0`` makes the missing inputs x = 0 instead). With the
+defaults (f = sin, frequency 10, shift 1, window 10) this is the paper's task: a model that computes sin(10·x) at
+step n for later use (pre-caching) wins; a myopic model cannot be trained to.
 
 Normalised loss = mean Huber loss (δ = 1) over all positions / p, on fresh sequences. Two reference levels are
 reported beside it, on the same sequences: predict-zero, and COPY (output x_n where z = 0 and zero where z = 1,
@@ -123,7 +124,7 @@ def probes(model: GPT, task: TaskConfig, settings: ProbeSettings, seed: int,
     tr_f, tr_y = collect(settings.train_sequences, 11)
     te_f, te_y = collect(settings.test_sequences, 13)
     r2, r2_sum = [], []
-    for X, Xt in zip(tr_f, te_f):
+    for X, Xt in zip(tr_f, te_f, strict=True):
         W, b = fit_ridge(X, tr_y, settings.ridge)
         pred = Xt @ W + b
         ss_res = ((te_y - pred) ** 2).sum(0)
@@ -165,10 +166,12 @@ def train_one(cfg: SyntheticConfig, p: float, mode: str, parent: Run, rt, resume
     out = train(model, huber_loss, batch_fn, cfg.train, run, rt, resume=resume, desc=f"p={p:g} {mode}",
                 hooks=TrainHooks(eval_fn=eval_fn), model_config=model.checkpoint_record())
     loss, per_pos = normalised_loss(model, cfg.task, p, cfg.eval_sequences, eval_seed(cfg))
-    r2, r2_sum = probes(model, cfg.task, cfg.probe, mix_seed("synthetic-probe", cfg.run.seed), p)  # on the model's own p
+    # on the model's own p
+    r2, r2_sum = probes(model, cfg.task, cfg.probe, mix_seed("synthetic-probe", cfg.run.seed), p)
     res = {"normalised_loss": loss, "per_position": per_pos, "probe_r2": r2, "probe_sum_r2": r2_sum,
            "probe_p": p,
-           "curve": [[s, l / p] for s, l in out["curve"]], "eval_curve": out.get("eval_curve", []),
+           "curve": [[step, train_loss / p] for step, train_loss in out["curve"]],
+           "eval_curve": out.get("eval_curve", []),
            "train_wall_s": out["wall_s"], "steps": cfg.train.steps, "world_size": out["world_size"],
            "wall_s": time.perf_counter() - t0}
     run.write_results(res)
@@ -233,7 +236,7 @@ def _report(cfg: SyntheticConfig, results: dict, run: Run) -> None:
                           for m in first)]
     heatmaps({m: results[p0][m]["probe_r2"] for m in first}, run.path("probe_r2.png"),
              title=f"ridge probe R² ({p0})", xlabel="lag", ylabel="layer (0 = embedding)")
-    curves = {f"{m} p={p:g}": tuple(zip(*results[f"p={p:g}"][m]["curve"])) for p in cfg.p_values
+    curves = {f"{m} p={p:g}": tuple(zip(*results[f"p={p:g}"][m]["curve"], strict=True)) for p in cfg.p_values
               for m in modes_at(cfg, p) if results[f"p={p:g}"][m]["curve"]}
     for p in cfg.p_values:  # the COPY level as a flat line across the steps
         level = results[f"p={p:g}"]["copy_level"]

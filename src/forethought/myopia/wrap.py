@@ -432,7 +432,7 @@ def per_position_gradient(model: nn.Module, losses: Callable[[], torch.Tensor], 
         finally:
             for h in handles:
                 h.remove()
-        for acc, g in zip(total, torch.autograd.grad(loss_t, params, allow_unused=True)):
+        for acc, g in zip(total, torch.autograd.grad(loss_t, params, allow_unused=True), strict=True):
             if g is not None:
                 acc += g
     return total

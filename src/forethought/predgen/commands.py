@@ -259,7 +259,7 @@ def plot_learning_curve(curve: list[dict[str, float]], task_type: str, batch_siz
     plt = pyplot()
     fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 3.8), squeeze=False, layout="constrained")
     seen = [r["examples_seen"] for r in curve]
-    for ax, name in zip(axes[0], names):
+    for ax, name in zip(axes[0], names, strict=True):
         ax.plot(seen, [r[name] for r in curve], marker=".", label="prediction")
         if f"decoded_{name}" in curve[0]:  # PredGen: its adapter beside the answer it decoded
             ax.plot(seen, [r[f"decoded_{name}"] for r in curve], marker=".", ls="--", label="decoded answer")

@@ -176,8 +176,8 @@ class HeadConfig:
         "not PredGen: choices plus each choice's log-likelihood, what the rank decoder reads (= choices with "
         f"head.choice_loglik {CHOICE_LOGLIK0:g}); auto = choices on multiple-choice tasks answered with the choice's "
         "text (task.answer text), states otherwise (letters, names, label words, numbers)")
-    choice_alpha: float = field(CHOICE_ALPHA0, "reads choices: the starting weight α of cos(z, c_k) in each choice's score "
-                                "(learned); 5 starts the adapter at the answer it wrote, 0 leaves the choice to "
+    choice_alpha: float = field(CHOICE_ALPHA0, "reads choices: the starting weight α of cos(z, c_k) in each choice's "
+                                "score (learned); 5 starts the adapter at the answer it wrote, 0 leaves the choice to "
                                 "its MLP from the first step")
     choice_loglik: float | None = field(
         None, "reads choices: the starting weight β of each choice's log-likelihood under the model (its summed "

@@ -91,7 +91,7 @@ def detach_kv(kv: KV) -> KV:
 
 @dataclass
 class _Node:
-    children: dict[int, "_Node"] = field(default_factory=dict)
+    children: dict[int, _Node] = field(default_factory=dict)
     leaf: int | None = None  # candidate index when a complete answer ends here
     allowed: torch.Tensor | None = None  # (n_children,) token ids, filled by AnswerTrie
 

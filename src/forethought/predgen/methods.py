@@ -476,7 +476,8 @@ def agreement(preds: Predictions, with_decoded: bool) -> dict[str, float]:
     (``decoded``). A head that agrees with the rank decoder on nearly every item adds nothing to it."""
     n = len(preds.prediction)
     others = {"rank": preds.rank, "rank_norm": preds.rank_norm, "decoded": preds.decoded if with_decoded else None}
-    return {k: sum(a == b for a, b in zip(preds.prediction, v)) / n for k, v in others.items() if v is not None and n}
+    return {k: sum(a == b for a, b in zip(preds.prediction, v, strict=True)) / n
+            for k, v in others.items() if v is not None and n}
 
 
 def has_own_choices(items: list[dict[str, Any]]) -> bool:
@@ -525,8 +526,9 @@ def predict(m: PredGenModel, method: Method | str, enc: Encoder, items: list[dic
         tries = enc.tries(b)
         reads = getattr(m.head, "reads", None) if method.has_head else None
         d = constrained_greedy(m.lm, tries, ids, mask, layer, enc.pad_id, prompt=pp, keep_logits=reads == "logits")
-        values = [t.values[c] for t, c in zip(tries if isinstance(tries, list) else [tries] * len(chunk), d.choice)]
-        for row, tok in zip(d.mask.cpu(), d.tokens.cpu()):
+        per_row = tries if isinstance(tries, list) else [tries] * len(chunk)  # one trie per row
+        values = [t.values[c] for t, c in zip(per_row, d.choice, strict=True)]
+        for row, tok in zip(d.mask.cpu(), d.tokens.cpu(), strict=True):
             text = enc.tok.decode(tok[row].tolist(), skip_special_tokens=True)
             texts.append(text)
             failures += not enc.text_answers and parse_target(enc.spec, text) is None  # a choice's text: none
@@ -544,7 +546,7 @@ def predict(m: PredGenModel, method: Method | str, enc: Encoder, items: list[dic
         if rank:
             cands = b["choices"]
             lps = choice_logprobs(m.lm, [[toks for _, toks, _ in c] for c in cands], ids, mask, prompt=pp)
-            for c, lp in zip(cands, lps):
+            for c, lp in zip(cands, lps, strict=True):
                 ranked.append(c[max(range(len(c)), key=lambda k: lp[k])][0])
                 ranked_norm.append(c[max(range(len(c)), key=lambda k: lp[k] / c[k][2])][0])
         if expected and task_type == "regression":

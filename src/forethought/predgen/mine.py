@@ -237,8 +237,8 @@ def run_mine(cfg: MineConfig, resume: str | None = None) -> dict[str, Any]:
     if cfg.representations and not cfg.seeds:
         raise ForethoughtError("seeds: give at least one seed")
     if cfg.words and read_meta(model_folder(cfg.model))["task_spec"].get("task_type") != "classification":
-        raise ForethoughtError("--words (NPMI of input words against the written answer) needs a classification task: it associates "
-                               "input words with the answer the model writes")
+        raise ForethoughtError("--words (NPMI of input words against the written answer) needs a classification task: "
+                               "it associates input words with the answer the model writes")
     # the answer-token states and the written answers need the constrained decoder, also for a Predictor
     decode = True if "tokens" in cfg.representations or cfg.words else None
     saved = load_saved(cfg.model, cfg.device, decode=decode)

@@ -181,8 +181,8 @@ class ChoiceAdapter(nn.Module):
     pass as c_k), which is exactly the rank decoder's score, so it reads what the rank decoder reads (measured on
     ARC-Easy: it agrees with the rank decoder on about 95 % of the items). When the model wrote choice k,
     its states are c_k's (same model, same tokens, same positions), so cos(z, c_k) = 1: with α starting at
-    ``alpha0`` (default 5) the adapter starts as the decoded answer, and the MLP learns when to overrule it (with the MLP
-    alone it stayed at chance for 20 ARC-Easy steps, l_d ≈ ln 4). Each score depends on its own choice only, so
+    ``alpha0`` (default 5) the adapter starts as the decoded answer, and the MLP learns when to overrule it (with the
+    MLP alone it stayed at chance for 20 ARC-Easy steps, l_d ≈ ln 4). Each score depends on its own choice only, so
     permuting an example's choices permutes the scores; classes that are not among the example's choices get
     -inf (zero probability after the softmax). Output (B, n_classes)."""
 

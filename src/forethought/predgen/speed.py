@@ -61,7 +61,7 @@ def rerun_greedy(lm: Any, trie: AnswerTrie, ids: torch.Tensor, mask: torch.Tenso
             allowed[b, n.allowed] = True
         tok = logits.masked_fill(~allowed, -torch.inf).argmax(-1)
         out.append(tok)
-        nodes = [n.children[int(t)] for n, t in zip(nodes, tok)]
+        nodes = [n.children[int(t)] for n, t in zip(nodes, tok, strict=True)]
         if all(n.leaf is not None for n in nodes):
             break
         ids = torch.cat([ids, tok[:, None]], dim=1)
@@ -212,7 +212,7 @@ def decode_rates(lm: Any, enc: Encoder, batches: list[dict[str, Any]], seed: int
             outs[name] = [rerun_greedy(lm, trie, b["prompt_ids"], b["prompt_mask"]) for b in batches]
         rates[name] = n / (time.perf_counter() - t0)
     mismatched = sum(int((a != b).sum()) if a.shape == b.shape else a.numel()
-                     for a, b in zip(outs["cached"], outs["rerun"]))
+                     for a, b in zip(outs["cached"], outs["rerun"], strict=True))
     return {"generated_tokens": DECODE_TOKENS, "examples": n, "examples_per_s_cached": rates["cached"],
             "examples_per_s_rerun": rates["rerun"], "mismatched_tokens": mismatched, "same_tokens": mismatched == 0}
 

@@ -148,7 +148,7 @@ def load_prior(ckpt: Path) -> FlowPrior:
 
 def _ints(record: dict[str, Any], ckpt: Path, *keys: str) -> list[int]:
     values = [record.get(k) for k in keys]
-    bad = [k for k, v in zip(keys, values) if not isinstance(v, int) or isinstance(v, bool)]
+    bad = [k for k, v in zip(keys, values, strict=True) if not isinstance(v, int) or isinstance(v, bool)]
     if bad:
         raise ForethoughtError(f"{ckpt}/config.json is corrupt: {', '.join(bad)} must be integers")
     return values  # type: ignore[return-value]

@@ -1,5 +1,5 @@
-"""Every configuration of ``forethought psf``, in a module that imports neither torch nor numpy: a command's config is loaded
-and checked (and ``--help`` printed) before the heavy libraries load. The modules that use these classes
+"""Every configuration of ``forethought psf``, in a module that imports neither torch nor numpy: a command's config is
+loaded and checked (and ``--help`` printed) before the heavy libraries load. The modules that use these classes
 re-export them under their old names (``forethought.psf.recipe:RecipeConfig`` and so on).
 
 - the models: :class:`PSFModelConfig`, :class:`PriorConfig`, :class:`ARModelConfig`, :class:`TokenFlowConfig`,
@@ -84,9 +84,9 @@ class PSFModelConfig:
         "dimension stays >= gamma^2/2 and the posterior cannot collapse onto the prior")
     code_mean_gamma: float = field(0.5, "code_mean_norm batch: the fixed scale of the standardised means")
     code_dropout: float = field(
-        0.0, "in training, the decoder's code input is replaced by zeros with this probability (per code_dropout_unit), "
-        "so that zero codes - the state-only configuration's input - are an input the decoder has trained on; the "
-        "KL is charged either way; never at evaluation or sampling")
+        0.0, "in training, the decoder's code input is replaced by zeros with this probability "
+        "(per code_dropout_unit), so that zero codes - the state-only configuration's input - are an input the "
+        "decoder has trained on; the KL is charged either way; never at evaluation or sampling")
     code_dropout_unit: Literal["block", "sequence"] = field(
         "block", "code_dropout draws per (sequence, block), or once per sequence (all its blocks' codes at once)")
 
@@ -675,7 +675,8 @@ class PromptedConfig:
         if not self.prompted_blocks and not self.unprompted:
             raise ForethoughtError("nothing to measure: give prompted_blocks, or unprompted true")
         if any(m < 1 for m in self.prompted_blocks) or len(set(self.prompted_blocks)) != len(self.prompted_blocks):
-            raise ForethoughtError(f"prompted_blocks must be distinct numbers of blocks >= 1, got {self.prompted_blocks}")
+            raise ForethoughtError(f"prompted_blocks must be distinct numbers of blocks >= 1, "
+                                   f"got {self.prompted_blocks}")
         at_least(self, 2, "prompts")  # intervals over prompts
         at_least(self, 1, "n_boot", "batch_size")
 

@@ -131,7 +131,8 @@ def mean_se(x: np.ndarray) -> dict[str, float | None]:
 # ---- 1. state-shuffle cost -----------------------------------------------------------------------------------
 
 @torch.no_grad()
-def encoder_conditioning(model: PSFModel, windows: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def encoder_conditioning(model: PSFModel, windows: torch.Tensor, batch: int
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The decoder's inputs from real text, in evaluation mode: states (N, K, S) and, when the stage uses
     codes, each block's posterior-mean code (N, K, code_dim)."""
     model.eval()
@@ -518,7 +519,8 @@ def report_table(res: dict) -> str:
     c = res["ceiling"]
     f = res["first_token_ce"]
     lines.append(f"a block's first token, clean states, nats: {f['without_codes']:.3f} without codes"
-                 + ("" if f["with_codes"] is None else f" (zero codes), {f['with_codes']:.3f} with posterior-mean codes")
+                 + ("" if f["with_codes"] is None
+                    else f" (zero codes), {f['with_codes']:.3f} with posterior-mean codes")
                  + f"; a uniform guess {f['uniform']:.3f}")
     lines += ["", "ceiling: AR cross-entropy, context cut at every block boundary - full context:"]
     if c["available"]:

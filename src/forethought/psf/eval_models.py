@@ -212,8 +212,9 @@ def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtif
     run = Path(cfg.recipe_run)
     names = [Path(os.path.abspath(f)).name for f in cfg.compare]  # a symlink keeps its own name
     # a compared run with a state-only prior adds <name>_state_only: every model name checked before any loads
-    models = [*zip(names, cfg.compare), *((f"{n}_state_only", f) for n, f in zip(names, cfg.compare)
-                                          if (Path(f) / STATE_ONLY_PRIOR).is_dir())]  # (model name, its folder)
+    models = [*zip(names, cfg.compare, strict=True),
+              *((f"{n}_state_only", f) for n, f in zip(names, cfg.compare, strict=True)
+                if (Path(f) / STATE_ONLY_PRIOR).is_dir())]  # (model name, its folder)
     for folder in cfg.compare:
         if not Path(folder).is_dir():
             raise ForethoughtError(f"compare: {folder} is not a folder")
@@ -238,7 +239,7 @@ def build_candidates(cfg: EvalConfig, device: torch.device) -> tuple[RecipeArtif
             cands[name] = psf_candidate(name, art, run, "mean" if name == "psf_mean_trajectory" else "prior", cfg,
                                         enc_dec, state_only=name == "psf_state_only")
     L, vocab = art.cfg.model.seq_len, art.results["vocab_size"]
-    for folder, name in zip(cfg.compare, names):
+    for folder, name in zip(cfg.compare, names, strict=True):
         path = Path(folder)
         if is_token_flow_run(path):
             tf, results = load_token_flow(path, device)

@@ -7,8 +7,8 @@ What is evaluated (each a *model*, named in the results):
   the run's state-only prior and zero codes (the paper's state-only configuration; recipe
   ``prior.state_only_variant``), if trained; ``ar``: the run's AR baseline, if trained;
 - every folder in ``compare``, named by its folder name: another ``psf recipe`` run (its final PSF model and
-  prior, e.g. the content-state ablation; with a state-only prior, also ``<name>_state_only``) or a token-flow run (:func:`forethought.psf.token_flow.load_token_flow`).
-  They must share the run's corpus, tokenizer and L.
+  prior, e.g. the content-state ablation; with a state-only prior, also ``<name>_state_only``) or a token-flow run
+  (:func:`forethought.psf.token_flow.load_token_flow`). They must share the run's corpus, tokenizer and L.
 
 Each model samples ``samples`` documents at every sweep point: (temperature, top-p) for the decoders, the
 entropy knob's values for a token flow (``token_flow_knob``: its self-conditioning guidance scale, its softmax
@@ -274,7 +274,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
             continue
         points, added = list(c.points), 0
         while added < cfg.densify_points:
-            measured = [(p[c.knob.name], metrics(sc)["entropy"]) for p, sc in zip(points, scores[name])
+            measured = [(p[c.knob.name], metrics(sc)["entropy"]) for p, sc in zip(points, scores[name], strict=True)
                         if c.knob.matches(p)]
             v = next_knob_value(measured, target_entropy, cfg.entropy_tolerance, c.knob.increasing, c.knob.low,
                                 c.knob.high, c.knob.start)
@@ -415,15 +415,16 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
     rows: dict[str, dict] = {}
     for name, c in cands.items():
         sweep, boots[name] = [], []
-        for i, (point, s, (_, texts)) in enumerate(zip(c.points, scores[name], sets[name])):
+        for i, (point, s, (_, texts)) in enumerate(zip(c.points, scores[name], sets[name], strict=True)):
             idx = resample_indices(len(s), cfg.n_boot, rng)
             boot = metrics(s, idx)
             row = {**point, **point_row(s, boot)}
             if use_mauve:
                 row["mauve"] = mauve_score(refs.features, s.features, seed=cfg.seed)
                 if cfg.mauve_boot:
+                    # sklearn / faiss take 32-bit seeds
                     boot["mauve"] = np.array([mauve_score(refs.features[ref_idx[b]], s.features[idx[b]],
-                                                          seed=mix_seed("mauve-boot", cfg.seed, b) % 2**31)  # sklearn / faiss take 32-bit seeds
+                                                          seed=mix_seed("mauve-boot", cfg.seed, b) % 2**31)
                                                  for b in range(cfg.mauve_boot)])
                     row["interval"]["mauve"] = interval(boot["mauve"])
             row["example"] = texts[0][:300]

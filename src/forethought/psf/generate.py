@@ -306,7 +306,7 @@ def sample(cfg: SampleConfig, resume: str | None = None) -> dict:
     n_prompt = 0 if prompt is None else prompt.shape[1]
     atomic_write_text(out_dir / "samples.jsonl", "".join(
         json.dumps({"index": i, "prompt_tokens": n_prompt, "tokens": row, "text": text}) + "\n"
-        for i, (row, text) in enumerate(zip(ids.tolist(), texts))))
+        for i, (row, text) in enumerate(zip(ids.tolist(), texts, strict=True))))
     atomic_write_text(out_dir / "samples.txt", "\n\n==========\n\n".join(texts) + "\n")
     res = {"model": cfg.model, "stage": art.stage if cfg.model == "psf" else "ar", "n": cfg.n,
            "temperature": cfg.temperature, "top_p": cfg.top_p, "trajectory": cfg.trajectory, "prior": cfg.prior,

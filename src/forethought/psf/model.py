@@ -152,7 +152,7 @@ class PSFModel(nn.Module):
     """The PSF model. ``features`` (:class:`StageFeatures`): the switches of the recipe stage it runs as (landing
     inputs, codes, the block count now); :meth:`configure` changes them, validated, between stages."""
 
-    def __init__(self, cfg: PSFModelConfig, features: StageFeatures = StageFeatures()):
+    def __init__(self, cfg: PSFModelConfig, features: StageFeatures | None = None):
         super().__init__()
         cfg.validate()
         if cfg.vocab_size <= 0:
@@ -189,6 +189,7 @@ class PSFModel(nn.Module):
         bn = cfg.code_mean_norm == "batch"
         self.code_norm = StateNorm(cfg.code_dim, kmax, cfg.state_norm_momentum) if bn else None
         self.code_shift = nn.Parameter(torch.zeros(cfg.code_dim)) if bn else None
+        features = StageFeatures() if features is None else features  # default: every stage switch off
         self.features = features
         self.configure(features)
 

@@ -7,8 +7,8 @@ Every stage of ``configs/psf/recipe_paper.yaml`` (``plan_stages``: the model sta
 longer-blocks stages and their priors, the AR baseline) runs its training step as the recipe does (the model's
 loss with the stage's switches, the self-realized rollout, the prior's data encoded from the batch, the AR loss;
 backward, AdamW, the EMA update, the stage's activation checkpointing) on random tokens,
-at the preset's L and K but the widths, depths, batch sizes and vocabulary of ``SCALED``. Each step's CPU time is the process
-time of one thread (``time.process_time``, so other processes on the machine do not count), the median of
+at the preset's L and K but the widths, depths, batch sizes and vocabulary of ``SCALED``. Each step's CPU time is the
+process time of one thread (``time.process_time``, so other processes on the machine do not count), the median of
 ``--reps`` steps after one untimed step.
 
 FLOPs per step are analytic (``forethought.eval.cost.analytic_flops``: 2·N·T + 4·n_layer·d·T·C per network
@@ -103,7 +103,7 @@ def run(reps: int) -> dict:
             big.configure(feats)
             net: torch.nn.Module = model
 
-            def loss(f: dict = f) -> torch.Tensor:
+            def loss(f: dict = f, tokens: torch.Tensor = tokens) -> torch.Tensor:
                 realized = realized_summaries(model, tokens, 0.65, 0.95, g) if f["self_realized"] else None
                 return model(tokens, realized=realized, mix_prob=0.5, generator=g)["loss"]
         elif stage.kind == "prior":
@@ -111,12 +111,12 @@ def run(reps: int) -> dict:
             net = prior_for(model, pcfg, trajectory_dim(model, pcfg), model.blocks)
             model.eval()
 
-            def loss(net: torch.nn.Module = net) -> torch.Tensor:
+            def loss(net: torch.nn.Module = net, tokens: torch.Tensor = tokens, pcfg=pcfg) -> torch.Tensor:
                 return net.loss(trajectories(model, tokens, model.use_codes, pcfg.code_data))
         else:
             net = build_ar(scaled.ar.model, SCALED_VOCAB, scaled.model.seq_len)
 
-            def loss(net: torch.nn.Module = net) -> torch.Tensor:
+            def loss(net: torch.nn.Module = net, tokens: torch.Tensor = tokens) -> torch.Tensor:
                 return ar_loss(net, tokens, 1)
         net.train()
         set_activation_checkpointing(net, stage.train.activation_checkpointing)

@@ -11,13 +11,14 @@ Scores (:func:`forethought.psf.scores.prompted_scores`, the true generator's for
 NLL per token of the continuation given the prompt, ``continuation_persistence`` = the posterior fraction of
 consecutive continued block pairs that keep their topic. Per m: the mean over prompts with a 95 % percentile
 bootstrap interval over prompts, and paired bootstrap intervals (the same prompts) of every other method (and
-``true``) minus the first method. Prompt length m is sampled with seed ``mix_seed("psf-prompted", seed, m)`` for every method.
+``true``) minus the first method. Prompt length m is sampled with seed ``mix_seed("psf-prompted", seed, m)`` for
+every method.
 
 ``forethought psf prompted`` (:func:`run`) takes two recipe runs of the same model: ``recipe_run`` with the
 unconditional prior (method ``replace``) and ``conditioned_run`` with the prompt-conditioned prior
 (``conditioned``: the prompt's states as its input and replaced; ``conditioned_no_replace``: its input only).
-With ``unprompted`` it also scores each prior's unconditional samples (seed ``mix_seed("psf-unprompted", seed)``) beside the test
-documents: what conditioning costs where nothing is known.
+With ``unprompted`` it also scores each prior's unconditional samples (seed ``mix_seed("psf-unprompted", seed)``)
+beside the test documents: what conditioning costs where nothing is known.
 """
 
 from __future__ import annotations
@@ -95,10 +96,11 @@ def prompt_documents(planted: PlantedConfig, n: int) -> np.ndarray:
 
 def prompted_continuations(gen: PlantedGenerator, docs: np.ndarray, methods: dict[str, Sampler],
                            prompt_blocks: list[int], seed: int, n_boot: int,
-                           device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+                           device: torch.device | None = None) -> dict[str, Any]:
     """Every method's continuations of the prompts ``docs`` (n, T) at every m in ``prompt_blocks``, scored;
     ``{str(m): {method: {metric: summary}, "true": ..., "differences": {"<method> - <first>": {metric: {diff,
-    interval}}}}}``."""
+    interval}}}}}``. ``device``: where the samplers' generators live (None: the CPU)."""
+    device = torch.device("cpu") if device is None else device
     check_prompt_blocks(prompt_blocks, gen.blocks)
     if not methods:
         raise ForethoughtError("prompted evaluation needs at least one PSF model to prompt")

@@ -26,8 +26,9 @@ without writing into its folder. The results.json files a rerun will reuse are r
 trains or is written. ``--stages_from RUN`` starts from another finished run's stages: each model stage, then each prior
 after them (``prior``, ``prior_state_only``), that run trained with this run's settings (:func:`stages_to_copy`) is
 copied into this run's folder (naming its source in ``copied_from.txt``) and skipped like a finished stage, up to the
-first that differs, which trains here; results.json says which stages came from where. ``<stage>.train.eval_every N`` evaluates that stage every N steps on the first
-``EVAL_WINDOWS`` validation windows (PSF stages: teacher-forced CE and KL; priors: flow loss; AR: CE).
+first that differs, which trains here; results.json says which stages came from where.
+``<stage>.train.eval_every N`` evaluates that stage every N steps on the first ``EVAL_WINDOWS`` validation windows
+(PSF stages: teacher-forced CE and KL; priors: flow loss; AR: CE).
 
 With ``data.corpus planted`` (:mod:`forethought.data.planted`) every window is one whole document (training
 windows start at document starts, and ``model.seq_len`` / ``model.blocks`` must equal the documents' length and

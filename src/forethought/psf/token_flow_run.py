@@ -121,7 +121,8 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
         for p in ar.parameters():
             p.requires_grad_(False)  # frozen: the encoder of the latents, not trained
         if fcfg.latent_std == 0:  # measured, then saved with the flow's config
-            h = torch.cat([contextual_latents(ar, batches(s)["tokens"].to(rt.device)) for s in range(cfg.latent_batches)])
+            h = torch.cat([contextual_latents(ar, batches(s)["tokens"].to(rt.device))
+                           for s in range(cfg.latent_batches)])
             fcfg = replace(fcfg, latent_mean=float(h.mean()), latent_std=float(h.std()))
         mean, std = fcfg.latent_mean, fcfg.latent_std
 

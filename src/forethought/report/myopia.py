@@ -29,7 +29,8 @@ def _copy_cell(r: dict, key: str) -> str:
 def synthetic(r: dict, paper: bool = True, keys: tuple[str, ...] | None = None) -> list[str]:
     """A pre-runner synthetic file's table (its p rows, or only ``keys``), with the COPY level beside predict-zero."""
     rows = []
-    for key in sorted((k for k in r if k.startswith("p=") and (keys is None or k in keys)), key=lambda k: -float(k[2:])):
+    p_keys = (k for k in r if k.startswith("p=") and (keys is None or k in keys))
+    for key in sorted(p_keys, key=lambda k: -float(k[2:])):
         row = r[key]
         rows.append([key[2:], f"{row.get('vanilla_steps', '–')} × {row.get('vanilla_batch_size', '–')}",
                      ", ".join(map(str, row.get("vanilla_seeds", []))),
@@ -100,7 +101,8 @@ def synthetic_levels(derived: dict) -> list[str]:
 # variant key in the JSON -> (row label, key of the published number)
 LM_VARIANTS = (("vanilla", "vanilla", "vanilla"), ("myopic (detach_hidden)", "detach_hidden", "myopic"),
                ("myopic, past K/V frozen (detach_kv)", "detach_kv", None),
-               ("local myopic", "local", "local_myopic"), ("transformer bigram (zero_past)", "zero_past", "transformer_bigram"))
+               ("local myopic", "local", "local_myopic"),
+               ("transformer bigram (zero_past)", "zero_past", "transformer_bigram"))
 # seed-paired differences by key; any other '*_paired' key is shown under its own name
 PAIRED_LABELS = {"gap_paired": "myopia gap (myopic − vanilla)",
                  "local_myopic_bonus_paired": "local-myopic bonus (vanilla − local, the paper's definition)",

@@ -93,40 +93,42 @@ MYOPIA = Page("myopia", "Results: myopic training and pre-caching", (
     "myopia_", (
     Section("myopia_synthetic.json", "Synthetic pre-caching task", "forethought experiment run myopia_synthetic",
             myopia.synthetic_p1, ("myopia_synthetic_curves.png", "myopia_synthetic_probe_r2.png"),
-            PRE_RUNNER + "The `small` preset: the paper's architecture (2 layers, width 128, 2 heads, ReLU MLP) with PyTorch's "
-            "default init for every linear layer and no final LayerNorm; the paper's model keeps GPT-2's init for "
-            "the blocks and the final LayerNorm (`init: reference`, the `synthetic_paper` preset). The difference is paired by seed (the same "
-            "data stream and initialisation for both models). The vanilla model learns the task and pre-caches the "
-            "feature at its own position (high lag-0 probe R²); the myopic model with the same architecture, data, "
-            "budget and seeds stays at the predict-zero level (at p = 1 also the copy level: every position asks the "
-            "sum). The paper's vanilla level is not reached at this budget."),
+            PRE_RUNNER + "The `small` preset: the paper's architecture (2 layers, width 128, 2 heads, ReLU MLP) with "
+            "PyTorch's default init for every linear layer and no final LayerNorm; the paper's model keeps GPT-2's "
+            "init for the blocks and the final LayerNorm (`init: reference`, the `synthetic_paper` preset). "
+            "The difference is paired by seed (the same data stream and initialisation for both models). "
+            "The vanilla model learns the task and pre-caches the feature at its own position (high lag-0 probe R²); "
+            "the myopic model with the same architecture, data, budget and seeds stays at the predict-zero level "
+            "(at p = 1 also the copy level: every position asks the sum). The paper's vanilla level is not reached "
+            "at this budget."),
     spec_section("myopia_synthetic_pgrid", _synthetic_levels),
     Section("myopia_synthetic_reference.json", "The paper's synthetic model at the CPU budget",
             "forethought experiment run myopia_synthetic_reference", myopia.synthetic,
             ("myopia_synthetic_reference_curves.png",),
-            PRE_RUNNER + "One change from the `small` preset: the reference code's model (`init: reference`, final LayerNorm "
-            "kept), the same data, seed, budget and optimiser."),
+            PRE_RUNNER + "One change from the `small` preset: the reference code's model (`init: reference`, "
+            "final LayerNorm kept), the same data, seed, budget and optimiser."),
     Section("myopia_synthetic_reference-b512.json", "The paper's synthetic model at the paper's batch size",
             "forethought experiment run myopia_synthetic_reference-b512",
             myopia.synthetic, ("myopia_synthetic_reference-b512_curves.png",),
-            PRE_RUNNER + "The reference code's model at batch 512, for as many steps as about half an hour of one CPU thread "
-            "allows: a small fraction of the paper's 58,593 steps, so a model still at predict-zero here says "
-            "nothing about the paper's full budget, only that this model does not start learning early."),
+            PRE_RUNNER + "The reference code's model at batch 512, for as many steps as about half an hour of one "
+            "CPU thread allows: a small fraction of the paper's 58,593 steps, so a model still at predict-zero here "
+            "says nothing about the paper's full budget, only that this model does not start learning early."),
     spec_section("myopia_synthetic_why"),
     Section("myopia_synthetic_gpt2init.json", "Earlier runs: GPT-2's init and its final LayerNorm (ReLU)",
             "forethought experiment run myopia_synthetic", myopia.synthetic_earlier,
             ("myopia_synthetic_gpt2init_curves.png", "myopia_synthetic_gpt2init_probe_r2.png"),
-            "Written by the same benchmark (then a script) while the preset still used GPT-2's init and its final LayerNorm; kept "
-            "for the record. Neither model left the predict-zero level; the section above says why."),
+            "Written by the same benchmark (then a script) while the preset still used GPT-2's init and its final "
+            "LayerNorm; kept for the record. Neither model left the predict-zero level; the section above says why."),
     Section("myopia_synthetic_gelu.json", "Earlier runs: GPT-2's init, GELU MLP",
             "forethought experiment run myopia_synthetic", myopia.synthetic_earlier,
             ("myopia_synthetic_gelu_curves.png", "myopia_synthetic_gelu_probe_r2.png"),
-            "Written by the same benchmark (then a script) with GPT-2's init, its final LayerNorm and a GELU MLP; kept for the record. "
-            "With a smooth MLP the model does not learn: for x ~ N(0, 1) the target sin(10·x) is almost orthogonal "
-            "to every low-degree polynomial of the input (its Hermite coefficients are 10^k·e^−50), so a smooth MLP "
-            "starts with little gradient, while a ReLU's kinks do correlate with it. In one block alone (next section) "
-            "ReLU leaves the predict-zero level at once in every seed; GELU does later in two seeds of three and "
-            "never in the third, so a smooth MLP slows the start rather than preventing it."),
+            "Written by the same benchmark (then a script) with GPT-2's init, its final LayerNorm and a GELU MLP; "
+            "kept for the record. With a smooth MLP the model does not learn: for x ~ N(0, 1) the target sin(10·x) "
+            "is almost orthogonal to every low-degree polynomial of the input (its Hermite coefficients are "
+            "10^k·e^−50), so a smooth MLP starts with little gradient, while a ReLU's kinks do correlate with it. "
+            "In one block alone (next section) ReLU leaves the predict-zero level at once in every seed; GELU does "
+            "later in two seeds of three and never in the third, so a smooth MLP slows the start rather than "
+            "preventing it."),
     spec_section("myopia_sin_block"),
     spec_section("myopia_step_cost"),
     Section("myopia_lm.json", "Language modelling, WikiText-2", "forethought experiment run myopia_lm",
@@ -226,7 +228,8 @@ SCALING = Page("scaling", "Results: memory of the paper presets", (
     "What the [scaling guide](../scaling.md) refers to."), "preset_", (
     spec_section("preset_memory"),
     Section("gpu_check.json", "The GPU check", "benchmarks/gpu_check.sh", lambda r: [f"`{r.get('command', '')}`"],
-            (), "Not produced yet: nothing has run on a GPU; only its dry run (`--dry_run true`) runs, in the test suite."),
+            (), "Not produced yet: nothing has run on a GPU; only its dry run (`--dry_run true`) runs, "
+            "in the test suite."),
 ))
 
 PAGES: tuple[Page, ...] = (MYOPIA, PREDGEN, PSF, SCALING)

@@ -138,7 +138,7 @@ def _below_floor(a: dict, seeds: list[int]) -> dict[str, list[int]]:
     out = {}
     for m, v in a["models"].items():
         per = (v.get("excess_over_floor") or {}).get("per_seed") or []
-        out[m] = [s for s, x in zip(seeds, per) if x is not None and x < 0]
+        out[m] = [s for s, x in zip(seeds, per, strict=False) if x is not None and x < 0]
     return out
 
 
@@ -314,7 +314,8 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
            "is worth here is content the decoder reads from the block itself, not a plan from the states."]
     if "psf_state_only" in rows:
         out.append(f"**The paper's two configurations** on one decoder, main (prior over states + codes) minus "
-                   f"state-only (zero codes) at the references' entropy: {_me_diff(diffs.get('psf - psf_state_only'))}; "
+                   "state-only (zero codes) at the references' entropy: "
+                   f"{_me_diff(diffs.get('psf - psf_state_only'))}; "
                    f"at temperature 1, NLL/token {_t1_diff(diffs.get('psf - psf_state_only'))}.")
     ps = rows["psf"]
 
@@ -345,9 +346,11 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
                f"temperature 1, where neither model is truncated, NLL/token {_t1_diff(diffs.get('psf - ar'))} "
                "(positive: PSF worse).")
     out.append(f"**Speed**: at batch 32 PSF writes {ps['samples_per_s_b32']:.2f} documents/s against the AR model's "
-               f"{ar['samples_per_s_b32']:.2f} (key-value cache preallocated), {ps['samples_per_s_b32'] / ar['samples_per_s_b32']:.1f}×; "
+               f"{ar['samples_per_s_b32']:.2f} (key-value cache preallocated), "
+               f"{ps['samples_per_s_b32'] / ar['samples_per_s_b32']:.1f}×; "
                f"at batch 1 {ps['samples_per_s_b1']:.2f} against {ar['samples_per_s_b1']:.2f}. Its FLOPs per document "
-               f"are {100 * ps['flops_per_sample'] / rows['token_flow']['flops_per_sample']:.1f} % of the token flow's.")
+               f"are {100 * ps['flops_per_sample'] / rows['token_flow']['flops_per_sample']:.1f} % "
+               "of the token flow's.")
     return out
 
 
@@ -503,7 +506,8 @@ def codes_pilot_reading(files: dict[str, dict]) -> str:
     ex = next((r["arms"][n] for n in used for r in runs), None)
     if ex is not None:
         per = ex["zeroing_cost"]
-        out.append(f"The cost sits on each block's first token (seed {ex['seed']}, {used[0]}: {per['first']['diff']:+.3f} nats there, {per['rest']['diff']:+.3f} on the other "
+        out.append(f"The cost sits on each block's first token (seed {ex['seed']}, {used[0]}: "
+                   f"{per['first']['diff']:+.3f} nats there, {per['rest']['diff']:+.3f} on the other "
                    "tokens), and the teacher-forced validation CE with the code "
                    f"({ex['codes_val_ce']:.3f}) is below the true NLL ({ex['true_val_nll']:.3f}): the code also "
                    "carries content of the block, such as its first token, not only its topic.")

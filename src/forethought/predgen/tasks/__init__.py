@@ -66,7 +66,7 @@ def _named(loaded: tuple[TaskSpec, list[Example]], template: str | None) -> tupl
     if spec.task_type != "classification" or not examples or not all(ex.options for ex in examples):
         raise ForethoughtError(f"task '{spec.name}': answer 'name' applies to the multiple-choice tasks "
                                f"({', '.join(MULTIPLE_CHOICE)}); use answer 'letter'")
-    rename = dict(zip(spec.labels, answer_names(len(spec.labels))))
+    rename = dict(zip(spec.labels, answer_names(len(spec.labels)), strict=True))
     spec.labels = [rename[k] for k in spec.labels]
     if template is not None:
         spec.template = template
