@@ -48,7 +48,7 @@ def test_batch_of_is_encode_row_by_row() -> None:
     task = ArithmeticTaskConfig(min_digits=1, max_digits=3, pad=5)
     x, y = torch.tensor([0, 7, 999, 120]), torch.tensor([5, 99, 999, 3])
     rows = batch_of(x, y, task)
-    assert rows.tolist() == [encode(int(a), int(b), 5, 6) for a, b in zip(x, y)]
+    assert rows.tolist() == [encode(int(a), int(b), 5, 6) for a, b in zip(x, y, strict=True)]
     assert int(rows.max()) < VOCAB
 
 

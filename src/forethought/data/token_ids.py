@@ -195,7 +195,7 @@ def token_id_streams(corpus: str, tokenizer: str, min_tokens: int, what: str) ->
                                f"'{tokenizer}'")
     data = read_token_ids(corpus)
     out = []
-    for split, arr in zip(("train", "valid"), data.streams()):
+    for split, arr in zip(("train", "valid"), data.streams(), strict=True):
         if len(arr) < min_tokens:
             raise ForethoughtError(f"corpus '{corpus}' {split} split has {len(arr)} tokens; need at least "
                                    f"{min_tokens} for {what}")

@@ -39,5 +39,5 @@ def scaling(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, An
     (each larger model's mean gap above the next smaller one's), and the paper's Pythia row."""
     rows = gap_by_size(collected)
     gaps = [r["gap"] for r in rows]
-    return {"by_size": rows, "gap_grows_with_size": all(b > a for a, b in zip(gaps, gaps[1:])) if rows else None,
-            "paper_pythia": paper_gaps()}
+    grows = all(b > a for a, b in zip(gaps, gaps[1:], strict=False)) if rows else None
+    return {"by_size": rows, "gap_grows_with_size": grows, "paper_pythia": paper_gaps()}
