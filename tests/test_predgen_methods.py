@@ -477,19 +477,25 @@ def test_two_process_training(world: dict, tmp_path: Path) -> None:
 
 def test_eval_and_mine_use_the_runs_own_split(world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture) -> None:
-    """A run seeded 1 on a file without eval_path holds out the seed-1 split; eval and mine must score exactly
-    those examples (they used seed 0, i.e. partly the training data), and refuse when the data changed."""
+    """A run on a file without eval_path holds out the split of its split seed (task.split_seed 1 here; never the
+    run seed); eval and mine must score exactly those examples (another split seed's held-out part is partly the
+    training data), and refuse when the data changed."""
     from forethought.predgen import mine
+    from forethought.predgen.config import TaskConfig
+    from forethought.predgen.data import split_seed
 
     data = write_csv(tmp_path / "reviews.csv", _rows(120, 0))
     opts = dict(target_field="label", text_fields=["text"], id_field="id")
-    held_out = [ex.id for ex in load_task(str(data), "eval", 1, **opts)[1]]
-    trained = {ex.id for ex in load_task(str(data), "train", 1, **opts)[1]}
-    assert held_out != [ex.id for ex in load_task(str(data), "eval", 0, **opts)[1]]  # the seeds disagree
+    task = TaskConfig(name=str(data), split_seed=1)
+    held_out = [ex.id for ex in load_task(str(data), "eval", split_seed(task), **opts)[1]]
+    trained = {ex.id for ex in load_task(str(data), "train", split_seed(task), **opts)[1]}
+    other = split_seed(TaskConfig(name=str(data)))  # the default split seed 0: a different split
+    assert held_out != [ex.id for ex in load_task(str(data), "eval", other, **opts)[1]]
     code = main(["predgen", "train", "--method", "predictor", "--base", str(world["model"]), "--task.name", str(data),
                  "--task.target_field", "label", "--task.text_fields", "[text]", "--task.id_field", "id",
-                 "--adapter.r", "4", "--train.steps", "1", "--train.batch_size", "4", "--eval.latency_examples", "0",
-                 "--run.seed", "1", "--run.out_dir", str(tmp_path), "--run.name", "s1"])
+                 "--task.split_seed", "1", "--adapter.r", "4", "--train.steps", "1", "--train.batch_size", "4",
+                 "--eval.latency_examples", "0", "--run.seed", "3", "--run.out_dir", str(tmp_path),
+                 "--run.name", "s1"])
     assert code == 0
     run = tmp_path / "s1"
     ids = [json.loads(x)["id"] for x in (run / "predictions.jsonl").read_text().splitlines()]
