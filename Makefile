@@ -21,7 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pip check --disable-pip-version-check
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n 2 --dist loadscope
 
 # pycodestyle, pyupgrade, bugbear, import order, pyflakes (the selection is in pyproject.toml)
 lint: $(STAMP)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from forethought.data import corpora
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: one thread each, as do their
+    torch.set_num_threads(1)               # subprocesses, so none oversubscribe
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 
 @pytest.fixture(scope="module")

@@ -286,7 +286,7 @@ def _config(argv: list[str]) -> int:
         return 0
     command = " ".join(["forethought", name, *(shlex.quote(a) for a in argv[1 + len(name.split()):])])
     print(f"# the resolved config of: {command}\n# rerun it with: forethought {name} --config <this file>\n")
-    print(show_yaml(cfg, help_width()), end="")
+    print(show_yaml(cfg), end="")  # a file, not help: the same lines whatever the terminal's width
     return 0
 
 
