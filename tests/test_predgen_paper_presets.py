@@ -1,6 +1,7 @@
 """The paper presets (``--config paper_<task>``) against their tables in docs/predgen.md ("The paper presets"):
 every shared setting and every task's row (batch, epochs, steps, warm-up) is what the preset file says, and the
-steps are the epochs of the paper split's training set at that batch."""
+steps are the epochs of the paper split's training set at that batch. ``--config paper`` names the family, not one
+run: it is refused with the members and the spec that runs them all."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_harness import expect_clean_failure
 
-from forethought.cli import CONFIG_DIR
+from forethought.cli import CONFIG_DIR, family_specs, preset_family
 from forethought.core.config import load_config
 from forethought.predgen.config import PredGenConfig
 
@@ -47,6 +49,23 @@ def test_every_paper_dataset_has_a_preset_and_a_row() -> None:
     assert [r[0].strip("`") for r in _rows("task")] == list(PAPER_TASKS)
     assert {p.stem for p in (CONFIG_DIR / "predgen").glob("train_paper_*.yaml")} == \
         {f"train_paper_{t}" for t in PAPER_TASKS}
+
+
+@pytest.mark.parametrize("command", [["predgen", "train"], ["config", "validate", "predgen", "train"]])
+def test_config_paper_is_refused_naming_the_per_dataset_presets(command: list[str], tmp_path: Path) -> None:
+    """No single preset is "the paper's run": `--config paper` stops as the config loads (before any model),
+    naming every paper_<task> preset and the grid spec."""
+    runs = tmp_path / "runs"
+    line = expect_clean_failure([*command, "--config", "paper", "--run.out_dir", str(runs)], tmp_path, runs,
+                                ["family", "--config paper_<name>", *PAPER_TASKS,
+                                 "forethought experiment run predgen_paper_grid"], in_process=True)
+    assert not (CONFIG_DIR / "predgen" / "train_paper.yaml").exists() and not runs.exists(), line
+
+
+def test_preset_family_is_read_from_the_files_and_specs() -> None:
+    assert preset_family("predgen", "train", "paper") == sorted(PAPER_TASKS)
+    assert family_specs("predgen", "paper") == ["predgen_paper_grid"]
+    assert preset_family("predgen", "train", "small") == [] and preset_family("psf", "recipe", "paper") == []
 
 
 @pytest.mark.parametrize("task", PAPER_TASKS)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from forethought.core.config import help_sections, load_config, show_yaml
 from forethought.core.errors import ForethoughtError
 
@@ -174,9 +176,36 @@ def resolve_config_path(system: str, verb: str, spec: str | None) -> Path | None
     for cand in (CONFIG_DIR / system / f"{verb}_{spec}.yaml", CONFIG_DIR / system / f"{spec}.yaml"):
         if cand.is_file():
             return cand
+    members = preset_family(system, verb, spec)
+    if members:  # e.g. predgen's `paper`: one preset per dataset, no single run to pick for the user
+        runners = " or ".join(f"'forethought experiment run {s}'" for s in family_specs(system, spec))
+        raise ForethoughtError(f"config '{spec}' of '{system} {verb}' is a family of {len(members)} presets, one "
+                               f"run each: --config {spec}_<name> with <name> one of {', '.join(members)}"
+                               + (f"; {runners} runs them all" if runners else ""))
     known = ", ".join(presets(system)) or "none"
     raise ForethoughtError(f"config '{spec}' is neither a YAML file nor a preset of '{system} {verb}' "
                            f"(presets: {known})")
+
+
+def preset_family(system: str, verb: str, name: str) -> list[str]:
+    """The members of the preset family ``name``: ``paper`` -> [arc-easy, boolq, ...] for the presets
+    configs/<system>/<verb>_paper_<member>.yaml (a family has no <verb>_<name>.yaml of its own)."""
+    prefix = f"{verb}_{name}_"
+    return sorted(p.stem.removeprefix(prefix) for p in (CONFIG_DIR / system).glob(f"{prefix}*.yaml"))
+
+
+def family_specs(system: str, name: str) -> list[str]:
+    """The shipped experiment specs of ``system`` that run the family ``name``: a step with
+    ``--config <name>_{placeholder}`` (its grid names the members)."""
+    from forethought.experiments.spec import shipped_specs  # no torch: the error still comes before any model
+
+    out = []
+    for path in shipped_specs():
+        data = yaml.safe_load(path.read_text()) or {}
+        steps = [step for group in data.get("runs", []) for step in group.get("steps", [])]
+        if data.get("system") == system and any(f"--config {name}_{{" in step for step in steps):
+            out.append(path.stem)
+    return out
 
 
 def help_width() -> int:

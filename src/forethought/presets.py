@@ -2,8 +2,9 @@
 fits the card (80 GB by default). The scaling guide's table and the memory comments in the paper presets come
 from it.
 
-Every preset is read with the project's config loader, and each model it trains (each stage of the PSF recipe,
-each variant of ``myopia lm``) is built as its command builds it, but on PyTorch's meta device: shapes and dtypes,
+Every preset is read with the project's config loader, and each model it trains (each distinct memory setting of
+the 14 PredGen presets ``train_paper_<task>``, each stage of the PSF recipe, each variant of ``myopia lm``) is built
+as its command builds it, but on PyTorch's meta device: shapes and dtypes,
 no memory, nothing downloaded (Llama-2-7B from its published shapes: hidden 4096, 32 layers, 32 heads, MLP
 11008, vocabulary 32000; GPT-2's vocabulary is 50,257, T5's 32,100). Two numbers are added up:
 
@@ -46,6 +47,8 @@ from forethought.core.run import Run, RunConfig
 if TYPE_CHECKING:
     import torch
 
+    from forethought.predgen.config import PredGenConfig
+
 # This module imports no torch at import time (each preset's part imports what it builds): the CLI loads and
 # checks PresetMemoryConfig, and prints --help, before the heavy libraries load.
 
@@ -55,7 +58,10 @@ LLAMA2_7B = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 1100
              "tie_word_embeddings": False}
 KNOWN_BASES = {"meta-llama/Llama-2-7b-hf": LLAMA2_7B}
 LOGIT_BYTES = 2 + 4 + 4  # 16-bit logits, fp32 log-probabilities kept by cross-entropy, their gradient
-ANSWER_TOKENS = 4  # PredGen's answer: " yes" / " no" and EOS, rounded up
+# PredGen's longest written answer: a two-decimal score (" 4.25": Llama-2 writes a space and each character as a
+# token) and EOS; a label word or answer1..answer5 is shorter
+ANSWER_TOKENS = 6
+HEAD_OUTPUTS = 5
 
 
 @dataclass
@@ -144,20 +150,37 @@ def config_path(system: str, name: str) -> Path:
 
 
 def predgen_settings() -> Iterator[Costed]:
+    """The PredGen paper presets (configs/predgen/train_paper_<task>.yaml, one per dataset): a row per distinct
+    memory setting (base, adapter, head, precision, batch, accumulation, checkpointing, prompt cap) naming the
+    tasks that share it, so every preset is estimated and no estimate is repeated."""
+    from forethought.cli import preset_family
+    from forethought.core.config import load_config
+    from forethought.predgen.config import PredGenConfig
+
+    groups: dict[str, list[tuple[str, PredGenConfig]]] = {}
+    for task in preset_family("predgen", "train", "paper"):
+        path = config_path("predgen", f"train_paper_{task}.yaml")
+        cfg = load_config(PredGenConfig, path)
+        if cfg.base not in KNOWN_BASES:
+            raise ForethoughtError(f"{path.name}: base {cfg.base} has no known shapes here (known: "
+                                   f"{', '.join(KNOWN_BASES)})")
+        t = cfg.train
+        key = repr((cfg.method, cfg.base, cfg.base_dtype, cfg.adapter, cfg.head, cfg.run.precision, t.batch_size,
+                    t.grad_accum, t.activation_checkpointing, cfg.prompt.max_prompt_tokens))
+        groups.setdefault(key, []).append((task, cfg))
+    for members in groups.values():
+        yield predgen_costed([task for task, _ in members], members[0][1])
+
+
+def predgen_costed(tasks: list[str], cfg: PredGenConfig) -> Costed:
+    """One memory setting of the PredGen paper presets, shared by ``tasks``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from forethought.core.config import load_config
     from forethought.core.precision import base_dtype
-    from forethought.predgen.config import PredGenConfig
     from forethought.predgen.model import PredGenModel, apply_adapter, build_head
     from forethought.predgen.registry import method_named
 
-    path = config_path("predgen", "train_paper.yaml")
-    cfg = load_config(PredGenConfig, path)
-    if cfg.base not in KNOWN_BASES:
-        raise ForethoughtError(f"{path.name}: base {cfg.base} has no known shapes here (known: "
-                               f"{', '.join(KNOWN_BASES)})")
     shapes = KNOWN_BASES[cfg.base]
     full = cfg.adapter.method == "full"
     dtype = base_dtype(cfg.base_dtype, cfg.run.precision, trains_base=full)
@@ -165,7 +188,8 @@ def predgen_settings() -> Iterator[Costed]:
         lm = LlamaForCausalLM(LlamaConfig(**shapes)).to(dtype)
         lm = apply_adapter(lm, cfg.adapter, cfg.train.steps)
         pooling = method_named(cfg.method).pooling(cfg.head.pooling)
-        head = build_head(cfg.method, shapes["hidden_size"], 2, pooling, cfg.head.hidden, None)  # BoolQ: 2 classes
+        # the most outputs of any paper task (ARC: up to 5 choices); a head is a few MB beside the 7B base
+        head = build_head(cfg.method, shapes["hidden_size"], HEAD_OUTPUTS, pooling, cfg.head.hidden, None)
     model = PredGenModel(lm, head)
     h, m, L = shapes["hidden_size"], shapes["intermediate_size"], shapes["num_hidden_layers"]
     kv = h * shapes["num_key_value_heads"] // shapes["num_attention_heads"]
@@ -185,10 +209,11 @@ def predgen_settings() -> Iterator[Costed]:
         kv_cache = 2 * L * tokens * kv * act if ckpt else 0
         return acts, logits, kv_cache
 
-    yield Costed("predgen/train_paper", f"{cfg.method} on {cfg.base.split('/')[-1]} + {cfg.adapter.method} "
-                 f"r={cfg.adapter.r}", model, [p for p in model.parameters() if p.requires_grad], cfg.run.precision,
-                 cfg.train.batch_size, cfg.train.grad_accum, cfg.train.activation_checkpointing,
-                 f"<= {row_tokens} (prompt cap {cfg.prompt.max_prompt_tokens} + answer)", cost)
+    return Costed("predgen/train_paper_<task>", f"{', '.join(tasks)}: {cfg.method} on {cfg.base.split('/')[-1]} "
+                  f"+ {cfg.adapter.method} r={cfg.adapter.r}", model,
+                  [p for p in model.parameters() if p.requires_grad], cfg.run.precision, cfg.train.batch_size,
+                  cfg.train.grad_accum, cfg.train.activation_checkpointing,
+                  f"<= {row_tokens} (prompt cap {cfg.prompt.max_prompt_tokens} + answer)", cost)
 
 
 def psf_settings() -> Iterator[Costed]:
