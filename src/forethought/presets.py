@@ -4,9 +4,9 @@ from it.
 
 Every preset is read with the project's config loader, and each model it trains (each distinct memory setting of
 the 14 PredGen presets ``train_paper_<task>``, each stage of the PSF recipe, each variant of ``myopia lm``) is built
-as its command builds it, but on PyTorch's meta device: shapes and dtypes,
-no memory, nothing downloaded (Llama-2-7B from its published shapes: hidden 4096, 32 layers, 32 heads, MLP
-11008, vocabulary 32000; GPT-2's vocabulary is 50,257, T5's 32,100). Two numbers are added up:
+as its command builds it, but on PyTorch's meta device: shapes and dtypes, no memory, nothing downloaded
+(Llama-2-7B from its published shapes: hidden 4096, 32 layers, 32 heads, MLP 11008, vocabulary 32000; GPT-2's
+vocabulary is 50,257, T5's 32,100). Two numbers are added up:
 
 * **the project's own estimate**, ``forethought.core.memory.estimate_training_memory`` (the line every training
   prints before it starts): weights, gradients and AdamW states of the trainable parameters, and the 16-bit
