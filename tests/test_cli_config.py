@@ -98,7 +98,7 @@ def test_validate_loads_nothing(tmp_path: Path) -> None:
     (["psf", "recipe", "--config", "tiny", "--resume", "runs/x/step-000002"], ["takes --resume auto"]),
     (["myopia", "lm", "--config", "tiny", "--resume", "runs"], ["takes --resume auto"]),
     (["psf", "eval", "--recipe_run", "x", "--resume", "auto"], ["'psf eval' takes no --resume"]),
-    (["experiment", "collect", "predgen_paper", "--resume=auto"], ["'experiment collect' takes no --resume"]),
+    (["experiment", "collect", "predgen_paper_grid", "--resume=auto"], ["'experiment collect' takes no --resume"]),
 ])
 def test_bad_config_and_resume_are_one_line(tmp_path: Path, args: list[str], names: list[str]) -> None:
     runs = tmp_path / "runs"
