@@ -56,6 +56,7 @@ _IMPORTS = ("import json, sys\nfrom forethought.cli import main\ntry:\n    code 
     (["demo", "--systems", "[nope]"], 2),
     (["predgen", "train", "--help"], 0),
     (["predgen", "train", "--config", "tiny", "--method", "predgenn"], 2),
+    (["predgen", "train", "--config", "paper"], 2),  # a preset family: refused before anything loads
     (["predgen", "eval", "--eval.batch_size", "0", "--run_dir", "x"], 2),
     (["predgen", "predict", "--help"], 0),
     (["predgen", "compare", "--help"], 0),

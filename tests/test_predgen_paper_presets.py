@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from cli_harness import expect_clean_failure
 
-from forethought.cli import CONFIG_DIR, family_specs, preset_family
+from forethought.cli import CONFIG_DIR, SPEC_DIR, family_specs, preset_family
 from forethought.core.config import load_config
+from forethought.experiments import spec
 from forethought.predgen.config import PredGenConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def test_config_paper_is_refused_naming_the_per_dataset_presets(command: list[st
 
 def test_preset_family_is_read_from_the_files_and_specs() -> None:
     assert preset_family("predgen", "train", "paper") == sorted(PAPER_TASKS)
-    assert family_specs("predgen", "paper") == ["predgen_paper_grid"]
+    assert family_specs("predgen", "paper") == ["predgen_paper_grid"] and SPEC_DIR == spec.SPEC_DIR
     assert preset_family("predgen", "train", "small") == [] and preset_family("psf", "recipe", "paper") == []
 
 

@@ -26,6 +26,9 @@ from forethought.core.config import help_sections, load_config, show_yaml
 from forethought.core.errors import ForethoughtError
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+# experiments.spec.SPEC_DIR (a test checks they agree), named here without importing the experiments package,
+# which loads numpy: a refused --config answers before the heavy libraries load
+SPEC_DIR = Path(__file__).resolve().parent / "experiments" / "specs"
 
 
 @dataclass
@@ -197,10 +200,8 @@ def preset_family(system: str, verb: str, name: str) -> list[str]:
 def family_specs(system: str, name: str) -> list[str]:
     """The shipped experiment specs of ``system`` that run the family ``name``: a step with
     ``--config <name>_{placeholder}`` (its grid names the members)."""
-    from forethought.experiments.spec import shipped_specs  # no torch: the error still comes before any model
-
     out = []
-    for path in shipped_specs():
+    for path in sorted(SPEC_DIR.glob("*.yaml")):
         data = yaml.safe_load(path.read_text()) or {}
         steps = [step for group in data.get("runs", []) for step in group.get("steps", [])]
         if data.get("system") == system and any(f"--config {name}_{{" in step for step in steps):
