@@ -194,7 +194,7 @@ def preset_family(system: str, verb: str, name: str) -> list[str]:
     """The members of the preset family ``name``: ``paper`` -> [arc-easy, boolq, ...] for the presets
     configs/<system>/<verb>_paper_<member>.yaml (a family has no <verb>_<name>.yaml of its own)."""
     prefix = f"{verb}_{name}_"
-    return sorted(p.stem.removeprefix(prefix) for p in (CONFIG_DIR / system).glob(f"{prefix}*.yaml"))
+    return sorted(n.removeprefix(prefix) for n in presets(system) if n.startswith(prefix))  # no glob of user text
 
 
 def family_specs(system: str, name: str) -> list[str]:
