@@ -14,8 +14,11 @@ def _stats(values: list[float]) -> dict:
 def test_specs_plan_their_runs() -> None:
     arith, _ = load_spec("myopia_arithmetic")
     runs = plan(arith)
-    assert len(runs) == 6 and {r.group for r in runs} == {"vanilla", "detach_hidden"}
+    assert len(runs) == 9 and {r.group for r in runs} == {"vanilla", "detach_hidden", "vanilla_no_filler"}
     assert all("--config small" in " ".join(r.steps[0]) for r in runs)
+    # the control differs from the vanilla runs by the padding alone
+    pad = {r.group: " ".join(r.steps[0]).count("--task.pad 2") for r in runs}
+    assert pad == {"vanilla": 0, "detach_hidden": 0, "vanilla_no_filler": 1}
     scale, _ = load_spec("myopia_scaling")
     runs = plan(scale)
     assert sum(r.group.startswith("model-") for r in runs) == 3 and len(runs) == 3 + 3 * 3
@@ -53,7 +56,7 @@ def test_arithmetic_spec_collects_per_digit_count(tmp_path) -> None:
     spec, path = load_spec("myopia_arithmetic")
     layout = Layout.under(tmp_path, spec.name)
     for run in plan(spec, layout.runs):
-        vanilla = run.group == "vanilla"
+        vanilla = run.group.startswith("vanilla")
         folder = layout.runs / run.run
         folder.mkdir(parents=True)
         res = _arith_results(run.settings["variant"], 1.0, 0.95 + 0.01 * run.seed if vanilla else 0.1 * run.seed)
