@@ -92,6 +92,27 @@ def test_comparisons_and_checks_from_records(tmp_path) -> None:
     assert out["provenance"]["runs_without_env"] == sorted(values)
 
 
+def test_partial_collect_lists_measures_not_measured_yet(tmp_path) -> None:
+    """A measure only unfinished runs would hold is listed, not an error; once every run has finished, a measure
+    no record holds is a wrong path in the spec."""
+    spec_text = TINY.replace("  - name: synth\n", "  - name: '{arm}'\n    grid: {arm: [a, b]}\n").replace(
+        "groups.synth.vanilla.mean", "groups.a.vanilla.mean").replace(
+        "  myopic: results.p=1.detach_hidden.normalised_loss", "  only_b: results.b_only")
+    spec, path = load_spec(str(_spec(tmp_path, spec_text)))
+    layout = Layout.under(tmp_path, "tiny")
+    layout.archive.mkdir(parents=True)
+    for run in ("a-s0", "a-s1"):
+        rec = {"results": {"p=1": {"vanilla": {"normalised_loss": 1.0}}}, "command": "x", "started": 0.0,
+               "finished": 1.0}
+        (layout.archive / f"{run}.json").write_text(json.dumps(rec))
+    out = collect(spec, layout, "test", spec_file=path)
+    assert out["not_measured_yet"] == ["only_b"] and sorted(out["unfinished"]) == ["b-s0", "b-s1"]
+    for run in ("b-s0", "b-s1"):  # b's records lack the measure too: now the spec is wrong
+        (layout.archive / f"{run}.json").write_text((layout.archive / "a-s0.json").read_text())
+    with pytest.raises(ForethoughtError, match=r"measure\(s\) 'only_b' \(results.b_only\) found in no finished"):
+        collect(spec, layout, "test", spec_file=path)
+
+
 @pytest.mark.parametrize("edit, message", [
     (("seeds: [0, 1]", "seeds: [0, 1]\nseedz: [2]"), "unknown config key 'seedz' (did you mean 'seeds'?)"),
     (("--run.name {run}", "--run.name {rn}"), "unknown placeholder(s) {rn}"),

@@ -180,7 +180,8 @@ def _provenance(spec_file: Path, records: dict[str, dict[str, Any]], layout: Lay
 
 def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path | None = None) -> dict[str, Any]:
     """The finished runs' records (run folders, else the archive) -> one results JSON (written to
-    ``layout.results``, plots beside it) -> returned. Unfinished runs are left out and listed."""
+    ``layout.results``, plots beside it) -> returned. Unfinished runs are left out and listed; so are the measures
+    no finished run holds yet (an error once every run has finished: the spec names a wrong path)."""
     planned = plan(spec, layout.runs)
     records = {p.run: r for p in planned if (r := current_run(spec, layout, p.run))}
     if not records:
@@ -195,10 +196,12 @@ def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path 
         for name, value in m.items():
             by_group[p.group]["values"].setdefault(name, {})[p.seed] = value
     found = {name for r in runs.values() for name in r["measures"]}
-    lost = [f"'{n}' ({spec.measures[n]})" for n in spec.measures if n not in found]
-    if lost:
+    unfinished = [p.run for p in planned if p.run not in records]
+    lost = [n for n in spec.measures if n not in found]
+    if lost and not unfinished:  # every run finished and none holds it: a wrong path in the spec
         keys = sorted(next(iter(records.values())))
-        raise ForethoughtError(f"{spec.name}: measure(s) {', '.join(lost)} found in no finished run "
+        named = ", ".join(f"'{n}' ({spec.measures[n]})" for n in lost)
+        raise ForethoughtError(f"{spec.name}: measure(s) {named} found in no finished run "
                                f"(a record holds: {', '.join(keys)})")
     groups = {g: {"settings": d["settings"],
                   "measures": {n: _summary(over_seeds(v)) for n, v in d["values"].items()}}
@@ -215,8 +218,9 @@ def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path 
         comparisons[c.name] = entry
     out = {"schema": SCHEMA, "name": spec.name, "title": spec.title, "system": spec.system,
            "spec": _spec_record(spec, spec_file), "measures": spec.measures, "runs": runs,
-           "unfinished": [p.run for p in planned if p.run not in records], "groups": groups,
-           "comparisons": comparisons}
+           "unfinished": unfinished, "groups": groups, "comparisons": comparisons}
+    if lost:  # a partial experiment: the runs that hold these have not finished yet
+        out["not_measured_yet"] = lost
     if spec.derive:
         out["derived"] = derive_function(spec.derive)(records, out)
     out["checks"] = {c.name: _check(c, out) for c in spec.checks}

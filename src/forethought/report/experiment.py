@@ -80,6 +80,9 @@ def measure_tables(spec: ExperimentSpec, data: dict[str, Any]) -> list[str]:
             if out and out[-1]:  # a paragraph of its own, not the end of the previous table's note
                 out.append("")
             out += [f"**{t.title}**", ""]
+        if not rows:
+            out.append("No run of this table has finished yet.")
+            continue
         out += table(["run group", "settings", *measures],
                      [[g, _settings(groups[g]["settings"]), *(_cell(groups[g]["measures"].get(m)) for m in measures)]
                       for g in rows])
@@ -134,6 +137,8 @@ def body(spec: ExperimentSpec, data: dict[str, Any], lead: list[str] | None = No
     prov = data["provenance"]
     runs = len(data["runs"])
     unfinished = f"; unfinished: {', '.join(data['unfinished'])}" if data["unfinished"] else ""
+    if data.get("not_measured_yet"):
+        unfinished += f"; not measured yet (no finished run holds them): {', '.join(data['not_measured_yet'])}"
     commits = ", ".join(c[:10] for c in prov["commits"]) or "not recorded"
     out += ["", f"{runs} runs, {minutes(prov['wall_s'])} min from the first run's start to the last run's end; "
                 f"commits {commits}{unfinished}."]

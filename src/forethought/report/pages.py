@@ -155,6 +155,7 @@ PREDGEN = Page("predgen", "Results: PredGen", (
     "(SmolLM2-135M-Instruct dequantised from its 4-bit Q4_1 GGUF) + LoRA. Every method of a seed sees the same "
     "examples in the same order. Each finished run's record (results, eval predictions, training log, command) "
     "is kept in `benchmarks/results/runs/<benchmark>/`."), "predgen_", (
+    spec_section("predgen_grid"),
     spec_section("predgen_mc"),
     spec_section("predgen_curves"),
     spec_section("predgen_tasks"),
@@ -270,6 +271,7 @@ class Block:
 
 
 BLOCKS: tuple[Block, ...] = (
+    Block("predgen-grid-lead", "predgen_grid.json", predgen.grid_lead),
     Block("predgen-mc-lead", "predgen_mc.json", lambda r: experiment.summary(
         load_spec("predgen_mc")[0], r, derived=("agreement", "comparisons", "selection"))),
     Block("psf-codes-lead", "psf_codes.json", psf.codes_lead),

@@ -3,6 +3,8 @@ runner, or by a script), as markdown; collected JSON renders through :mod:`foret
 
 from __future__ import annotations
 
+from forethought.experiments.spec import load_spec
+from forethought.report import experiment
 from forethought.report.common import SMOLLM2
 from forethought.report.common import smollm2 as _smollm2
 from forethought.report.fmt import num as _fmt
@@ -67,3 +69,13 @@ def regression(r: dict) -> list[str]:
                        f"{pair(x.get('decoded'))} | {pair(x.get('expected_value'))} | "
                        f"{_fmt(x.get('parse_failure_rate'))} |")
     return out
+
+
+def grid_lead(r: dict) -> list[str]:
+    """The predgen_grid block that opens docs/predgen.md: how much of the grid has run, then its tables (one per
+    task family), the seed-paired differences and each multiple-choice run's agreement with its rank decoder."""
+    spec = load_spec("predgen_grid")[0]
+    done, left = len(r["runs"]), len(r["unfinished"])
+    status = (f"{done} of {done + left} planned runs have finished; the rest resume with the same command. "
+              "Groups missing below have not run yet." if left else f"All {done} planned runs have finished.")
+    return [status, "", *experiment.summary(spec, r, derived=("comparisons", "agreement"))]
