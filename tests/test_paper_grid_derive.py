@@ -43,3 +43,15 @@ def test_paper_table_sets_the_paper_number_beside_ours() -> None:
     assert table["arc-easy"]["generator"]["paper"] == PAPER_LLAMA2_7B["arc-easy/generator"] == 79.54
     assert table["arc-easy"]["predgen"] == {"paper": 84.79}  # only the run group named by the method counts
     assert table["stsb"]["predgen"]["metric"] == "mse" and "paper" not in table["stsb"]["predgen"]
+
+
+def test_paper_table_renders_in_the_papers_layout() -> None:
+    from forethought.report.predgen import paper_table as render
+
+    records, collected = _records()
+    lines = render({"derived": paper_table(records, collected)})
+    assert lines[0] == "| dataset | metric | Predictor | Generator | PredGen |"
+    arc = next(line for line in lines if line.startswith("| arc-easy |"))
+    assert "| 0.510 ± 0.014 (2) · paper 79.54 % |" in arc and arc.endswith("| – · paper 84.79 % |")
+    assert next(line for line in lines if line.startswith("| stsb |")) == "| stsb | mse | – | – | 0.700 (1) |"
+    assert render({"derived": {}}) == []

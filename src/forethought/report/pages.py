@@ -156,6 +156,7 @@ PREDGEN = Page("predgen", "Results: PredGen", (
     "examples in the same order. Each finished run's record (results, eval predictions, training log, command) "
     "is kept in `benchmarks/results/runs/<benchmark>/`."), "predgen_", (
     spec_section("predgen_grid"),
+    spec_section("predgen_paper_grid", predgen.paper_table),
     spec_section("predgen_mc"),
     spec_section("predgen_curves"),
     spec_section("predgen_tasks"),

@@ -7,6 +7,7 @@ from forethought.experiments.spec import load_spec
 from forethought.report import experiment
 from forethought.report.common import SMOLLM2
 from forethought.report.common import smollm2 as _smollm2
+from forethought.report.fmt import mean_std, table
 from forethought.report.fmt import num as _fmt
 from forethought.report.papers import PREDGEN_SST2
 
@@ -79,3 +80,23 @@ def grid_lead(r: dict) -> list[str]:
     status = (f"{done} of {done + left} planned runs have finished; the rest resume with the same command. "
               "Groups missing below have not run yet." if left else f"All {done} planned runs have finished.")
     return [status, "", *experiment.summary(spec, r, derived=("comparisons", "agreement"))]
+
+
+def paper_table(r: dict) -> list[str]:
+    """predgen_paper_grid's derived table in the paper's layout: a row per dataset, a column per method, each cell
+    our mean ± std over seeds (number of seeds) and, where it is kept, the paper's Llama2-7B number."""
+    derived = r.get("derived", {})
+    rows = []
+    for task, row in derived.get("table", {}).items():
+        metric = next((c["metric"] for c in row.values() if "metric" in c), "–")
+        cells = []
+        for method in ("predictor", "generator", "predgen"):
+            c = row.get(method, {})
+            ours = (f"{mean_std(c['mean'], c.get('std'))} ({len(c.get('seeds', []))})" if "mean" in c else "–")
+            cells.append(ours + (f" · paper {c['paper']:.2f} %" if "paper" in c else ""))
+        rows.append([task, metric, *cells])
+    if not rows:
+        return []
+    return [*table(["dataset", "metric", "Predictor", "Generator", "PredGen"], rows), "",
+            f"Ours: fractions (accuracy) or MSE, mean ± std over seeds (number of seeds). Paper: "
+            f"{derived.get('paper_source', '')}."]
