@@ -224,6 +224,7 @@ PSF = Page("psf", "Results: Predictive State Flow", (
     spec_section("psf_codes"),
     spec_section("psf_planted_ceiling"),
     spec_section("psf_code_dropout"),
+    spec_section("psf_trade"),
 ))
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (
