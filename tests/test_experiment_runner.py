@@ -41,6 +41,17 @@ def _spec(tmp_path: Path, text: str = TINY, name: str = "tiny") -> Path:
     return path
 
 
+def _archived(tmp_path: Path, spec_text: str, records: dict[str, dict]) -> tuple:
+    """(spec, spec file, layout) of ``spec_text`` with ``records`` ({run: record}) in its archive, none run."""
+    spec, path = load_spec(str(_spec(tmp_path, spec_text)))
+    layout = Layout.under(tmp_path, "tiny")
+    layout.archive.mkdir(parents=True, exist_ok=True)
+    for run, rec in records.items():
+        (layout.archive / f"{run}.json").write_text(json.dumps({"command": "x", "started": 0.0, "finished": 1.0,
+                                                                 **rec}))
+    return spec, path, layout
+
+
 def test_run_resume_collect_from_archive_render(tmp_path, capsys) -> None:
     path = _spec(tmp_path)
     root = tmp_path / "root"
@@ -77,14 +88,10 @@ def test_comparisons_and_checks_from_records(tmp_path) -> None:
     spec_text = TINY.replace("comparisons: []", "comparisons:\n  - {name: gap, measure: vanilla, a: b, b: a}").replace(
         "  - name: synth\n", "  - name: '{arm}'\n    grid: {arm: [a, b]}\n").replace(
         "groups.synth.vanilla.mean", "comparisons.gap.mean")
-    spec, path = load_spec(str(_spec(tmp_path, spec_text)))
-    layout = Layout.under(tmp_path, "tiny")
-    layout.archive.mkdir(parents=True)
     values = {"a-s0": 1.0, "a-s1": 2.0, "b-s0": 13.0, "b-s1": 12.5}
-    for run, v in values.items():
-        rec = {"results": {"p=1": {"vanilla": {"normalised_loss": v}, "detach_hidden": {"normalised_loss": 0}}},
-               "command": "x", "started": 0.0, "finished": 1.0}
-        (layout.archive / f"{run}.json").write_text(json.dumps(rec))
+    spec, path, layout = _archived(tmp_path, spec_text, {
+        run: {"results": {"p=1": {"vanilla": {"normalised_loss": v}, "detach_hidden": {"normalised_loss": 0}}}}
+        for run, v in values.items()})
     out = collect(spec, layout, "test", spec_file=path)
     gap = out["comparisons"]["gap"]
     assert gap["per_seed"] == [12.0, 10.5] and gap["mean"] == pytest.approx(11.25)
@@ -98,17 +105,11 @@ def test_partial_collect_lists_measures_not_measured_yet(tmp_path) -> None:
     spec_text = TINY.replace("  - name: synth\n", "  - name: '{arm}'\n    grid: {arm: [a, b]}\n").replace(
         "groups.synth.vanilla.mean", "groups.a.vanilla.mean").replace(
         "  myopic: results.p=1.detach_hidden.normalised_loss", "  only_b: results.b_only")
-    spec, path = load_spec(str(_spec(tmp_path, spec_text)))
-    layout = Layout.under(tmp_path, "tiny")
-    layout.archive.mkdir(parents=True)
-    for run in ("a-s0", "a-s1"):
-        rec = {"results": {"p=1": {"vanilla": {"normalised_loss": 1.0}}}, "command": "x", "started": 0.0,
-               "finished": 1.0}
-        (layout.archive / f"{run}.json").write_text(json.dumps(rec))
+    a_only = {"results": {"p=1": {"vanilla": {"normalised_loss": 1.0}}}}
+    spec, path, layout = _archived(tmp_path, spec_text, {"a-s0": a_only, "a-s1": a_only})
     out = collect(spec, layout, "test", spec_file=path)
     assert out["not_measured_yet"] == ["only_b"] and sorted(out["unfinished"]) == ["b-s0", "b-s1"]
-    for run in ("b-s0", "b-s1"):  # b's records lack the measure too: now the spec is wrong
-        (layout.archive / f"{run}.json").write_text((layout.archive / "a-s0.json").read_text())
+    _archived(tmp_path, spec_text, {"b-s0": a_only, "b-s1": a_only})  # b's records lack it too: the spec is wrong
     with pytest.raises(ForethoughtError, match=r"measure\(s\) 'only_b' \(results.b_only\) found in no finished"):
         collect(spec, layout, "test", spec_file=path)
 

@@ -3,6 +3,7 @@ runner, or by a script), as markdown; collected JSON renders through :mod:`foret
 
 from __future__ import annotations
 
+from forethought.experiments.paper_grid import VARIANT_WORDS
 from forethought.experiments.spec import load_spec
 from forethought.report import experiment
 from forethought.report.common import SMOLLM2
@@ -90,7 +91,7 @@ def paper_table(r: dict) -> list[str]:
     for task, row in derived.get("table", {}).items():
         metric = next((c["metric"] for c in row.values() if "metric" in c), "–")
         cells = []
-        for method in ("predictor", "generator", "predgen"):
+        for method in VARIANT_WORDS:
             c = row.get(method, {})
             ours = (f"{mean_std(c['mean'], c.get('std'))} ({len(c.get('seeds', []))})" if "mean" in c else "–")
             cells.append(ours + (f" · paper {c['paper']:.2f} %" if "paper" in c else ""))
