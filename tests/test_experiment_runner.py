@@ -151,6 +151,21 @@ def test_plan_fills_placeholders_seed_major(tmp_path) -> None:
     assert lookup({"a": [{"b": 1}]}, "a.0.b") == 1
 
 
+def test_only_picks_runs_by_group_or_run_pattern(tmp_path, capsys) -> None:
+    text = TINY.replace("  - name: synth\n", "  - name: 'x-{arm}'\n    grid: {arm: [a, b]}\n").replace(
+        "groups.synth", "groups.x-a")
+    path, root = _spec(tmp_path, text), tmp_path / "root"
+    assert main(["experiment", "run", str(path), "--root", str(root), "--dry_run", "true",
+                 "--only", "[x-b, x-a-s1]"]) == 0
+    out = capsys.readouterr().out
+    assert [w for w in out.split() if w.startswith("x-")] == ["x-b-s0", "x-a-s1", "x-b-s1"]
+    assert "# 3 of 3 runs to run" in out
+    assert main(["experiment", "run", str(path), "--root", str(root), "--only", "[x-c*]"]) == 2
+    err = capsys.readouterr().err
+    assert "'x-c*' matches no run (the groups: x-a, x-b)" in err and len(err.strip().splitlines()) == 1
+    assert not root.exists()
+
+
 def test_check_command_rejects_what_the_cli_rejects() -> None:
     check_command(("myopia", "synthetic", "--config", "tiny", "--train.steps", "3"))
     with pytest.raises(ForethoughtError, match="unknown config key 'train.stepz'"):

@@ -13,7 +13,7 @@ from pathlib import Path
 from forethought.core.config import field
 from forethought.core.errors import ForethoughtError
 from forethought.experiments.runner import Layout, launcher
-from forethought.experiments.spec import ExperimentSpec, load_spec, plan, shipped_specs
+from forethought.experiments.spec import ExperimentSpec, load_spec, plan, select, shipped_specs
 
 
 @dataclass
@@ -21,6 +21,8 @@ class ExperimentConfig:
     spec: str = field("", "a shipped spec's name (forethought experiment list) or a YAML file; also positional")
     root: str = field(".", "the folder holding runs/ and benchmarks/results/ (the repository for shipped specs)")
     seeds: list[int] | None = field(None, "run these seeds instead of the spec's (every run group)")
+    only: list[str] | None = field(None, "run only the runs whose group or run name matches one of these "
+                                         "shell-style patterns, e.g. ['arc-easy-*']")
     parallel: int | None = field(None, "runs at once (default: the spec's)")
     threads: int | None = field(None, "torch threads per run (default: the spec's)")
     launcher: str | None = field(None, "run each command with this instead of the spec's launcher, e.g. "
@@ -80,7 +82,7 @@ def run(cfg: ExperimentConfig, resume: str | None = None,
     from forethought.experiments.runner import check_commands
     from forethought.experiments.runner import run as run_spec
 
-    planned = plan(spec, layout.runs)
+    planned = select(plan(spec, layout.runs), cfg.only)  # a pattern matching nothing: one line, nothing run
     if parse is not None:
         check_commands(planned, parse)
     if cfg.dry_run:  # what run would run: the runs without a current record
@@ -97,14 +99,14 @@ def run(cfg: ExperimentConfig, resume: str | None = None,
         from forethought.core.env import data_root
 
         data_root()  # FORETHOUGHT_DATA missing: one line now, not a failed run later
-    whole, _ = load_spec(cfg.spec)  # --seeds runs some seeds; the results always collect the whole spec
+    whole, _ = load_spec(cfg.spec)  # --seeds/--only run some runs; the results always collect the whole spec
     out = run_spec(spec, layout, _command_line(), progress=lambda m: print(m, flush=True), spec_file=path,
-                   collect_as=whole)
+                   collect_as=whole, only=cfg.only)
     _summary(out)
 
 
 def collect(cfg: ExperimentConfig, resume: str | None = None) -> None:
-    spec, path = load_spec(cfg.spec) if cfg.spec else load_for(cfg)  # the whole spec: --seeds only picks what runs
+    spec, path = load_spec(cfg.spec) if cfg.spec else load_for(cfg)  # the whole spec: --seeds/--only pick what runs
     from forethought.experiments.runner import collect as collect_spec
 
     _summary(collect_spec(spec, _layout(cfg, spec), _command_line(), spec_file=path))

@@ -30,7 +30,7 @@ from forethought.core.errors import ForethoughtError
 from forethought.core.io import atomic_write_json
 from forethought.experiments.archive import finished_run, invocations, span_s
 from forethought.experiments.jobs import Job, JobFailed, run_queue
-from forethought.experiments.spec import OPS, ExperimentSpec, PlannedRun, plan, retrain_before
+from forethought.experiments.spec import OPS, ExperimentSpec, PlannedRun, plan, retrain_before, select
 from forethought.experiments.stats import over_seeds, seed_paired
 
 SCHEMA = "forethought.experiment/1"
@@ -57,13 +57,13 @@ def _job_name(run: str, step: int) -> str:
 
 def run(spec: ExperimentSpec, layout: Layout, command: str, parse: Callable[[tuple[str, ...]], None] | None = None,
         progress: Callable[[str], None] = print, spec_file: Path | None = None,
-        collect_as: ExperimentSpec | None = None) -> dict[str, Any]:
-    """Run every unfinished run of ``spec`` (step by step: all runs' first commands, then their second, ...),
-    ``spec.parallel`` at a time with ``spec.threads`` threads each; archive each run when its last step
-    finishes; then :func:`collect` (of ``collect_as`` when given: the whole spec after a run of some seeds).
-    ``parse`` checks every command before anything starts (the CLI's parser: a typo in a spec fails here, not hours
-    later)."""
-    planned = plan(spec, layout.runs)
+        collect_as: ExperimentSpec | None = None, only: list[str] | None = None) -> dict[str, Any]:
+    """Run every unfinished run of ``spec`` that ``only``'s patterns match (:func:`select`), step by step (all
+    runs' first commands, then their second, ...), ``spec.parallel`` at a time with ``spec.threads`` threads each;
+    archive each run when its last step finishes; then :func:`collect` (of ``collect_as`` when given: the whole
+    spec after a run of some of its runs). ``parse`` checks every command before anything starts (the CLI's
+    parser: a typo in a spec fails here, not hours later)."""
+    planned = select(plan(spec, layout.runs), only)
     if parse is not None:
         check_commands(planned, parse)
     todo = [p for p in planned if current_run(spec, layout, p.run) is None]

@@ -11,6 +11,7 @@ the same way. No torch here: ``experiment list`` and a bad spec answer at once.
 from __future__ import annotations
 
 import calendar
+import fnmatch
 import itertools
 import re
 import shlex
@@ -277,6 +278,21 @@ def plan(spec: ExperimentSpec, out_dir: Path | str = "{out_dir}") -> list[Planne
                         raise ForethoughtError(f"cannot split the command {text!r}: {e}") from None
                 out.append(PlannedRun(run, group, seed, point, tuple(steps), g.stage))
     return sorted(out, key=lambda p: (p.stage, p.seed))  # stable: spec order within a stage and seed
+
+
+def select(planned: list[PlannedRun], patterns: list[str] | None) -> list[PlannedRun]:
+    """The planned runs whose group or run name matches one of the shell-style ``patterns`` (``arc-easy-*``,
+    ``stsb-predgen-s0``); all of them for None. A pattern that matches no run is an error naming the groups."""
+    if patterns is None:
+        return planned
+    if not patterns:
+        raise ForethoughtError("--only: give at least one pattern")
+    groups = list(dict.fromkeys(p.group for p in planned))
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(p.group, pattern) or fnmatch.fnmatchcase(p.run, pattern) for p in planned):
+            raise ForethoughtError(f"--only: {pattern!r} matches no run (the groups: {', '.join(groups)})")
+    return [p for p in planned if any(fnmatch.fnmatchcase(p.group, pat) or fnmatch.fnmatchcase(p.run, pat)
+                                      for pat in patterns)]
 
 
 def spec_path(name_or_path: str) -> Path:
