@@ -287,12 +287,15 @@ def select(planned: list[PlannedRun], patterns: list[str] | None) -> list[Planne
         return planned
     if not patterns:
         raise ForethoughtError("--only: give at least one pattern")
-    groups = list(dict.fromkeys(p.group for p in planned))
+
+    def matches(p: PlannedRun, pattern: str) -> bool:
+        return fnmatch.fnmatchcase(p.group, pattern) or fnmatch.fnmatchcase(p.run, pattern)
+
     for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(p.group, pattern) or fnmatch.fnmatchcase(p.run, pattern) for p in planned):
-            raise ForethoughtError(f"--only: {pattern!r} matches no run (the groups: {', '.join(groups)})")
-    return [p for p in planned if any(fnmatch.fnmatchcase(p.group, pat) or fnmatch.fnmatchcase(p.run, pat)
-                                      for pat in patterns)]
+        if not any(matches(p, pattern) for p in planned):
+            groups = ", ".join(dict.fromkeys(p.group for p in planned))
+            raise ForethoughtError(f"--only: {pattern!r} matches no run (the groups: {groups})")
+    return [p for p in planned if any(matches(p, pattern) for pattern in patterns)]
 
 
 def spec_path(name_or_path: str) -> Path:
