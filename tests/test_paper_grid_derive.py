@@ -20,7 +20,8 @@ def _records() -> tuple[dict, dict]:
         preds = [{"prediction": "A", "rank": "A" if i < 3 else "B", "decoded": "A" if i < 2 else "C"} for i in range(4)]
         records[run] = {"results": results, "predictions": preds if rank is not None else []}
         runs[run] = {"group": group, "seed": seed}
-    records["stsb-predgen-s0"] = {"results": {"mse": 0.7}, "predictions": []}
+    numbers = [{"prediction": 3.1, "decoded": 3.0}, {"prediction": 2.0, "decoded": 2.0}]
+    records["stsb-predgen-s0"] = {"results": {"mse": 0.7}, "predictions": numbers}
     runs["stsb-predgen-s0"] = {"group": "stsb-predgen", "seed": 0}
     return records, {"runs": runs}
 
@@ -35,6 +36,7 @@ def test_grid_pairs_by_seed_and_reads_other_answers() -> None:
     agree = out["agreement"]["arc-easy-predgen-tz"]
     assert agree["with_rank"]["mean"] == pytest.approx(0.75) and agree["with_written"]["mean"] == pytest.approx(0.5)
     assert "arc-easy-predictor" not in out["agreement"]  # it writes nothing
+    assert "stsb-predgen" not in out["agreement"]  # regression: numbers, not labels that agree
 
 
 def test_paper_table_sets_the_paper_number_beside_ours() -> None:

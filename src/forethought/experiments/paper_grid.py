@@ -97,7 +97,9 @@ def grid(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[
             diff = seed_paired({s: m[1] for s, m in sides[0].items()}, {s: m[1] for s, m in sides[1].items()})
             out["comparisons"][f"{task}: {a} − {b}"] = {"metric": metric, **diff}
         for variant, per_seed in variants.items():
-            rows = {s: rec.get("predictions") or [] for s, rec in per_seed.items()}
+            # agreement is a share of equal labels: multiple choice only (a regression's numbers never tie)
+            rows = {s: rec.get("predictions") or [] for s, rec in per_seed.items()
+                    if (m := _metric(rec["results"], "")) is not None and m[0] == "accuracy"}
             agree = {}
             for key, name in (("rank", "with_rank"), ("decoded", "with_written")):
                 vals = {s: _agreement(r, key) for s, r in rows.items()}
