@@ -30,6 +30,7 @@ GRID_COMPARE = (
     ("generator", "predictor"), ("generator:rank", "predictor"), ("predgen-ll", "generator:rank"),
     ("predgen-tz", "predgen-ll"), ("predgen-tz", "predgen-tz:decoded"),
     ("predgen", "generator"), ("predgen", "predictor"), ("predgen", "generator:expected_value"),
+    ("predgen:decoded", "generator"),  # what PredGen's training does to the number the model writes
 )
 
 
