@@ -123,6 +123,8 @@ def test_partial_collect_lists_measures_not_measured_yet(tmp_path) -> None:
     (("system: myopia", "system: myopa"), "did you mean 'myopia'"),
     (("comparisons: []", "comparisons: []\nretrain: {synth-s7: '2026-01-01 00:00'}"), "retrain: run 'synth-s7' is not"),
     (("comparisons: []", "comparisons: []\nretrain: {synth-s0: 'yesterday'}"), "give the time as 'YYYY-MM-DD HH:MM'"),
+    (("comparisons: []", "comparisons: []\nplots: [{file: c.png, draw: 'os:system'}]"), "draw must name 'forethought"),
+    (("comparisons: []", "comparisons: []\nplots: [{file: c.png, measure: nope}]"), "measure 'nope' is not defined"),
 ])
 def test_bad_specs_fail_in_one_line(tmp_path, edit, message) -> None:
     path = _spec(tmp_path, TINY.replace(*edit))

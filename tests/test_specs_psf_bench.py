@@ -57,9 +57,64 @@ def test_pipeline_layout(name: str) -> None:
 
 
 def _wikitext_eval(r: dict) -> dict:
-    """The psf eval results.json a psf_wikitext file was made from (its rows, L and differences)."""
-    return {"models": {**{n: r[n] for n in b.ROWS}, **r.get("other_rows", {})}, "seq_len": r["settings"]["seq_len"],
-            "differences": r["differences"], "target_entropy": r["settings"]["target_entropy"]}
+    """The psf eval results.json a psf_wikitext file was made from (its rows, differences and what the script copied
+    into its settings)."""
+    s = r["settings"]
+    refs = {"n": s["references"], "split": s["reference_split"], "spread": s["reference_spread"],
+            "first_offset": s["reference_offsets"]["first"], "last_end": s["reference_offsets"]["last_end"],
+            "split_tokens": s["reference_offsets"]["split_tokens"], "judge_tokens": s["reference_judge_tokens"],
+            "gen_ppl": s["reference_gen_ppl"]}
+    cfg = {"samples": s["samples_per_point"], "sweep": [[p["temperature"], p["top_p"]] for p in s["sweep"]],
+           "token_flow_knob": s["token_flow_sweep"]["knob"], "token_flow_sweep": s["token_flow_sweep"]["values"],
+           "judge": s["judge"], "length_quantile": s["length_quantile"], "seed": s["seed"]}
+    return {"models": {**{n: r[n] for n in b.ROWS}, **r.get("other_rows", {})}, "seq_len": s["seq_len"],
+            "differences": r["differences"], "target_entropy": s["target_entropy"],
+            "target_entropy_interval": s["target_entropy_interval"], "corpus": s["corpus"],
+            "tokenizer": s["tokenizer"], "blocks": s["blocks"], "judge_max_tokens": s["judge_max_tokens"],
+            "references": refs, "settings": cfg, "bootstrap": s["bootstrap"], "conventions": s["conventions"]}
+
+
+def _collected_codes(tmp_path: Path) -> dict:
+    """psf_wikitext_codes collected by the runner from one archived record rebuilt from the committed file's own
+    inputs (its psf eval results and psf diagnose of each recipe)."""
+    from forethought.experiments.runner import Layout, collect
+
+    r = json.loads((RESULTS / "psf_wikitext_codes.json").read_text())
+    spec, path = load_spec("psf_wikitext_codes")
+    layout = Layout.under(tmp_path, spec.name)
+    layout.archive.mkdir(parents=True)
+    d = r["diagnose"]
+    record = {"command": "x", "started": 0.0, "finished": 1.0, "results": {}, "eval/results": _wikitext_eval(r),
+              "diagnose": d["psf"], "psf_content/diagnose": d["psf_content"],
+              "psf_codes1000/diagnose": d["psf_codes1000"]}
+    (layout.archive / "wikitext_codes-s0.json").write_text(json.dumps(record))
+    return collect(spec, layout, "test", spec_file=path)
+
+
+def test_collected_codes_file_reads_as_the_scripts(tmp_path: Path) -> None:
+    """Once the runner has collected psf_wikitext_codes, its derive holds the run's evaluation in the script's
+    layout, so README's headline, docs/psf.md's lead and the results section's table and reading say what they
+    said from the script's file; its curves are drawn beside it; the generic derived tables leave it out."""
+    from forethought.report import psf
+    from forethought.report.pages import PSF
+
+    legacy = json.loads((RESULTS / "psf_wikitext_codes.json").read_text())
+    out = _collected_codes(tmp_path)
+    view = out["derived"]["wikitext_codes-s0"]["evaluation"]
+    for k in ("psf", "psf_content", "ar", "token_flow", "other_rows", "differences", "checks"):
+        assert json.loads(json.dumps(view[k])) == legacy[k], k
+    assert view["diagnose"] == legacy["diagnose"]
+    for k in ("corpus", "seq_len", "blocks", "samples_per_point", "judge", "judge_max_tokens", "target_entropy",
+              "reference_gen_ppl", "sweep", "references"):
+        assert view["settings"][k] == legacy["settings"][k], k
+    assert psf.headline(out) == psf.headline(legacy)
+    assert psf.wikitext_codes_lead(out) == psf.wikitext_codes_lead(legacy)
+    assert (tmp_path / "benchmarks" / "results" / "psf_wikitext_codes_curves.png").stat().st_size > 0
+    section = next(s for s in PSF.sections if s.json == "psf_wikitext_codes.json")
+    body = "\n".join(section.render(out))
+    assert "\n".join(psf.wikitext(legacy)[:8]) in body and "*wikitext_codes-s0*" in body
+    assert "evaluation" not in body.split("Derived (")[1]
+    assert section.notes(out) == psf.wikitext_codes_reading(legacy)
 
 
 @pytest.mark.parametrize("file", ["psf_wikitext.json", "psf_wikitext_codes.json"])

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from forethought.eval.curves import ppl_at_entropy, value_at_entropy
+from forethought.eval.curves import plot_entropy_curves, ppl_at_entropy, value_at_entropy
 from forethought.eval.stats import seed_mean_difference, t_interval
 from forethought.experiments.stats import seed_paired
 
@@ -80,8 +81,46 @@ def wikitext(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, A
                     "flops_per_sample": {m: r.get("flops_per_sample") for m, r in ev["models"].items()},
                     "zeroing_cost": {m: d["codes"]["zeroing_cost"]["all"]["diff"] for m, d in diag.items()
                                      if d and isinstance(d.get("codes"), Mapping) and "zeroing_cost" in d["codes"]},
-                    "checks": wikitext_checks(ev)}
+                    "checks": wikitext_checks(ev),
+                    "evaluation": wikitext_view(ev, diag)}
     return out
+
+
+def wikitext_view(ev: Mapping[str, Any], diagnose: Mapping[str, Any]) -> dict[str, Any]:
+    """One run's evaluation in the layout the removed benchmark script wrote (psf_wikitext*.json before the runner):
+    ``settings``, the five fixed rows at the top level, every other row under ``other_rows``, psf eval's
+    ``differences``, the five checks and each recipe's ``psf diagnose``; the results pages and README's headline
+    read this layout from either file."""
+    refs, cfg = ev["references"], ev["settings"]
+    settings = {
+        "corpus": ev["corpus"], "tokenizer": ev["tokenizer"], "seq_len": ev["seq_len"], "blocks": ev["blocks"],
+        "samples_per_point": cfg["samples"],
+        "sweep": [{"temperature": t, "top_p": p} for t, p in cfg["sweep"]],
+        "token_flow_sweep": {"knob": cfg["token_flow_knob"], "values": cfg["token_flow_sweep"]},
+        "judge": cfg["judge"], "judge_max_tokens": ev["judge_max_tokens"],
+        "length_quantile": cfg["length_quantile"], "references": refs["n"], "reference_split": refs["split"],
+        "reference_spread": refs["spread"],
+        "reference_offsets": {"first": refs["first_offset"], "last_end": refs["last_end"],
+                              "split_tokens": refs["split_tokens"]},
+        "reference_judge_tokens": refs.get("judge_tokens", refs.get("tokens")), "reference_gen_ppl": refs["gen_ppl"],
+        "target_entropy": ev["target_entropy"], "target_entropy_interval": ev["target_entropy_interval"],
+        "seed": cfg["seed"], "bootstrap": ev["bootstrap"], "conventions": ev["conventions"]}
+    rows = ev["models"]
+    return {"settings": settings, **{m: rows[m] for m in ROWS},
+            "other_rows": {m: r for m, r in rows.items() if m not in ROWS},
+            "differences": ev["differences"], "checks": wikitext_checks(ev),
+            "diagnose": {name: d for name, d in diagnose.items() if d}}
+
+
+def wikitext_curves(collected: Mapping[str, Any], path: Path) -> None:
+    """Plot of the psf_wikitext specs: gen-PPL against unigram entropy, every model's sweep, of the first run (a
+    single-seed pipeline), as ``psf eval`` draws it."""
+    view = next(iter(collected["derived"].values()))["evaluation"]
+    s = view["settings"]
+    rows = {**{m: view[m] for m in ROWS}, **view["other_rows"]}
+    plot_entropy_curves({m: [(p["entropy"], p["gen_ppl"]) for p in r["sweep"]] for m, r in rows.items()}, path,
+                        target_entropy=s["target_entropy"], judge=Path(s["judge"]).name,
+                        title=f"gen-PPL vs unigram entropy, {s['corpus']} L={s['seq_len']}")
 
 
 # ---- the planted corpus over training seeds ----------------------------------------------------------------------

@@ -231,13 +231,13 @@ def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path 
     return out
 
 
-def derive_function(target: str) -> Callable[[dict[str, dict[str, Any]], dict[str, Any]], dict[str, Any]]:
-    """The function a spec's ``derive`` names (validated to lie in forethought.experiments)."""
+def derive_function(target: str) -> Callable[..., Any]:
+    """The function a spec's ``derive`` or a plot's ``draw`` names (validated to lie in forethought.experiments)."""
     module, name = target.split(":")
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
-        raise ForethoughtError(f"derive {target!r} not found ({e})") from None
+        raise ForethoughtError(f"{target!r} not found ({e})") from None
 
 
 def _spec_record(spec: ExperimentSpec, spec_file: Path | None) -> dict[str, Any]:
@@ -265,6 +265,9 @@ def _plots(spec: ExperimentSpec, collected: dict[str, Any], folder: Path) -> Non
     from forethought.core.plots import bar_plot  # matplotlib only when there is something to draw
 
     for p in spec.plots:
+        if p.draw:
+            derive_function(p.draw)(collected, folder / p.file)
+            continue
         bars = {}
         for g in p.groups or list(collected["groups"]):
             s = collected["groups"].get(g, {}).get("measures", {}).get(p.measure)

@@ -28,6 +28,8 @@ from forethought.core.errors import ForethoughtError
 
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
 SYSTEMS = ("predgen", "psf", "myopia", "scaling")
+# A derive or draw function: forethought.experiments.<module>:<function>.
+FUNCTION = re.compile(r"forethought\.experiments\.[a-z_][a-z0-9_.]*:[A-Za-z_]\w*")
 # Placeholders every step may use besides its grid's keys.
 BUILTIN = ("seed", "run", "run_dir", "out_dir", "threads")
 OPS = {">": lambda x, t: x > t, ">=": lambda x, t: x >= t, "<": lambda x, t: x < t, "<=": lambda x, t: x <= t}
@@ -80,6 +82,8 @@ class Plot:
     measure: str = field("", "the measure drawn: one bar per group, mean ± std over seeds")
     groups: list[str] = field([], "the bars (default: all groups)")
     title: str = field("", "the plot's title")
+    draw: str = field("", "'forethought.experiments.<module>:<function>' (the collected JSON, the PNG's path) that "
+                          "draws this plot instead of bars of a measure (e.g. curves from 'derived')")
 
 
 @dataclass
@@ -122,7 +126,7 @@ class ExperimentSpec:
             raise ForethoughtError("runs: a spec needs at least one run group")
         if not self.files or not all(f.endswith(".json") for f in self.files):
             raise ForethoughtError(f"files: JSON files relative to a run folder, got {self.files}")
-        if self.derive and not re.fullmatch(r"forethought\.experiments\.[a-z_][a-z0-9_.]*:[A-Za-z_]\w*", self.derive):
+        if self.derive and not FUNCTION.fullmatch(self.derive):
             raise ForethoughtError(f"derive must name 'forethought.experiments.<module>:<function>', "
                                    f"got {self.derive!r}")
         for i, g in enumerate(self.runs):
@@ -159,6 +163,11 @@ class ExperimentSpec:
         for p in self.plots:
             if not p.file.endswith(".png"):
                 raise ForethoughtError(f"plots: file must be a .png name, got {p.file!r}")
+            if p.draw:
+                if not FUNCTION.fullmatch(p.draw):
+                    raise ForethoughtError(f"plot '{p.file}': draw must name 'forethought.experiments.<module>:"
+                                           f"<function>', got {p.draw!r}")
+                continue
             _known(p.measure, self.measures, f"plot '{p.file}': measure")
             for g in p.groups:
                 _known(g, known_groups, f"plot '{p.file}': group")

@@ -48,20 +48,27 @@ def _synthetic_levels(data: dict) -> list[str]:
             *myopia.synthetic_levels(data.get("derived", {}))]
 
 
-def _before_runner(name: str, script: str, render: Callable[[dict], list[str]], reading: Callable[[dict], str]
-                   ) -> dict[str, Callable]:
+def _before_runner(name: str, script: str, render: Callable[[dict], list[str]], reading: Callable[[dict], str],
+                   view: Callable[[dict], dict] | None = None) -> dict[str, Callable]:
     """``render`` and ``notes`` of a section whose committed JSON a removed benchmark script wrote before the experiment
     runner: that file through its own renderer and reading, said so first; once ``forethought experiment run
-    <name>`` has collected a replacement (the runner's schema), the spec's generic section instead."""
+    <name>`` has collected a replacement (the runner's schema), the spec's generic section instead, led by
+    ``render`` and read by ``reading`` of ``view(collected)`` where ``view`` rebuilds the script's layout from it
+    (its ``derived[run]['evaluation']``, left out of the generic derived tables)."""
     def collected(data: dict) -> bool:
         return data.get("schema") == SCHEMA
 
     def body(data: dict) -> list[str]:
-        return experiment.body(load_spec(name)[0], data) if collected(data) else render(data)
+        if not collected(data):
+            return render(data)
+        if view is None:
+            return experiment.body(load_spec(name)[0], data)
+        derived = {run: {k: v for k, v in d.items() if k != "evaluation"} for run, d in data["derived"].items()}
+        return experiment.body(load_spec(name)[0], {**data, "derived": derived}, render(view(data)))
 
     def notes(data: dict) -> str:
         if collected(data):
-            return ""
+            return reading(view(data)) if view else ""
         return (f"Produced before the experiment runner, by a benchmark script since removed (`{script}`; the "
                 f"file's `command` has it exactly); no per-run records were archived. `forethought experiment run "
                 f"{name}` runs the same pipeline and its collected file replaces this one.\n\n" + reading(data))
@@ -201,12 +208,13 @@ PSF = Page("psf", "Results: Predictive State Flow", (
     Section("psf_wikitext.json", "WikiText-2: PSF against its ablations, AR and a token-level flow",
             "forethought experiment run psf_wikitext", **_before_runner(
                 "psf_wikitext", "python benchmarks/psf_wikitext.py --jobs 2 --threads 1 --eval-threads 2 -- "
-                "--codes.enabled false", psf.wikitext, psf.wikitext_reading), plots=("psf_wikitext_curves.png",)),
+                "--codes.enabled false", psf.wikitext, psf.wikitext_reading, psf.evaluation),
+            plots=("psf_wikitext_curves.png",)),
     Section("psf_wikitext_codes.json", "WikiText-2 with realization codes: the main and state-only configurations",
             "forethought experiment run psf_wikitext_codes", **_before_runner(
                 "psf_wikitext_codes", "python benchmarks/psf_wikitext.py ... --compare-runs "
                 "runs/bench-psf-wikitext-codes/psf_codes1000 -- --model.code_mean_norm batch --model.code_in_init "
-                "normal --prior.state_only_variant true", psf.wikitext, psf.wikitext_codes_reading),
+                "normal --prior.state_only_variant true", psf.wikitext, psf.wikitext_codes_reading, psf.evaluation),
             plots=("psf_wikitext_codes_curves.png",)),
     Section("psf_planted.json", "Planted corpus, three training seeds", "forethought experiment run psf_planted",
             **_before_runner("psf_planted", "python benchmarks/psf_planted.py --jobs 1, then --collect-only with "
