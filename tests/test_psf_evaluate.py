@@ -171,10 +171,11 @@ def test_eval_text_with_judge_mauve_and_the_cache(cache_env, capsys):
     assert not (out / "results.json").exists()
     cached = sorted(p.name.split("-")[0] + ("-judge" if "judge" in p.name else "") for p in (out / "cache").iterdir())
     assert cached == ["psf", "psf", "psf-judge", "psf-judge", "references-judge"]  # 2 sample sets, 3 judge passes
-    capsys.readouterr()
+    assert "psf eval: judged psf-p1 (" in capsys.readouterr().err  # progress, one line per set and pass
     assert cli.main(["psf", "eval", *opts]) == 0
     res = json.loads((out / "results.json").read_text())
     assert {"psf-p0 samples", "psf-p1 judge", "references judge"} <= set(res["cache_hits"])
+    assert "psf eval: sampled psf-p0 (cached)" in capsys.readouterr().err
     assert not any(h.startswith("ar") for h in res["cache_hits"])
     assert set(res["models"]) == set(OWN) and res["judge_max_tokens"] > 0
     for row in res["models"].values():

@@ -199,6 +199,10 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     sets: dict[str, list[tuple[list[list[int]], list[str]]]] = {}
     keys: dict[str, list[str]] = {}
 
+    def progress(what: str, tag: str, hit: bool, seconds: float) -> None:
+        # one line per sample set and judge pass: an evaluation of hours says where it is and what the cache saved
+        print(f"psf eval: {what} {tag} ({'cached' if hit else f'{seconds:.0f} s'})", file=sys.stderr, flush=True)
+
     def draw(name: str, c: Candidate, point: dict[str, float], seed: int, tag: str) -> None:
         """Sample (or read from the cache) one set of ``c`` at ``point`` and append it to sets / keys."""
         k = cache_key(name=name, kind=c.kind, run=run_fingerprint(c.run), seed=seed, n=cfg.samples,
@@ -212,6 +216,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
             return ids.tolist(), texts
 
         ids, texts, wall, hit = cached_samples(cache / f"{tag}-{k}.json", make)
+        progress("sampled", tag, hit, wall)
         sets.setdefault(name, []).append((ids, texts))
         keys.setdefault(name, []).append(k)
         timings[f"sample_{name}"] = timings.get(f"sample_{name}", 0.0) + wall
@@ -242,8 +247,10 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
 
         def judged(tag: str, texts: list[str], k: str) -> Any:
             jk = cache_key(texts=k, judge=cfg.judge, max_tokens=full)
+            t = time.perf_counter()
             jp, hit = cached_pass(cache / f"{tag}-judge-{jk}.safetensors",
                                   lambda: score_texts(texts, judge, jtok, max_tokens=full, batch_size=cfg.judge_batch))
+            progress("judged", tag, hit, time.perf_counter() - t)
             if hit:
                 hits.append(f"{tag} judge")
             return jp
