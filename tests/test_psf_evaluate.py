@@ -202,7 +202,7 @@ def test_a_plotting_error_keeps_the_evaluation(cache_env, capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no backend\nsecond line")
 
-    monkeypatch.setattr(evaluate_module, "plot_entropy_curves", broken)
+    monkeypatch.setattr(evaluate_module, "plot_sweeps", broken)
     runs = cache_env
     out = runs / "tx_eval_noplot"
     assert cli.main(["psf", "eval", "--recipe_run", str(runs / "tx"), "--judge", str(runs / "judge"), "--samples",

@@ -121,3 +121,11 @@ def plot_entropy_curves(curves: dict[str, Sequence[tuple[float, float]]], path: 
     ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, path)
+
+
+def plot_sweeps(rows: dict[str, dict], path: str | Path, target_entropy: float, judge: str, corpus: str,
+                seq_len: int) -> Path:
+    """psf eval's figure: :func:`plot_entropy_curves` of every model row's sweep points (entropy, gen-PPL)."""
+    curves = {name: [(p["entropy"], p["gen_ppl"]) for p in row["sweep"]] for name, row in rows.items()}
+    return plot_entropy_curves(curves, path, target_entropy=target_entropy, judge=judge,
+                               title=f"gen-PPL vs unigram entropy, {corpus} L={seq_len}")

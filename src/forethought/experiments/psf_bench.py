@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from forethought.eval.curves import plot_entropy_curves, ppl_at_entropy, value_at_entropy
+from forethought.eval.curves import plot_sweeps, ppl_at_entropy, value_at_entropy
 from forethought.eval.stats import seed_mean_difference, t_interval
 from forethought.experiments.stats import seed_paired
 
 # ---- WikiText-2 (and any single-seed psf_wikitext pipeline): the five checks of one evaluation ----------------
 
-ROWS = ("psf", "psf_content", "ar", "token_flow", "psf_mean_trajectory")
+ROWS = ("psf", "psf_content", "psf_mean_trajectory", "ar", "token_flow")  # in the tables' order
 PARAM_TOLERANCE = 0.2  # token flow params within ±20 % of PSF encoder + decoder
 
 
@@ -81,16 +81,16 @@ def wikitext(records: Mapping[str, Mapping[str, Any]], collected: Mapping[str, A
                     "flops_per_sample": {m: r.get("flops_per_sample") for m, r in ev["models"].items()},
                     "zeroing_cost": {m: d["codes"]["zeroing_cost"]["all"]["diff"] for m, d in diag.items()
                                      if d and isinstance(d.get("codes"), Mapping) and "zeroing_cost" in d["codes"]},
-                    "checks": wikitext_checks(ev),
-                    "evaluation": wikitext_view(ev, diag)}
+                    "checks": (checks := wikitext_checks(ev)),
+                    "evaluation": wikitext_view(ev, diag, checks)}
     return out
 
 
-def wikitext_view(ev: Mapping[str, Any], diagnose: Mapping[str, Any]) -> dict[str, Any]:
+def wikitext_view(ev: Mapping[str, Any], diagnose: Mapping[str, Any], checks: Mapping[str, Any]) -> dict[str, Any]:
     """One run's evaluation in the layout the removed benchmark script wrote (psf_wikitext*.json before the runner):
     ``settings``, the five fixed rows at the top level, every other row under ``other_rows``, psf eval's
-    ``differences``, the five checks and each recipe's ``psf diagnose``; the results pages and README's headline
-    read this layout from either file."""
+    ``differences``, the five ``checks`` (:func:`wikitext_checks`) and each recipe's ``psf diagnose``; the results
+    pages and README's headline read this layout from either file."""
     refs, cfg = ev["references"], ev["settings"]
     settings = {
         "corpus": ev["corpus"], "tokenizer": ev["tokenizer"], "seq_len": ev["seq_len"], "blocks": ev["blocks"],
@@ -108,7 +108,7 @@ def wikitext_view(ev: Mapping[str, Any], diagnose: Mapping[str, Any]) -> dict[st
     rows = ev["models"]
     return {"settings": settings, **{m: rows[m] for m in ROWS},
             "other_rows": {m: r for m, r in rows.items() if m not in ROWS},
-            "differences": ev["differences"], "checks": wikitext_checks(ev),
+            "differences": ev["differences"], "checks": checks,
             "diagnose": {name: d for name, d in diagnose.items() if d}}
 
 
@@ -117,10 +117,13 @@ def wikitext_curves(collected: Mapping[str, Any], path: Path) -> None:
     single-seed pipeline), as ``psf eval`` draws it."""
     view = next(iter(collected["derived"].values()))["evaluation"]
     s = view["settings"]
-    rows = {**{m: view[m] for m in ROWS}, **view["other_rows"]}
-    plot_entropy_curves({m: [(p["entropy"], p["gen_ppl"]) for p in r["sweep"]] for m, r in rows.items()}, path,
-                        target_entropy=s["target_entropy"], judge=Path(s["judge"]).name,
-                        title=f"gen-PPL vs unigram entropy, {s['corpus']} L={s['seq_len']}")
+    plot_sweeps(wikitext_rows(view), path, s["target_entropy"], Path(s["judge"]).name, s["corpus"], s["seq_len"])
+
+
+def wikitext_rows(view: Mapping[str, Any]) -> dict[str, Any]:
+    """A psf_wikitext evaluation's rows by model: the fixed five, then any others (state-only priors, compared
+    runs)."""
+    return {**{m: view[m] for m in ROWS}, **(view.get("other_rows") or {})}
 
 
 # ---- the planted corpus over training seeds ----------------------------------------------------------------------

@@ -222,7 +222,7 @@ def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path 
     if lost:  # a partial experiment: the runs that hold these have not finished yet
         out["not_measured_yet"] = lost
     if spec.derive:
-        out["derived"] = derive_function(spec.derive)(records, out)
+        out["derived"] = named_function(spec.derive)(records, out)
     out["checks"] = {c.name: _check(c, out) for c in spec.checks}
     out["provenance"] = _provenance(spec_file or Path(spec.name), records, layout, command)
     layout.results.parent.mkdir(parents=True, exist_ok=True)
@@ -231,7 +231,7 @@ def collect(spec: ExperimentSpec, layout: Layout, command: str, spec_file: Path 
     return out
 
 
-def derive_function(target: str) -> Callable[..., Any]:
+def named_function(target: str) -> Callable[..., Any]:
     """The function a spec's ``derive`` or a plot's ``draw`` names (validated to lie in forethought.experiments)."""
     module, name = target.split(":")
     try:
@@ -266,7 +266,7 @@ def _plots(spec: ExperimentSpec, collected: dict[str, Any], folder: Path) -> Non
 
     for p in spec.plots:
         if p.draw:
-            derive_function(p.draw)(collected, folder / p.file)
+            named_function(p.draw)(collected, folder / p.file)
             continue
         bars = {}
         for g in p.groups or list(collected["groups"]):

@@ -91,7 +91,7 @@ from forethought.data.planted import (
     planted_split,
 )
 from forethought.eval.cost import count_forward_calls, flops_per_document, samples_per_second
-from forethought.eval.curves import interpolation_error, next_knob_value, plot_entropy_curves
+from forethought.eval.curves import interpolation_error, next_knob_value, plot_sweeps
 from forethought.eval.judge import load_judge, matched_length, score_texts
 from forethought.eval.mauve import mauve_available, mauve_score
 from forethought.eval.stats import resample_indices
@@ -359,11 +359,9 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
     res["wall_s"] = time.perf_counter() - t_start
     # the evaluation is written before the plot is drawn: a plotting error must not lose it
     atomic_write_json(out / "results.json", res)
-    curves = {name: [(p["entropy"], p["gen_ppl"]) for p in row["sweep"]] for name, row in rows.items()}
     try:
-        plot_entropy_curves(curves, png, target_entropy=target["value"], judge=res["judge"] if planted
-                            else Path(cfg.judge).name,
-                            title=f"gen-PPL vs unigram entropy, {art.cfg.data.corpus} L={L}")
+        plot_sweeps(rows, png, target["value"], res["judge"] if planted else Path(cfg.judge).name,
+                    art.cfg.data.corpus, L)
     except Exception as e:  # noqa: BLE001 - any plotting failure: keep the results, say what failed
         res["curves_png"], res["plot_error"] = None, f"{type(e).__name__}: {first_line(e)}"
         atomic_write_json(out / "results.json", res)

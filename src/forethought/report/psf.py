@@ -3,6 +3,7 @@ experiment runner by removed scripts) as markdown."""
 
 from __future__ import annotations
 
+from forethought.experiments.psf_bench import wikitext_rows
 from forethought.experiments.runner import SCHEMA
 from forethought.report.common import smollm2 as _smollm2
 from forethought.report.fmt import interval as _iv
@@ -18,7 +19,7 @@ def wikitext(r: dict) -> list[str]:
            "| model | gen-PPL @ matched entropy | entropy | MAUVE | FLOPs / sample (measured) | (analytic) | "
            "samples/s b1 | samples/s b32 | serial depth | params | train tokens | train wall (min) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    rows = _wikitext_rows(r)
+    rows = wikitext_rows(r)
     models = tuple(rows)
     for m in models:
         x = rows[m]
@@ -71,12 +72,6 @@ def evaluation(r: dict) -> dict:
     if r.get("schema") != SCHEMA:
         return r
     return next(iter(r["derived"].values()))["evaluation"]
-
-
-def _wikitext_rows(r: dict) -> dict[str, dict]:
-    """psf_wikitext's rows by model: the fixed five, then any others (state-only priors, compared runs)."""
-    fixed = ("psf", "psf_content", "psf_mean_trajectory", "ar", "token_flow")
-    return {**{m: r[m] for m in fixed}, **(r.get("other_rows") or {})}
 
 
 def _ms(stat: dict | None, spec: str = ".3f") -> str:
@@ -318,7 +313,7 @@ def wikitext_codes_lead(r: dict) -> list[str]:
 def _wikitext_codes_parts(r: dict) -> list[str]:
     """WikiText-2 with codes on, quoting the JSON: the codes' information beside every comparison of predictive
     and content states, the paper's two configurations, and the speed against AR."""
-    rows, diffs = _wikitext_rows(r), r.get("differences") or {}
+    rows, diffs = wikitext_rows(r), r.get("differences") or {}
     info = [x for name, d in (r.get("diagnose") or {}).items() if (x := _code_information(name, d))]
     out = ["**What the codes carry** (`psf diagnose`, validation documents; the cost of decoding with zero codes "
            "instead of the posterior means): " + "; ".join(info) + ". A code is its block's own posterior, so what it "
@@ -591,7 +586,7 @@ def headline(r: dict) -> str:
     entropy, with what limits each reading (an interpolation across a wide gap, an unbracketed sweep). The token
     flow stays out of it until it follows ELF-B's recipe in a committed run."""
     r = evaluation(r)
-    rows, diffs = _wikitext_rows(r), r.get("differences") or {}
+    rows, diffs = wikitext_rows(r), r.get("differences") or {}
     target = r["settings"]["target_entropy"]
     ar = rows["ar"]
     below = [q["entropy"] for q in ar["sweep"] if q["entropy"] <= target]
