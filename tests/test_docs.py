@@ -208,7 +208,7 @@ def test_wikitext_codes_reading_quotes_its_file() -> None:
     predictive-vs-content comparison, and its verdict on a difference is the one the interval gives."""
     from forethought.report import psf
 
-    r = json.loads((RESULTS / "psf_wikitext_codes.json").read_text())
+    r = psf.evaluation(json.loads((RESULTS / "psf_wikitext_codes.json").read_text()))
     text = psf.wikitext_codes_reading(r)
     for name in ("psf", "psf_content"):
         z = r["diagnose"][name]["codes"]["zeroing_cost"]["all"]["diff"]
@@ -235,9 +235,9 @@ def test_wikitext_codes_reading_quotes_its_file() -> None:
 
 
 def test_psf_headline_quotes_codes_on_differences_and_leaves_out_the_token_flow() -> None:
-    from forethought.report.psf import headline
+    from forethought.report.psf import evaluation, headline
 
-    r = json.loads((Path(__file__).parents[1] / "benchmarks/results/psf_wikitext_codes.json").read_text())
+    r = evaluation(json.loads((RESULTS / "psf_wikitext_codes.json").read_text()))
     t1 = next(p for p in r["differences"]["psf - ar"]["per_point"] if p["temperature"] == 1 and p["top_p"] == 1)
     lo, hi = t1["interval"]["nll_per_token"]
     text = headline(r)

@@ -14,6 +14,7 @@ import pytest
 
 from forethought.experiments import psf_bench as b
 from forethought.experiments.spec import load_spec, plan
+from forethought.report.psf import evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -79,7 +80,7 @@ def _collected_codes(tmp_path: Path) -> dict:
     inputs (its psf eval results and psf diagnose of each recipe)."""
     from forethought.experiments.runner import Layout, collect
 
-    r = json.loads((RESULTS / "psf_wikitext_codes.json").read_text())
+    r = evaluation(json.loads((RESULTS / "psf_wikitext_codes.json").read_text()))
     spec, path = load_spec("psf_wikitext_codes")
     layout = Layout.under(tmp_path, spec.name)
     layout.archive.mkdir(parents=True)
@@ -98,7 +99,7 @@ def test_collected_codes_file_reads_as_the_scripts(tmp_path: Path) -> None:
     from forethought.report import psf
     from forethought.report.pages import PSF
 
-    legacy = json.loads((RESULTS / "psf_wikitext_codes.json").read_text())
+    legacy = psf.evaluation(json.loads((RESULTS / "psf_wikitext_codes.json").read_text()))
     out = _collected_codes(tmp_path)
     view = out["derived"]["wikitext_codes-s0"]["evaluation"]
     for k in ("psf", "psf_content", "ar", "token_flow", "other_rows", "differences", "checks"):
@@ -119,7 +120,7 @@ def test_collected_codes_file_reads_as_the_scripts(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("file", ["psf_wikitext.json", "psf_wikitext_codes.json"])
 def test_wikitext_checks_equal_the_scripts(file: str) -> None:
-    r = json.loads((RESULTS / file).read_text())
+    r = evaluation(json.loads((RESULTS / file).read_text()))
     ev = _wikitext_eval(r)
     assert json.loads(json.dumps(b.wikitext_checks(ev))) == r["checks"]
     # derive: one entry per run, the checks and what the codes carry (psf diagnose's zeroing cost)
