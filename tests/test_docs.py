@@ -234,7 +234,8 @@ def test_wikitext_codes_reading_quotes_its_file() -> None:
             lowest > r["settings"]["target_entropy"] and x["gen_ppl_at_matched_entropy"] is None)
 
 
-def test_psf_headline_quotes_codes_on_differences_and_leaves_out_the_token_flow() -> None:
+def test_psf_headline_quotes_codes_on_differences_and_the_token_flow_only_where_it_is_bracketed() -> None:
+    from forethought.report import psf
     from forethought.report.psf import evaluation, headline
 
     r = evaluation(json.loads((RESULTS / "psf_wikitext_codes.json").read_text()))
@@ -242,7 +243,12 @@ def test_psf_headline_quotes_codes_on_differences_and_leaves_out_the_token_flow(
     lo, hi = t1["interval"]["nll_per_token"]
     text = headline(r)
     assert f"**{t1['diff']['nll_per_token']:+.3f} [{lo:+.3f}, {hi:+.3f}]**" in text
-    assert "content states" in text and "token flow" not in text.lower()
+    assert "content states" in text
+    for name, x in psf.wikitext_rows(r).items():  # a token flow: its difference, or why there is none
+        if x["kind"] == "token_flow":
+            bracketed = x["gen_ppl_at_matched_entropy"] is not None and r["psf"]["gen_ppl_at_matched_entropy"] is not None
+            assert (psf._me_diff(r["differences"]["psf - " + name]) in text) == bracketed
+            assert (f"`{name}` is not compared" in text) == (not bracketed)
     r["differences"]["psf - ar"]["per_point"] = []  # a file without the temperature-1 point says so, no number
     assert "**–**" in headline(r)
 

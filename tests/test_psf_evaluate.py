@@ -21,7 +21,7 @@ from forethought.data.tokenizers import EOT, train_byte_level_bpe
 from forethought.eval.diversity import ngram_repetition
 from forethought.psf.evaluate import EvalConfig, evaluate
 from forethought.psf.generate import load_recipe
-from forethought.psf.scores import Scores, metrics
+from forethought.psf.scores import Scores, matched, metrics
 from forethought.testing import finite_numbers, tiny_gpt2
 
 PLANTED_TINY = [*TINY_PLANTED, "--data.planted.test_documents", "64"]  # + test documents to prompt from
@@ -331,6 +331,12 @@ def test_densified_sweeps_reach_the_target_entropy(cache_env, tmp_path, capsys):
         assert d["within_tolerance"] or d["added"] == 6, name  # the budget is the only other way out
         assert all(p["top_p"] == 1.0 for p in sweep if p["densified"])  # top-p fixed while bisecting
         m = row["matched_entropy"]
+        # matched entropy is read on the knob line only (temperature at top-p 1): the (0.7, 0.9) point is off it
+        line = [(p["entropy"], p["gen_ppl"]) for p in sweep if p["top_p"] == 1.0]
+        assert m["curve_points"] == len(line) == len(sweep) - 1
+        assert m["nearest_entropy_gap"] == pytest.approx(min(abs(e - target) for e, _ in line))
+        assert m["gen_ppl"] == pytest.approx(matched(line, target)) if m["gen_ppl"] is not None else (
+            not math.isfinite(matched(line, target)))
         if m["gen_ppl"] is not None:  # the interpolation error widens the sampling interval
             lo, hi = m["interval_sampling_only"]
             assert m["interval"][0] <= lo <= hi <= m["interval"][1]

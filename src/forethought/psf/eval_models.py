@@ -186,7 +186,8 @@ def token_flow_candidate(name: str, tf: TokenFlow, results: dict, run: Path, cfg
     info = {"steps": tf.config.steps, "params_ratio_to_psf_encoder_decoder": tf.num_params() / enc_dec,
             "config": asdict(tf.config), "knob": knob, "rounding_temperature": cfg.token_flow_temperature,
             "top_p": "none (no nucleus)", "frozen_table_params": tf.table.numel(),
-            "train_tokens": results.get("training_tokens"), "train_wall_s": results.get("train_wall_s")}
+            "train_tokens": results.get("training_tokens"), "train_wall_s": results.get("train_wall_s"),
+            "optimizer": results.get("optimizer")}
     # every knob is expected to lower the entropy as it grows (the data decide once two points are in); noise
     # beyond steps/8 per unit time stops doing so
     low, high = {"step_temperature": (0.05, 20.0), "noise": (0.0, tf.config.steps / 8),

@@ -40,8 +40,10 @@ points (a row's ``densify`` says how many and whether the tolerance was reached)
 samples with seed ``mix_seed("psf-eval-densify", seed, repr(v))`` (every model alike). The judge-token cap is fixed
 by the references and the sweep's own points before any point is added (added sets are cut to it too).
 
-**Matched entropy**: gen-PPL at the references' mean unigram entropy, interpolated on each model's sweep
-(forethought.eval.curves.ppl_at_entropy) only where the sweep brackets it (else null), with the bootstrap
+**Matched entropy**: gen-PPL at the references' mean unigram entropy, interpolated on each model's knob line
+(forethought.eval.curves.ppl_at_entropy): the sweep's and the densified points at top-p ``densify_top_p`` (a token
+flow: all its points), so the curve is one temperature curve at fixed top-p (``curve_points`` counts them;
+``nearest_entropy_gap`` is the line's), only where the line brackets it (else null), with the bootstrap
 interval over the draws that bracket their own target (``bracketed_fraction`` says how many did), **widened by
 the interpolation error** (forethought.eval.curves.interpolation_error: the straight line against the quadratic
 through the three nearest points, in nats/token) on both sides. On the planted corpus a matched-entropy NLL below
@@ -436,16 +438,20 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
             row["densified"] = i >= len(cfg.token_flow_sweep if c.kind == "token_flow" else cfg.sweep)  # bisection's
             sweep.append(row)
             boots[name].append(boot)
-        curve = [(p["entropy"], p["gen_ppl"]) for p in sweep]
+        # the curve is one knob's line (a decoder: temperature at top-p densify_top_p): points at another top-p
+        # lie on another curve, and mixing the two bends the interpolation
+        line = [i for i, p in enumerate(c.points) if c.knob is None or c.knob.matches(p)]
+        curve = [(sweep[i]["entropy"], sweep[i]["gen_ppl"]) for i in line]
         at = none_if_nan(matched(curve, target["value"]))
-        at_boot = np.array([matched([(b["entropy"][j], b["gen_ppl"][j]) for b in boots[name]],
+        at_boot = np.array([matched([(boots[name][i]["entropy"][j], boots[name][i]["gen_ppl"][j]) for i in line],
                                     ref_boot["entropy"][j]) for j in range(cfg.n_boot)])
         near = min(sweep, key=lambda p: abs(p["entropy"] - target["value"]))
+        gap = min((abs(e - target["value"]) for e, _ in curve), default=math.inf)
         err = interpolation_error(curve, target["value"]) if at is not None else None
         me: dict[str, Any] = {"gen_ppl": at, "interval": widen(interval(at_boot), err) if at is not None else None,
                               "interval_sampling_only": interval(at_boot) if at is not None else None,
                               "interpolation_error_nats": err,
-                              "nearest_entropy_gap": abs(near["entropy"] - target["value"]),
+                              "nearest_entropy_gap": gap, "curve_points": len(line),
                               "bracketed_fraction": float(np.isfinite(at_boot).mean()), "_boot": at_boot,
                               "_err": err or 0.0}
         if at is not None:

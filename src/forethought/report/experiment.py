@@ -99,10 +99,30 @@ def checks_table(data: dict[str, Any]) -> list[str]:
     return table(["check", "condition", "observed", ""], rows) if rows else []
 
 
-def summary(spec: ExperimentSpec, data: dict[str, Any], derived: tuple[str, ...] = ()) -> list[str]:
-    """A short form of :func:`body` for a block in a system doc: the tables of measures, the named keys of the
-    derived values, the checks."""
+def comparisons_table(data: dict[str, Any]) -> list[str]:
+    """The seed-paired comparisons of a collected file as a table, after a blank line (none: no lines)."""
+    if not data["comparisons"]:
+        return []
+    rows = []
+    for name, c in data["comparisons"].items():
+        if "missing" in c:
+            rows.append([name, f"{c['a']} − {c['b']}", c["measure"], "–", "–", c["missing"]])
+            continue
+        ci = [c["ci95_low"], c["ci95_high"]] if c["ci95_low"] is not None else None
+        rows.append([name, f"{c['a']} − {c['b']}", c["measure"], num(c["mean"], "+.4f"), interval(ci, "+.4f"),
+                     ", ".join(str(s) for s in c["seeds"])])
+    return ["", "Seed-paired differences (95 % Student-t interval of the mean difference over seeds; it "
+                "shows what varies with the seed, not the spread over evaluation examples):", "",
+            *table(["comparison", "A − B", "measure", "mean", "95 % interval", "seeds"], rows)]
+
+
+def summary(spec: ExperimentSpec, data: dict[str, Any], derived: tuple[str, ...] = (),
+            comparisons: bool = False) -> list[str]:
+    """A short form of :func:`body` for a block in a system doc: the tables of measures, the seed-paired
+    comparisons when asked, the named keys of the derived values, the checks."""
     out = measure_tables(spec, data)
+    if comparisons:
+        out += comparisons_table(data)
     picked = {k: data["derived"][k] for k in derived if k in data.get("derived", {})}
     if picked:
         out += derived_tables(picked)
@@ -117,18 +137,7 @@ def body(spec: ExperimentSpec, data: dict[str, Any], lead: list[str] | None = No
     out = [spec.description.strip(), ""] if spec.description else []
     out += [*lead, ""] if lead else []
     out += measure_tables(spec, data)
-    if data["comparisons"]:
-        rows = []
-        for name, c in data["comparisons"].items():
-            if "missing" in c:
-                rows.append([name, f"{c['a']} − {c['b']}", c["measure"], "–", "–", c["missing"]])
-                continue
-            ci = [c["ci95_low"], c["ci95_high"]] if c["ci95_low"] is not None else None
-            rows.append([name, f"{c['a']} − {c['b']}", c["measure"], num(c["mean"], "+.4f"), interval(ci, "+.4f"),
-                         ", ".join(str(s) for s in c["seeds"])])
-        out += ["", "Seed-paired differences (95 % Student-t interval of the mean difference over seeds; it "
-                    "shows what varies with the seed, not the spread over evaluation examples):", "",
-                *table(["comparison", "A − B", "measure", "mean", "95 % interval", "seeds"], rows)]
+    out += comparisons_table(data)
     if data.get("derived"):
         out += ["", "Derived (the spec's derive function; lists longer than four are in the JSON):",
                 *derived_tables(data["derived"])]

@@ -285,6 +285,8 @@ BLOCKS: tuple[Block, ...] = (
     Block("predgen-mc-lead", "predgen_mc.json", lambda r: experiment.summary(
         load_spec("predgen_mc")[0], r, derived=("agreement", "comparisons", "selection"))),
     Block("psf-codes-lead", "psf_codes.json", psf.codes_lead),
+    Block("psf-code-dropout-lead", "psf_code_dropout.json", lambda r: experiment.summary(
+        load_spec("psf_code_dropout")[0], r, comparisons=True)),
     Block("psf-trade-lead", "psf_trade.json", lambda r: experiment.summary(
         load_spec("psf_trade")[0], r, derived=("state_only_minus_main",))),
     Block("psf-wikitext-codes-lead", "psf_wikitext_codes.json", psf.wikitext_codes_lead),

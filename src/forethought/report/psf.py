@@ -341,16 +341,19 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
     out.append(line + ".")
     target = r["settings"]["target_entropy"]
     for name, x in (r.get("other_rows") or {}).items():  # compared runs (e.g. a longer codes stage), state-only rows
-        if name not in ("psf_state_only", "psf_content_state_only"):
+        if name not in ("psf_state_only", "psf_content_state_only") and x["kind"] != "token_flow":
             out.append(_compared_run(name, x, ps, diffs.get("psf - " + name), target))
     ar = rows["ar"]
-    below = [q["entropy"] for q in ar["sweep"] if q["entropy"] <= target]
-    above = [q["entropy"] for q in ar["sweep"] if q["entropy"] > target]
+    below = [q["entropy"] for q in _line(ar) if q["entropy"] <= target]
+    above = [q["entropy"] for q in _line(ar) if q["entropy"] > target]
     gap = (f" (its sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
            f"{min(above):.3f}, so the AR value there is an interpolation)" if below and above else "")
     out.append(f"**Against AR**: psf minus ar at the references' entropy, {_me_diff(diffs.get('psf - ar'))}{gap}; at "
                f"temperature 1, where neither model is truncated, NLL/token {_t1_diff(diffs.get('psf - ar'))} "
                "(positive: PSF worse).")
+    out.append(_sweeps(rows, target))
+    out += [_token_flow(name, x, ps, diffs.get("psf - " + name), target) for name, x in rows.items()
+            if x["kind"] == "token_flow"]
     out.append(f"**Speed**: at batch 32 PSF writes {ps['samples_per_s_b32']:.2f} documents/s against the AR model's "
                f"{ar['samples_per_s_b32']:.2f} (key-value cache preallocated), "
                f"{ps['samples_per_s_b32'] / ar['samples_per_s_b32']:.1f}×; "
@@ -358,6 +361,51 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
                f"are {100 * ps['flops_per_sample'] / rows['token_flow']['flops_per_sample']:.1f} % "
                "of the token flow's.")
     return out
+
+
+def _line(x: dict) -> list[dict]:
+    """A decoder's knob line, the points its matched entropy is read on: temperature at top-p 1 (psf eval's
+    densify_top_p)."""
+    return [q for q in x["sweep"] if q.get("top_p", 1.0) == 1.0]
+
+
+TOLERANCE = 0.05  # psf eval's entropy_tolerance (nats), the distance a densified sweep must come within
+
+
+def _sweeps(rows: dict, target: float) -> str:
+    """Whether each model's knob line came within the tolerance of the references' entropy, and how near."""
+    gaps = {m: x["matched_entropy"]["nearest_entropy_gap"] for m, x in rows.items()
+            if (x.get("matched_entropy") or {}).get("nearest_entropy_gap") is not None}
+    near = [f"`{m}` {g:.3f}" for m, g in gaps.items() if g <= TOLERANCE]
+    far = [f"`{m}` {g:.3f}" for m, g in gaps.items() if g > TOLERANCE]
+    return (f"**Sweeps** (densified, each on one knob line: temperature at top-p 1, the token flow's guidance scale): "
+            f"the nearest point lies within {TOLERANCE} nats of the references' {target:.3f} for "
+            + (", ".join(near) or "no model") + (f"; not for {', '.join(far)}" if far else "; for every model")
+            + " (nats from the target).")
+
+
+def _token_flow(name: str, x: dict, ps: dict, d: dict | None, target: float) -> str:
+    """A token-level flow's row in a sentence: its difference with psf at the references' entropy, or, when its
+    sweep does not reach that entropy, where its sweep lies instead."""
+    opt = (x.get("optimizer") or {}).get("kind")
+    head = (f"**The token-level flow `{name}`** (ELF-B's recipe as far as it carries over offline"
+            + (f", optimiser `{opt}`" if opt else "") + f"; {x['train_tokens'] / 1e6:.2f}M training tokens)")
+    if x["gen_ppl_at_matched_entropy"] is not None:
+        return f"{head}: psf minus the token flow at the references' entropy, {_me_diff(d)}."
+    ent = [q["entropy"] for q in x["sweep"]]
+    ppl = [q["gen_ppl"] for q in x["sweep"]]
+    t1 = next((q for q in ps["sweep"] if q.get("temperature") == 1 and q.get("top_p") == 1), None)
+    out = (f"{head}: over its {len(ent)} {x.get('knob', 'knob')} values its samples' unigram entropy stays between "
+           f"{min(ent):.3f} and {max(ent):.3f} nats, {min(abs(e - target) for e in ent):.3f} from the references' "
+           f"{target:.3f} at the nearest, so it has no matched-entropy value and no difference with psf; its gen-PPL "
+           f"lies between {min(ppl):.0f} and {max(ppl):.0f}")
+    if t1 is None:
+        return out + "."
+    out += f" (psf at temperature 1: {t1['gen_ppl']:.0f})"
+    if min(ppl) > 10 * t1["gen_ppl"]:
+        out += (", more than ten times psf's at its least truncated point: at this training budget the flow has not "
+                "learned to write text, so no claim about PSF against a token-level flow rests on this run")
+    return out + "."
 
 
 def _compared_run(name: str, x: dict, ps: dict, d: dict | None, target: float) -> str:
@@ -583,22 +631,34 @@ def codes_lead(r: dict) -> list[str]:
 def headline(r: dict) -> str:
     """README's PSF headline from the WikiText-2 run with codes on: PSF against AR and against content states,
     each a difference with its 95 % interval, at temperature 1 (neither model truncated) and at the references'
-    entropy, with what limits each reading (an interpolation across a wide gap, an unbracketed sweep). The token
-    flow stays out of it until it follows ELF-B's recipe in a committed run."""
+    entropy, with what limits each reading (an interpolation across a wide gap, an unbracketed sweep); the
+    token-level flow at the references' entropy, or how far its sweep stays from it."""
     r = evaluation(r)
     rows, diffs = wikitext_rows(r), r.get("differences") or {}
     target = r["settings"]["target_entropy"]
     ar = rows["ar"]
-    below = [q["entropy"] for q in ar["sweep"] if q["entropy"] <= target]
-    above = [q["entropy"] for q in ar["sweep"] if q["entropy"] > target]
+    below = [q["entropy"] for q in _line(ar) if q["entropy"] <= target]
+    above = [q["entropy"] for q in _line(ar) if q["entropy"] > target]
     gap = (f"; AR's sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
            f"{min(above):.3f}, so its value there is interpolated" if below and above else "")
     me_ar = (diffs.get("psf - ar") or {}).get("matched_entropy") or {}
     at_ar = ("not bracketed by both sweeps" if me_ar.get("nll_per_token_diff") is None else
              f"{me_ar['nll_per_token_diff']:+.3f} {_iv(me_ar['nll_per_token_interval'])}")
+    flows = []  # every token-level flow (ELF-B's recipe, its variants): its difference, or why there is none
+    for name, x in rows.items():
+        if x["kind"] != "token_flow":
+            continue
+        if x["gen_ppl_at_matched_entropy"] is not None and rows["psf"]["gen_ppl_at_matched_entropy"] is not None:
+            flows.append(f"PSF minus the token-level flow `{name}` at the references' entropy "
+                         f"{_me_diff(diffs.get('psf - ' + name))}")
+        else:
+            gap = min(abs(q["entropy"] - target) for q in x["sweep"])
+            flows.append(f"the token-level flow `{name}` is not compared: its sweep comes no nearer than {gap:.2f} "
+                         "nats to the references' entropy")
+    flow = "".join("; " + f for f in flows)
     return (f"WikiText-2, realization codes on, one training seed; PSF minus AR NLL/token at temperature 1 "
             f"(neither truncated) **{_t1_diff(diffs.get('psf - ar'))}** (positive: PSF worse), at the references' "
             f"entropy {at_ar}{gap}; PSF minus content states at temperature 1 "
             f"**{_t1_diff(diffs.get('psf - psf_content'))}** (negative: PSF better; the two sweeps' entropies "
-            f"differ at equal temperature), at the references' entropy {_me_diff(diffs.get('psf - psf_content'))} "
-            "(95 % bootstrap intervals)")
+            f"differ at equal temperature), at the references' entropy {_me_diff(diffs.get('psf - psf_content'))}"
+            f"{flow} (95 % bootstrap intervals)")
