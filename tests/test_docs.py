@@ -246,7 +246,7 @@ def test_psf_headline_quotes_codes_on_differences_and_the_token_flow_only_where_
     assert "content states" in text
     for name, x in psf.wikitext_rows(r).items():  # a token flow: its difference, or why there is none
         if x["kind"] == "token_flow":
-            bracketed = x["gen_ppl_at_matched_entropy"] is not None and r["psf"]["gen_ppl_at_matched_entropy"] is not None
+            bracketed = None not in (x["gen_ppl_at_matched_entropy"], r["psf"]["gen_ppl_at_matched_entropy"])
             assert (psf._me_diff(r["differences"]["psf - " + name]) in text) == bracketed
             assert (f"`{name}` is not compared" in text) == (not bracketed)
     r["differences"]["psf - ar"]["per_point"] = []  # a file without the temperature-1 point says so, no number
