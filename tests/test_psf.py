@@ -929,6 +929,11 @@ def test_stages_from_copies_the_matching_stages_and_trains_the_rest(tmp_path, mo
     # a restart finds its own copies and trains nothing
     assert cli.main([*longer, "--run.name", "b", "--stages_from", str(tmp_path / "a"), "--resume", "auto"]) == 0
     assert json.loads((tmp_path / "b" / "results.json").read_text())["stages_from"]["stages"] == ["base", "landing"]
+    # ... and keeps its results.json (whose bytes key psf eval's cache) when the source is named another way
+    before = (tmp_path / "b" / "results.json").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*longer, "--run.name", "b", "--stages_from", "a", "--resume", "auto"]) == 0
+    assert (tmp_path / "b" / "results.json").read_bytes() == before
     # code dropout acts only where codes are read: the stages before codes are still copied, codes trains here
     assert cli.main([*base, "--run.name", "e", "--model.code_dropout", "0.5",
                      "--stages_from", str(tmp_path / "a")]) == 0

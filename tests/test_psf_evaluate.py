@@ -73,6 +73,31 @@ def check_point(p, keys):
         assert math.isfinite(p[k]) and lo <= hi, (k, p[k], lo, hi)
 
 
+def test_a_finished_token_flow_resumed_keeps_its_results_file(runs, tmp_path, monkeypatch):
+    """Resuming a finished token flow trains nothing, so its results.json (whose bytes key psf eval's cache) stays
+    as it was, also when the recipe run is named by another path to the same folder."""
+    shutil.copytree(runs / "tf", tmp_path / "tf")
+    before = (tmp_path / "tf" / "results.json").read_bytes()
+    monkeypatch.chdir(runs)
+    assert cli.main(["psf", "token-flow", "--recipe_run", "pl", "--out_dir", str(tmp_path), "--name", "tf",
+                     "--size", "config", "--token_flow.n_embd", "32", "--token_flow.n_layer", "1",
+                     "--token_flow.n_head", "2", "--token_flow.time_dim", "8", "--token_flow.steps", "4", "--steps",
+                     "4", "--device", "cpu", "--resume", "auto"]) == 0
+    assert (tmp_path / "tf" / "results.json").read_bytes() == before
+
+
+def test_same_results_ignores_volatile_keys_and_path_spelling(tmp_path, monkeypatch):
+    from forethought.core.io import same_results
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    a = {"run": str(tmp_path / "run"), "wall_s": 1.0, "loss": 2.0}
+    assert same_results(a, {**a, "run": "run", "wall_s": 9.0}, volatile=("wall_s",), folders=("run",))
+    assert not same_results(a, {**a, "run": "run", "loss": 2.5}, volatile=("wall_s",), folders=("run",))
+    assert not same_results(a, {**a, "run": "elsewhere"}, volatile=("wall_s",), folders=("run",))
+    assert not same_results(a, {**a, "wall_s": 9.0}) and not same_results(None, a)
+
+
 def test_token_flow_verb_writes_a_run_on_the_recipe_batches(runs):
     res = json.loads((runs / "tf" / "results.json").read_text())
     assert res["recipe_run"] == str(runs / "pl") and res["steps"] == 4 and res["batch_size"] == 8

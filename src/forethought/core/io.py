@@ -31,6 +31,29 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def same_results(previous: dict[str, Any] | None, new: dict[str, Any], volatile: tuple[str, ...] = (),
+                 folders: tuple[str, ...] = ()) -> bool:
+    """Whether a rerun's results equal the ``previous`` ones but for the ``volatile`` keys (wall times) and how
+    the ``folders`` keys spell a path (the same folder named relative or absolute). A rerun that trained nothing
+    keeps the old results.json then: its bytes key evaluation caches."""
+    if previous is None:
+        return False
+    new = json.loads(json.dumps(new, default=_json_default))  # as written: tuples become lists
+    for k in folders:
+        a, b = previous.get(k), new.get(k)
+        if a != b and not (isinstance(a, str) and isinstance(b, str) and _same_folder(a, b)):
+            return False
+    skip = set(volatile) | set(folders)
+    return {k: v for k, v in previous.items() if k not in skip} == {k: v for k, v in new.items() if k not in skip}
+
+
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
 

@@ -65,7 +65,7 @@ import torch
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, load_weights, verified_weights
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
-from forethought.core.io import atomic_write_text, read_json_object
+from forethought.core.io import atomic_write_text, read_json_object, same_results
 from forethought.core.run import Run
 from forethought.core.runtime import Runtime, mix_seed, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, TrainHooks, train
@@ -429,7 +429,9 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
     results["final_stage"] = ctx.final_stage
     results["model_training_tokens"] = model_tokens(plan, L)
     previous = _previous_results(parent.dir) if len(done) == len(plan) else None
-    if previous is not None and previous == {**results, "wall_s": previous.get("wall_s")}:
+    prev_from, new_from = (previous or {}).get("stages_from") or {}, results.get("stages_from") or {}
+    if (same_results(previous, results, volatile=("wall_s", "stages_from"))
+            and same_results(prev_from, new_from, folders=("run",))):
         # Nothing trained and nothing changed: the folder stays as the training invocation left it (its
         # env.json, and the results.json whose hash keys the benchmark's evaluation cache).
         print(report_markdown(previous))
