@@ -347,7 +347,7 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
     below = [q["entropy"] for q in _line(ar) if q["entropy"] <= target]
     above = [q["entropy"] for q in _line(ar) if q["entropy"] > target]
     gap = (f" (its sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
-           f"{min(above):.3f}, so the AR value there is an interpolation)" if below and above else "")
+           f"{min(above):.3f}, so the AR value there is an interpolation)" if below and above and _far(ar) else "")
     out.append(f"**Against AR**: psf minus ar at the references' entropy, {_me_diff(diffs.get('psf - ar'))}{gap}; at "
                f"temperature 1, where neither model is truncated, NLL/token {_t1_diff(diffs.get('psf - ar'))} "
                "(positive: PSF worse).")
@@ -370,6 +370,13 @@ def _line(x: dict) -> list[dict]:
 
 
 TOLERANCE = 0.05  # psf eval's entropy_tolerance (nats), the distance a densified sweep must come within
+
+
+def _far(x: dict) -> bool:
+    """Whether a row's knob line has no point within the tolerance of the target (its matched value is read off
+    a line across a gap); a file without the gap (before densification) counts as far."""
+    gap = (x.get("matched_entropy") or {}).get("nearest_entropy_gap")
+    return gap is None or gap > TOLERANCE
 
 
 def _sweeps(rows: dict, target: float) -> str:
@@ -640,7 +647,7 @@ def headline(r: dict) -> str:
     below = [q["entropy"] for q in _line(ar) if q["entropy"] <= target]
     above = [q["entropy"] for q in _line(ar) if q["entropy"] > target]
     gap = (f"; AR's sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
-           f"{min(above):.3f}, so its value there is interpolated" if below and above else "")
+           f"{min(above):.3f}, so its value there is interpolated" if below and above and _far(ar) else "")
     me_ar = (diffs.get("psf - ar") or {}).get("matched_entropy") or {}
     at_ar = ("not bracketed by both sweeps" if me_ar.get("nll_per_token_diff") is None else
              f"{me_ar['nll_per_token_diff']:+.3f} {_iv(me_ar['nll_per_token_interval'])}")
@@ -652,9 +659,9 @@ def headline(r: dict) -> str:
             flows.append(f"PSF minus the token-level flow `{name}` at the references' entropy "
                          f"{_me_diff(diffs.get('psf - ' + name))}")
         else:
-            gap = min(abs(q["entropy"] - target) for q in x["sweep"])
-            flows.append(f"the token-level flow `{name}` is not compared: its sweep comes no nearer than {gap:.2f} "
-                         "nats to the references' entropy")
+            nearest = min(abs(q["entropy"] - target) for q in x["sweep"])
+            flows.append(f"the token-level flow `{name}` is not compared: its sweep comes no nearer than "
+                         f"{nearest:.2f} nats to the references' entropy")
     flow = "".join("; " + f for f in flows)
     return (f"WikiText-2, realization codes on, one training seed; PSF minus AR NLL/token at temperature 1 "
             f"(neither truncated) **{_t1_diff(diffs.get('psf - ar'))}** (positive: PSF worse), at the references' "
