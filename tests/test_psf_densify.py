@@ -39,6 +39,8 @@ def test_bisection_reaches_the_tolerance_for_a_monotone_entropy(target):
     # a sweep that brackets the target only across a wide gap, or not at all: every target in reach is met
     pts = densify(categorical_entropy, [0.5, 4.0], target, 0.05, True, 0.05, 5.0)
     assert min(abs(e - target) for _, e in pts) <= 0.05
+    # bracketed, so the value is interpolated, unless the knob's bound stops it (3.9 lies above every entropy)
+    assert min(e for _, e in pts) <= target <= max(e for _, e in pts) or max(k for k, _ in pts) == 5.0
     assert len(pts) <= 2 + 12  # bisection halves the bracket: a handful of points, not a grid
 
 
@@ -66,8 +68,12 @@ def test_expansion_finds_a_bracket_in_the_right_direction_and_stops_at_the_bound
     assert next_knob_value([(0.0, 3.0)], 2.0, 0.05, False, 0.0, 4.0) == pytest.approx(0.5)
     pts = densify(categorical_entropy, [1.0], 10.0, 0.05, True, 0.05, 5.0)
     assert max(k for k, _ in pts) == 5.0 and next_knob_value(pts, 10.0, 0.05, True, 0.05, 5.0) is None
-    # done when a point lies within the tolerance; the first point of an empty sweep is the start
-    assert next_knob_value([(1.0, 2.04)], 2.0, 0.05, True, 0.05, 5.0) is None
+    # done when a point lies within the tolerance and the points bracket the target (an interpolation, never an
+    # extrapolation); a near point alone steps outward to the other side; the first point of an empty sweep is
+    # the start
+    assert next_knob_value([(1.0, 2.04), (0.5, 1.2)], 2.0, 0.05, True, 0.05, 5.0) is None
+    assert next_knob_value([(1.0, 2.04)], 2.0, 0.05, True, 0.05, 5.0) == pytest.approx(1 / 1.5)
+    assert next_knob_value([(1.0, 2.0)], 2.0, 0.05, True, 0.05, 5.0) is None  # exactly on the target
     assert next_knob_value([], 2.0, 0.05, True, 0.05, 5.0, start=0.7) == 0.7
 
 

@@ -70,21 +70,23 @@ def interpolation_error(points: Sequence[tuple[float, float]], target: float) ->
 def next_knob_value(points: Sequence[tuple[float, float]], target: float, tolerance: float, increasing: bool,
                     low: float, high: float, start: float = 1.0, expand: float = 1.5) -> float | None:
     """The next value of a sweep knob to sample, from (knob value, entropy) points already measured, or None
-    when a point lies within ``tolerance`` of ``target`` (done) or no value in [low, high] can bracket it.
+    when a point lies within ``tolerance`` of ``target`` and the points bracket it (done: the matched value is
+    an interpolation, never an extrapolation) or no value in [low, high] can get there.
 
     - no point yet: ``start``;
-    - some adjacent pair (by knob value) brackets the target: the midpoint of the pair nearest to it (bisection:
-      for an entropy monotone in the knob, every step halves the bracket, so the tolerance is reached);
-    - otherwise every entropy lies on one side: step the knob outward by the factor ``expand`` (up if the entropy
-      must rise and it rises with the knob, ...), clipped to [low, high]; None once the bound is reached.
-      ``increasing`` (the entropy rises with the knob) is the prior for the direction; two points or more
-      decide it from the data (the slope between the extreme knob values)."""
+    - some adjacent pair (by knob value) brackets the target and no point is within the tolerance: the midpoint
+      of the pair nearest to it (bisection: for an entropy monotone in the knob, every step halves the bracket,
+      so the tolerance is reached);
+    - otherwise every entropy lies on one side (a point within the tolerance or not): step the knob outward by
+      the factor ``expand`` (up if the entropy must rise and it rises with the knob, ...), clipped to [low,
+      high]; None once the bound is reached. ``increasing`` (the entropy rises with the knob) is the prior for
+      the direction; two points or more decide it from the data (the slope between the extreme knob values)."""
     pts = sorted((float(k), float(e)) for k, e in points)
     if not pts:
         return start
-    if any(abs(e - target) <= tolerance for _, e in pts):
-        return None
     pairs = [(a, b) for a, b in itertools.pairwise(pts) if (a[1] - target) * (b[1] - target) < 0]
+    if any(e == target for _, e in pts) or (pairs and any(abs(e - target) <= tolerance for _, e in pts)):
+        return None
     if pairs:
         (k0, _), (k1, _) = min(pairs, key=lambda p: min(abs(p[0][1] - target), abs(p[1][1] - target)))
         mid = (k0 + k1) / 2

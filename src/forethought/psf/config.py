@@ -562,7 +562,8 @@ class EvalConfig:
                                           "(0 = argmax)")
     densify: bool = field(True, "after the sweep, bisect each model's temperature (top-p fixed at densify_top_p; "
                           "a token flow: its knob) until one of its points lies within entropy_tolerance of the "
-                          "references' entropy, so matched entropy interpolates over a short distance")
+                          "references' entropy and its points bracket it, so matched entropy interpolates over a "
+                          "short distance")
     entropy_tolerance: float = field(0.05, "densify: nats of unigram entropy between the target and the nearest point")
     densify_top_p: float = field(1.0, "densify: the top-p held fixed while the temperature is bisected")
     densify_points: int = field(8, "densify: points added per model at most (a model that has not reached the "
