@@ -658,6 +658,9 @@ def headline(r: dict) -> str:
         if x["gen_ppl_at_matched_entropy"] is not None and rows["psf"]["gen_ppl_at_matched_entropy"] is not None:
             flows.append(f"PSF minus the token-level flow `{name}` at the references' entropy "
                          f"{_me_diff(diffs.get('psf - ' + name))}")
+        elif x["gen_ppl_at_matched_entropy"] is not None:
+            flows.append(f"the token-level flow `{name}` is not compared: PSF's sweep does not bracket the "
+                         "references' entropy")
         else:
             nearest = min(abs(q["entropy"] - target) for q in x["sweep"])
             flows.append(f"the token-level flow `{name}` is not compared: its sweep comes no nearer than "
