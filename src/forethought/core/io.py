@@ -31,6 +31,15 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def previous_results(run_dir: str | Path) -> dict[str, Any] | None:
+    """A run folder's results.json as an earlier invocation wrote it, or None when missing or damaged (this
+    invocation then rewrites it)."""
+    try:
+        return json.loads((Path(run_dir) / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def same_results(previous: dict[str, Any] | None, new: dict[str, Any], volatile: tuple[str, ...] = (),
                  folders: tuple[str, ...] = ()) -> bool:
     """Whether a rerun's results equal the ``previous`` ones but for the ``volatile`` keys (wall times) and how

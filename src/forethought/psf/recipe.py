@@ -65,7 +65,7 @@ import torch
 from forethought.core.checkpoint import latest_checkpoint, load_checkpoint, load_weights, verified_weights
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
-from forethought.core.io import atomic_write_text, read_json_object, same_results
+from forethought.core.io import atomic_write_text, previous_results, read_json_object, same_results
 from forethought.core.run import Run
 from forethought.core.runtime import Runtime, mix_seed, runtime_for, step_generator, unwrap
 from forethought.core.trainer import TrainConfig, TrainHooks, train
@@ -428,7 +428,7 @@ def run(cfg: RecipeConfig, resume: str | None = None) -> dict:
         results["stages"][stage.name] = stage.run(ctx, parent.sub(stage.name))
     results["final_stage"] = ctx.final_stage
     results["model_training_tokens"] = model_tokens(plan, L)
-    previous = _previous_results(parent.dir) if len(done) == len(plan) else None
+    previous = previous_results(parent.dir) if len(done) == len(plan) else None
     prev_from, new_from = (previous or {}).get("stages_from") or {}, results.get("stages_from") or {}
     if (same_results(previous, results, volatile=("wall_s", "stages_from"))
             and same_results(prev_from, new_from, folders=("run",))):
@@ -460,13 +460,6 @@ def recipe_batches(cfg: RecipeConfig, train_tokens: torch.Tensor, batch_size: in
 def window_align(cfg: RecipeConfig) -> int:
     """Training windows start at multiples of this: the planted corpus's document starts, else anywhere."""
     return cfg.model.seq_len if cfg.data.corpus == PLANTED else 1
-
-
-def _previous_results(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((run_dir / "results.json").read_text())
-    except (OSError, ValueError):  # missing or damaged: this invocation rewrites it
-        return None
 
 
 def train_model_stage(ctx: StageContext, stage: Stage, sub: Run) -> dict:

@@ -21,14 +21,13 @@ finished ``psf recipe`` run that trained the AR baseline (``baselines: [ar]``).
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
-from forethought.core.io import read_json_object, same_results
+from forethought.core.io import previous_results, read_json_object, same_results
 from forethought.core.train_config import TrainConfig
 from forethought.psf.config import TokenFlowConfig, TokenFlowRunConfig
 
@@ -145,10 +144,7 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
                          "warmup_steps": tcfg.warmup_steps, "weight_decay": tcfg.weight_decay, "beta2": tcfg.beta2,
                          "grad_clip": tcfg.grad_clip},
            "batches": "the recipe's (recipe_batches, its seed)"}
-    try:
-        previous = json.loads((run_.dir / "results.json").read_text())
-    except (OSError, ValueError):
-        previous = None
+    previous = previous_results(run_.dir)
     if same_results(previous, res, volatile=("train_wall_s",), folders=("recipe_run",)):
         # nothing trained (a finished run resumed, its recipe run named another way): the results.json whose hash
         # keys psf eval's cache stays as the training left it
