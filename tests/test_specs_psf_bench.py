@@ -67,7 +67,8 @@ def _wikitext_eval(r: dict) -> dict:
             "gen_ppl": s["reference_gen_ppl"]}
     cfg = {"samples": s["samples_per_point"], "sweep": [[p["temperature"], p["top_p"]] for p in s["sweep"]],
            "token_flow_knob": s["token_flow_sweep"]["knob"], "token_flow_sweep": s["token_flow_sweep"]["values"],
-           "judge": s["judge"], "length_quantile": s["length_quantile"], "seed": s["seed"]}
+           "judge": s["judge"], "length_quantile": s["length_quantile"], "seed": s["seed"],
+           **{k: s[k] for k in ("entropy_tolerance", "densify_top_p") if k in s}}
     return {"models": {**{n: r[n] for n in b.ROWS}, **r.get("other_rows", {})}, "seq_len": s["seq_len"],
             "differences": r["differences"], "target_entropy": s["target_entropy"],
             "target_entropy_interval": s["target_entropy_interval"], "corpus": s["corpus"],

@@ -104,6 +104,8 @@ def wikitext_view(ev: Mapping[str, Any], diagnose: Mapping[str, Any], checks: Ma
                               "split_tokens": refs["split_tokens"]},
         "reference_judge_tokens": refs.get("judge_tokens", refs.get("tokens")), "reference_gen_ppl": refs["gen_ppl"],
         "target_entropy": ev["target_entropy"], "target_entropy_interval": ev["target_entropy_interval"],
+        # psf eval's densification settings (an evaluation before densification has none)
+        **{k: cfg[k] for k in ("entropy_tolerance", "densify_top_p") if k in cfg},
         "seed": cfg["seed"], "bootstrap": ev["bootstrap"], "conventions": ev["conventions"]}
     rows = ev["models"]
     return {"settings": settings, **{m: rows[m] for m in ROWS},

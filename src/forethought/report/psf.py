@@ -344,14 +344,13 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
         if name not in ("psf_state_only", "psf_content_state_only") and x["kind"] != "token_flow":
             out.append(_compared_run(name, x, ps, diffs.get("psf - " + name), target))
     ar = rows["ar"]
-    below = [q["entropy"] for q in _line(ar) if q["entropy"] <= target]
-    above = [q["entropy"] for q in _line(ar) if q["entropy"] > target]
-    gap = (f" (its sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
-           f"{min(above):.3f}, so the AR value there is an interpolation)" if below and above and _far(ar) else "")
+    span = _ar_gap(ar, r["settings"])
+    gap = (f" (its sweep brackets the references' {target:.3f} nats only between {span[0]:.3f} and "
+           f"{span[1]:.3f}, so the AR value there is an interpolation)" if span else "")
     out.append(f"**Against AR**: psf minus ar at the references' entropy, {_me_diff(diffs.get('psf - ar'))}{gap}; at "
                f"temperature 1, where neither model is truncated, NLL/token {_t1_diff(diffs.get('psf - ar'))} "
                "(positive: PSF worse).")
-    out.append(_sweeps(rows, target))
+    out.append(_sweeps(rows, r["settings"]))
     out += [_token_flow(name, x, ps, diffs.get("psf - " + name), target) for name, x in rows.items()
             if x["kind"] == "token_flow"]
     out.append(f"**Speed**: at batch 32 PSF writes {ps['samples_per_s_b32']:.2f} documents/s against the AR model's "
@@ -363,32 +362,27 @@ def _wikitext_codes_parts(r: dict) -> list[str]:
     return out
 
 
-def _line(x: dict) -> list[dict]:
-    """A decoder's knob line, the points its matched entropy is read on: temperature at top-p 1 (psf eval's
-    densify_top_p)."""
-    return [q for q in x["sweep"] if q.get("top_p", 1.0) == 1.0]
+def _ar_gap(ar: dict, s: dict) -> tuple[float, float] | None:
+    """The entropies either side of the references' on AR's knob line (temperature at top-p ``densify_top_p``),
+    when none of its points lies within ``entropy_tolerance`` of it: its matched value is read across that gap."""
+    target = s["target_entropy"]
+    line = [q["entropy"] for q in ar["sweep"] if q.get("top_p") == s["densify_top_p"]]
+    below, above = [e for e in line if e <= target], [e for e in line if e > target]
+    near = ar["matched_entropy"]["nearest_entropy_gap"] <= s["entropy_tolerance"]
+    return None if near or not below or not above else (max(below), min(above))
 
 
-TOLERANCE = 0.05  # psf eval's entropy_tolerance (nats), the distance a densified sweep must come within
-
-
-def _far(x: dict) -> bool:
-    """Whether a row's knob line has no point within the tolerance of the target (its matched value is read off
-    a line across a gap); a file without the gap (before densification) counts as far."""
-    gap = (x.get("matched_entropy") or {}).get("nearest_entropy_gap")
-    return gap is None or gap > TOLERANCE
-
-
-def _sweeps(rows: dict, target: float) -> str:
+def _sweeps(rows: dict, s: dict) -> str:
     """Whether each model's knob line came within the tolerance of the references' entropy, and how near."""
+    tol = s["entropy_tolerance"]
     gaps = {m: x["matched_entropy"]["nearest_entropy_gap"] for m, x in rows.items()
             if (x.get("matched_entropy") or {}).get("nearest_entropy_gap") is not None}
-    near = [f"`{m}` {g:.3f}" for m, g in gaps.items() if g <= TOLERANCE]
-    far = [f"`{m}` {g:.3f}" for m, g in gaps.items() if g > TOLERANCE]
-    return (f"**Sweeps** (densified, each on one knob line: temperature at top-p 1, the token flow's guidance scale): "
-            f"the nearest point lies within {TOLERANCE} nats of the references' {target:.3f} for "
-            + (", ".join(near) or "no model") + (f"; not for {', '.join(far)}" if far else "; for every model")
-            + " (nats from the target).")
+    near = [f"`{m}` {g:.3f}" for m, g in gaps.items() if g <= tol]
+    far = [f"`{m}` {g:.3f}" for m, g in gaps.items() if g > tol]
+    return (f"**Sweeps** (densified, each on one knob line: temperature at top-p {s['densify_top_p']:g}, the token "
+            f"flow's {s['token_flow_sweep']['knob']}): the nearest point lies within {tol:g} nats of the references' "
+            f"{s['target_entropy']:.3f} for " + (", ".join(near) or "no model")
+            + (f"; not for {', '.join(far)}" if far else "; for every model") + " (nats from the target).")
 
 
 def _token_flow(name: str, x: dict, ps: dict, d: dict | None, target: float) -> str:
@@ -644,10 +638,9 @@ def headline(r: dict) -> str:
     rows, diffs = wikitext_rows(r), r.get("differences") or {}
     target = r["settings"]["target_entropy"]
     ar = rows["ar"]
-    below = [q["entropy"] for q in _line(ar) if q["entropy"] <= target]
-    above = [q["entropy"] for q in _line(ar) if q["entropy"] > target]
-    gap = (f"; AR's sweep brackets the references' {target:.3f} nats only between {max(below):.3f} and "
-           f"{min(above):.3f}, so its value there is interpolated" if below and above and _far(ar) else "")
+    span = _ar_gap(ar, r["settings"])
+    gap = (f"; AR's sweep brackets the references' {target:.3f} nats only between {span[0]:.3f} and "
+           f"{span[1]:.3f}, so its value there is interpolated" if span else "")
     me_ar = (diffs.get("psf - ar") or {}).get("matched_entropy") or {}
     at_ar = ("not bracketed by both sweeps" if me_ar.get("nll_per_token_diff") is None else
              f"{me_ar['nll_per_token_diff']:+.3f} {_iv(me_ar['nll_per_token_interval'])}")
