@@ -36,10 +36,10 @@ draw and shared by every model, so the target entropy's uncertainty enters the m
 **Densified sweeps** (``densify``, default on): after its sweep, each model's temperature (top-p fixed at
 ``densify_top_p``; a token flow: its knob) is bisected (forethought.eval.curves.next_knob_value) until one of its
 points lies within ``entropy_tolerance`` (0.05 nats) of the references' entropy and its points bracket it, at most
-``densify_points`` added points (a row's ``densify`` says how many and whether the tolerance was reached). An added
-point at knob value v samples with seed ``mix_seed("psf-eval-densify", seed, repr(v))`` (every model alike). The
-judge-token cap is fixed by the references and the sweep's own points before any point is added (added sets are cut
-to it too).
+``densify_points`` added points (a row's ``densify`` says how many and whether its knob line reached the
+tolerance). An added point at knob value v samples with seed ``mix_seed("psf-eval-densify", seed, repr(v))``
+(every model alike). The judge-token cap is fixed by the references and the sweep's own points before any point is
+added (added sets are cut to it too).
 
 **Matched entropy**: gen-PPL at the references' mean unigram entropy, interpolated on each model's knob line
 (forethought.eval.curves.ppl_at_entropy): the sweep's and the densified points at top-p ``densify_top_p`` (a token
@@ -297,7 +297,9 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
             points.append(point)
             added += 1
         cands[name] = replace(c, points=points)
-        gap = min(abs(metrics(sc)["entropy"] - target_entropy) for sc in scores[name])
+        # the knob line's nearest point, as matched entropy reads it (a point off the line is never interpolated)
+        gap = min(abs(metrics(sc)["entropy"] - target_entropy) for p, sc in zip(points, scores[name], strict=True)
+                  if c.knob.matches(p))
         densified[name] = {"added": added, "nearest_entropy_gap": gap,
                            "within_tolerance": bool(gap <= cfg.entropy_tolerance)}
     timings["densify"] = time.perf_counter() - t0
