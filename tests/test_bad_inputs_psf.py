@@ -163,6 +163,7 @@ def test_sample_on_cuda_without_cuda(run_copy: Path, tmp_path: Path, trained: tu
     (["--recipe_run", "{run}", "--token_flow.decoder_prob", "0"], ["rounding=decoder needs the decoder branch"]),
     (["--recipe_run", "{run}", "--blr", "0"], ["blr must be a positive number"]),
     (["--recipe_run", "{run}", "--optimizer", "muon"], ["optimizer", "'elf', 'ar'"]),
+    (["--recipe_run", "{run}", "--token_flow.latent_layer", "-2"], ["latent_layer must be at least -1"]),
 ])
 def test_bad_token_flow_settings_write_nothing(tmp_path: Path, args: list[str], names: list[str]) -> None:
     args = [a.replace("{run}", str(tmp_path / "runs" / "psf")) for a in args]
@@ -173,6 +174,8 @@ def test_bad_token_flow_settings_write_nothing(tmp_path: Path, args: list[str], 
 @pytest.mark.parametrize("args,names", [
     (["--recipe_run", "{run}/no-such-run"], ["no-such-run", "not a finished 'psf recipe' run"]),
     (["--recipe_run", "{run}", "--param_tolerance", "0.001"], ["no token-flow size within", "size: config"]),
+    (["--recipe_run", "{run}", "--token_flow.latent_layer", "99"], ["token_flow.latent_layer must be -1 or 0..",
+                                                                     "got 99"]),
 ])
 def test_token_flow_on_a_run_it_cannot_use(run_copy: Path, tmp_path: Path, trained: tuple[Path, dict[str, str]],
                                            args: list[str], names: list[str]) -> None:

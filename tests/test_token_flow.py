@@ -243,6 +243,12 @@ def test_elf_flow_trains_both_branches_and_rounds_with_its_decoder() -> None:
     other[:, 5:] = (other[:, 5:] + 1) % V
     assert torch.allclose(contextual_latents(ar, other)[:, :5], latents[:, :5], atol=1e-5)
     assert not torch.allclose(contextual_latents(ar, other)[:, 5], latents[:, 5])
+    # latent_layer: 0 is the embeddings (position i reads token i only), k the stream after block k
+    emb = contextual_latents(ar, tokens, 0)
+    assert torch.allclose(emb, ar.wte(tokens) + ar.wpe(torch.arange(L)), atol=1e-6)
+    assert not torch.allclose(contextual_latents(ar, tokens, 1), emb)
+    with pytest.raises(ForethoughtError, match="latent_layer must be -1 or 0.."):
+        contextual_latents(ar, tokens, ar.config.n_layer + 1)
     with pytest.raises(ForethoughtError):
         token_flow_loss(model, tokens)  # contextual latents must be given
     seen = set()

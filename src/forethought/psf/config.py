@@ -221,6 +221,9 @@ class TokenFlowConfig:
     latents: Literal["contextual", "table"] = field(
         "contextual", "what the flow models: contextual = a frozen encoder's hidden states of the whole window "
         "(ELF: T5's encoder; here the AR baseline's last layer), table = the frozen token table's rows")
+    latent_layer: int = field(-1, "contextual latents: which of the frozen encoder's hidden states (-1: the last, "
+                              "after its final norm, the LM head's input; k >= 0: the residual stream after block k, "
+                              "0 = the token and position embeddings)")
     latent_mean: float = field(0.0, "contextual latents: x0 = (latent - latent_mean) / latent_std (ELF-B: 0)")
     latent_std: float = field(0.0, "contextual latents: the scale (ELF-B: 0.2 for T5-small's outputs; 0 = measured "
                               "on training windows, so x0 has unit standard deviation)")
@@ -261,6 +264,7 @@ class TokenFlowConfig:
     def validate(self) -> None:
         try:
             at_least(self, 0, "latent_std", "sde_gamma", "guidance_min", "ce_weight")
+            at_least(self, -1, "latent_layer")
             if self.rounding == "lm_head" and self.head != "logits":
                 raise ForethoughtError("rounding=lm_head needs head=logits; use rounding=decoder or nearest")
             if self.ce_weight and self.head != "logits":

@@ -97,11 +97,39 @@ def normalise_table(table: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def contextual_latents(encoder: GPT, tokens: torch.Tensor) -> torch.Tensor:
-    """(B, L) ids -> (B, L, D): a frozen GPT's last hidden states after its final norm (the LM head's input), the
-    window fed as it is, so position i's latent has read tokens 1..i (itself included)."""
+def contextual_latents(encoder: GPT, tokens: torch.Tensor, layer: int = -1) -> torch.Tensor:
+    """(B, L) ids -> (B, L, D): a frozen GPT's hidden states of the window as it is fed, so position i's latent has
+    read tokens 1..i (itself included). ``layer`` -1: the last, after the final norm (the LM head's input, tuned to
+    predict token i + 1); k >= 0: the residual stream after block k (0: the embeddings), nearer token i itself."""
+    if not -1 <= layer <= encoder.config.n_layer:
+        raise ForethoughtError(f"latent_layer must be -1 or 0..{encoder.config.n_layer} (the encoder's blocks), "
+                               f"got {layer}")
     _, hidden = encoder(tokens, output_hidden_states=True)
-    return encoder.ln_f(hidden[-1]).float()
+    return (encoder.ln_f(hidden[-1]) if layer == -1 else hidden[layer]).float()
+
+
+@torch.no_grad()
+def decoder_cross_entropy(model: TokenFlow, tokens: torch.Tensor, latents: torch.Tensor,
+                          generator: torch.Generator | None = None) -> dict[str, float]:
+    """How well the decoder head reads tokens (B, L) from their normalised latents (B, L, D), in nats/token:
+    ``clean`` (λ = 1: the input the sampler's last step aims at) and ``training_noise`` (λ drawn as the decoder
+    branch trains). A clean value far above zero means the latent space itself does not carry the tokens, so
+    no flow over it can write them."""
+    if not model.decoder_branch:
+        raise ForethoughtError("this token flow has no decoder branch (decoder_prob 0)")
+    model.eval()
+    B, L, _ = latents.shape
+    w = (torch.full((B,), model.config.guidance_scale, device=latents.device)
+         if model.config.self_cond_guidance else None)
+    lam = torch.sigmoid(model.config.decoder_time_mu + model.config.decoder_time_sigma
+                        * randn((B, L, 1), generator, latents.device))  # (B, L, 1) per token
+    noisy = lam * latents + (1 - lam) * model.config.decoder_noise_scale * randn(latents.shape, generator,
+                                                                                 latents.device)
+    out = {}
+    for key, z in (("clean", latents), ("training_noise", noisy)):
+        _, logits = model(z, torch.ones(B, device=latents.device), None, w, decode=True)
+        out[key] = float(F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens.reshape(-1)))
+    return out
 
 
 def log_uniform_guidance(n: int, low: float, high: float, generator: torch.Generator | None = None,

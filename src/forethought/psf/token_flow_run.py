@@ -5,16 +5,19 @@ finished ``psf recipe`` run that trained the AR baseline (``baselines: [ar]``).
 - **Batches**: exactly the AR baseline's: the recipe's own batch function (forethought.psf.recipe.recipe_batches:
   the same seed, window alignment and batch size), for the AR stage's number of steps unless ``steps`` is set,
   so the flow sees the same training windows and tokens. Optimiser settings are the AR stage's.
-- **Latents**: contextual (the default, ELF's kind): the AR baseline's last hidden states (frozen, after its
-  final norm) of each training window, standardised by ``token_flow.latent_mean`` / ``latent_std`` (0 = measured
-  on ``latent_batches`` training batches and written into the saved config); or the frozen token table.
+- **Latents**: contextual (the default, ELF's kind): the AR baseline's hidden states of each training window
+  (frozen; ``token_flow.latent_layer`` -1, the default: the last, after its final norm; k: after block k),
+  standardised by ``token_flow.latent_mean`` / ``latent_std`` (0 = measured on ``latent_batches`` training
+  batches and written into the saved config); or the frozen token table.
 - **Optimiser**: ``optimizer: elf`` (default) ELF-B's settings in the shared AdamW trainer (lr = blr·batch/256,
   constant after a warmup, no weight decay, beta2 0.95, clip 1); ``ar`` the AR stage's.
 - **Size**: ``size: matched`` (default) takes PSF's width and head count and the depth whose trained parameters
   are closest to PSF encoder + decoder; other widths (nearest first) only when no depth lands within
   ``param_tolerance``, and an error when none does. ``size: config`` takes ``token_flow.*`` as given.
 - **Output**: a normal run folder (``<out_dir>/<name>``, default beside the recipe run) with checkpoints,
-  metrics.jsonl and results.json (sizes, the parameter ratio, training tokens, the loss curve), which
+  metrics.jsonl and results.json (sizes, the parameter ratio, training tokens, the loss curve, and
+  ``first_look``: the decoder head's cross-entropy from clean validation latents and the unigram entropy of a
+  few samples' token ids beside the validation windows', see :func:`first_look`), which
   ``forethought psf eval --compare [<folder>]`` evaluates beside the recipe's models. ``--resume auto`` continues.
 """
 
@@ -79,6 +82,35 @@ def elf_train_config(base: TrainConfig, blr: float, warmup_fraction: float) -> T
                    warmup_steps=int(warmup_fraction * base.steps), weight_decay=0.0, beta2=0.95, grad_clip=1.0)
 
 
+def _layer_name(layer: int) -> str:
+    return ("last hidden states" if layer == -1 else "token and position embeddings" if layer == 0
+            else f"hidden states after block {layer}")
+
+
+def first_look(model: Any, valid: Any, seq_len: int, encode: Any, seed: int, n: int = 16) -> dict[str, Any]:
+    """A judge-free look at a trained flow, on ``n`` consecutive validation windows (``valid``: the 1-D token
+    array): the decoder head's cross-entropy from their clean and decoder-noised latents (contextual latents with
+    a decoder branch; forethought.psf.token_flow.decoder_cross_entropy) and the mean unigram entropy of the token
+    ids of ``n`` samples at the flow's own settings beside the windows' own (psf eval's judge entropy is the
+    measured one; this one needs no judge)."""
+    import torch
+
+    from forethought.eval.judge import mean_unigram_entropy
+    from forethought.psf.token_flow import decoder_cross_entropy, sample_token_flow
+
+    n = min(n, len(valid) // seq_len)
+    windows = valid[: n * seq_len].reshape(n, seq_len).long()  # (n, L)
+    dev = model.table.device
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, Any] = {"windows": n}
+    if encode is not None and model.decoder_branch:
+        out["decoder_ce"] = decoder_cross_entropy(model, windows.to(dev), encode(windows.to(dev)), gen)
+    ids = sample_token_flow(model, n, generator=gen)  # (n, L)
+    out["sample_unigram_entropy"] = mean_unigram_entropy(ids.tolist())
+    out["valid_unigram_entropy"] = mean_unigram_entropy(windows.tolist())
+    return out
+
+
 def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
     cfg.validate()  # also when the config was built in Python rather than loaded
     folder = Path(cfg.recipe_run)
@@ -91,9 +123,19 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
     from forethought.psf.build import load_data
     from forethought.psf.generate import load_recipe
     from forethought.psf.recipe import RecipeConfig, recipe_batches
-    from forethought.psf.token_flow import TokenFlow, contextual_latents, embedding_table, train_token_flow_batches
+    from forethought.psf.token_flow import (
+        TokenFlow,
+        contextual_latents,
+        embedding_table,
+        load_token_flow,
+        train_token_flow_batches,
+    )
 
     recipe = load_config(RecipeConfig, folder / "config.yaml", [])
+    layer = cfg.token_flow.latent_layer
+    if cfg.token_flow.latents == "contextual" and layer > recipe.ar.model.n_layer:  # before any model loads
+        raise ForethoughtError(f"token_flow.latent_layer must be -1 or 0..{recipe.ar.model.n_layer} (the AR "
+                               f"baseline's blocks), got {layer}")
     art = load_recipe(folder)
     if art.ar is None:
         raise ForethoughtError(f"{folder} has no AR baseline checkpoint")
@@ -112,7 +154,7 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
     tcfg.steps = cfg.steps or int(ar_res["steps"])  # the AR baseline's steps and batch size: its windows and tokens
     if cfg.optimizer == "elf":
         tcfg = elf_train_config(tcfg, cfg.blr, cfg.warmup_fraction)
-    train_tokens = load_data(recipe.data, L)[0]
+    train_tokens, valid, _ = load_data(recipe.data, L)
     rt = compute_init(cfg.device, seed)
     batches = recipe_batches(recipe, train_tokens, tcfg.batch_size)
     encode = None
@@ -121,13 +163,13 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
         for p in ar.parameters():
             p.requires_grad_(False)  # frozen: the encoder of the latents, not trained
         if fcfg.latent_std == 0:  # measured, then saved with the flow's config
-            h = torch.cat([contextual_latents(ar, batches(s)["tokens"].to(rt.device))
+            h = torch.cat([contextual_latents(ar, batches(s)["tokens"].to(rt.device), layer)
                            for s in range(cfg.latent_batches)])
             fcfg = replace(fcfg, latent_mean=float(h.mean()), latent_std=float(h.std()))
         mean, std = fcfg.latent_mean, fcfg.latent_std
 
         def encode(tokens: torch.Tensor) -> torch.Tensor:
-            return (contextual_latents(ar, tokens) - mean) / std  # (B, L, D)
+            return (contextual_latents(ar, tokens, layer) - mean) / std  # (B, L, D)
     torch.manual_seed(seed)
     model = TokenFlow(fcfg, table)
     out_dir = cfg.out_dir or str(folder.parent)
@@ -137,9 +179,11 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
            "size": cfg.size, "config": asdict(fcfg), "steps": tcfg.steps, "batch_size": tcfg.batch_size,
            "training_tokens": tcfg.steps * tcfg.batch_size * L, "ar_training_tokens": ar_res.get("training_tokens"),
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
-           "latents": (f"{folder.name}/ar last hidden states (frozen), standardised by mean {fcfg.latent_mean:.4g}, "
-                       f"std {fcfg.latent_std:.4g}" if fcfg.latents == "contextual"
+           "latents": (f"{folder.name}/ar {_layer_name(layer)} (frozen), standardised by mean "
+                       f"{fcfg.latent_mean:.4g}, std {fcfg.latent_std:.4g}" if fcfg.latents == "contextual"
                        else f"{folder.name}/ar token table (frozen)"),
+           "first_look": first_look(load_token_flow(run_.dir, rt.device)[0], torch.as_tensor(valid), L, encode,
+                                    seed),  # the weights psf eval samples (EMA where kept)
            "optimizer": {"kind": cfg.optimizer, "lr": tcfg.lr, "schedule": tcfg.schedule,
                          "warmup_steps": tcfg.warmup_steps, "weight_decay": tcfg.weight_decay, "beta2": tcfg.beta2,
                          "grad_clip": tcfg.grad_clip},
