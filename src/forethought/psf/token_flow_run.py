@@ -99,7 +99,7 @@ def first_look(model: Any, valid: Any, seq_len: int, encode: Any, seed: int, n: 
     from forethought.psf.token_flow import decoder_cross_entropy, sample_token_flow
 
     n = min(n, len(valid) // seq_len)
-    windows = valid[: n * seq_len].reshape(n, seq_len).long()  # (n, L)
+    windows = torch.tensor(valid[: n * seq_len]).reshape(n, seq_len).long()  # (n, L), a copy of the corpus array
     dev = model.table.device
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, Any] = {"windows": n}
@@ -182,8 +182,8 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
            "latents": (f"{folder.name}/ar {_layer_name(layer)} (frozen), standardised by mean "
                        f"{fcfg.latent_mean:.4g}, std {fcfg.latent_std:.4g}" if fcfg.latents == "contextual"
                        else f"{folder.name}/ar token table (frozen)"),
-           "first_look": first_look(load_token_flow(run_.dir, rt.device)[0], torch.as_tensor(valid), L, encode,
-                                    seed),  # the weights psf eval samples (EMA where kept)
+           "first_look": first_look(load_token_flow(run_.dir, rt.device)[0], valid, L, encode, seed),
+           # ^ the weights psf eval samples (EMA where kept)
            "optimizer": {"kind": cfg.optimizer, "lr": tcfg.lr, "schedule": tcfg.schedule,
                          "warmup_steps": tcfg.warmup_steps, "weight_decay": tcfg.weight_decay, "beta2": tcfg.beta2,
                          "grad_clip": tcfg.grad_clip},
