@@ -22,7 +22,7 @@ from forethought.experiments.spec import load_spec, plan
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SPECS = ("psf_codes", "psf_codes_pilot", "psf_states_ablation", "psf_prompted", "psf_code_dropout", "psf_trade",
-         "psf_planted_ceiling")
+         "psf_planted_ceiling", "psf_token_flow_latents")
 
 
 @pytest.mark.parametrize("name", SPECS)

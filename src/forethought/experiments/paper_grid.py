@@ -29,6 +29,7 @@ GRID_COMPARE = (
     ("predgen-tz", "generator"), ("predgen-tz", "generator:rank"), ("predgen-tz", "predictor"),
     ("generator", "predictor"), ("generator:rank", "predictor"), ("predgen-ll", "generator:rank"),
     ("predgen-tz", "predgen-ll"), ("predgen-tz", "predgen-tz:decoded"),
+    ("predgen-tz", "predgen-tz-noq"),  # the question's worth to T(Z), over the choices' text alone
     ("predgen", "generator"), ("predgen", "predictor"), ("predgen", "generator:expected_value"),
     ("predgen:decoded", "generator"),  # what PredGen's training does to the number the model writes
 )
