@@ -233,6 +233,7 @@ PSF = Page("psf", "Results: Predictive State Flow", (
     spec_section("psf_planted_ceiling"),
     spec_section("psf_code_dropout"),
     spec_section("psf_trade"),
+    spec_section("psf_token_flow_latents"),
 ))
 
 SCALING = Page("scaling", "Results: memory of the paper presets", (
