@@ -57,3 +57,29 @@ def test_paper_table_renders_in_the_papers_layout() -> None:
     assert "| 0.510 ± 0.014 (2) · paper 79.54 % |" in arc and arc.endswith("| – · paper 84.79 % |")
     assert next(line for line in lines if line.startswith("| stsb |")) == "| stsb | mse | – | – | 0.700 (1) |"
     assert render({"derived": {}}) == []
+
+
+def test_grid_reads_each_seed_over_the_test_items() -> None:
+    """``items``: per seed, the paired per-item difference of two runs' answers (matched by id) with its bootstrap
+    interval and McNemar's p; the Generator's rank decoder is its ``rank`` answer; runs on other items are left
+    out (their difference would not be paired)."""
+    targets = ["A", "B", "C", "D"] * 10  # 40 items
+    gen = [{"id": f"q{i}", "target": t, "prediction": t if i < 12 else "A", "rank": t if i < 20 else "A"}
+           for i, t in enumerate(targets)]
+    tz = [{"id": f"q{i}", "target": t, "prediction": t if i < 30 else "A", "decoded": "A"}
+          for i, t in enumerate(targets)]
+    acc = lambda rows, key: sum(r[key] == r["target"] for r in rows) / len(rows)  # noqa: E731
+    records = {"obqa-generator-s0": {"results": {"accuracy": acc(gen, "prediction"),
+                                                  "rank": {"accuracy": acc(gen, "rank")}}, "predictions": gen},
+               "obqa-predgen-tz-s0": {"results": {"accuracy": acc(tz, "prediction")}, "predictions": tz},
+               "obqa-predictor-s0": {"results": {"accuracy": 0.25},
+                                     "predictions": [{**r, "id": "other" + r["id"]} for r in gen]}}
+    runs = {r: {"group": r[:-3], "seed": 0} for r in records}
+    items = grid(records, {"runs": runs})["items"]
+    one = items["obqa: predgen-tz − generator"]["seed 0"]
+    assert one["difference"] == pytest.approx(acc(tz, "prediction") - acc(gen, "prediction")) and one["n"] == 40
+    assert one["ci95"][0] <= one["difference"] <= one["ci95"][1] and 0 <= one["mcnemar_p"] <= 1
+    rank = items["obqa: predgen-tz − generator:rank"]["seed 0"]
+    assert rank["difference"] == pytest.approx(acc(tz, "prediction") - acc(gen, "rank"))
+    assert "obqa: predgen-tz − predictor" not in items  # other test items: no paired reading
+    assert "obqa: predgen-tz − predictor" in grid(records, {"runs": runs})["comparisons"]

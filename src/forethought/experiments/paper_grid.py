@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from forethought.core.errors import ForethoughtError
+from forethought.eval.paired import paired, task_type_of
 from forethought.experiments.stats import over_seeds, seed_paired
 
 # The paper's Llama2-7B + LoRA accuracies (%) that are kept here, "<task>/<method>"; the results pages show them
@@ -78,12 +80,40 @@ def _task_variant(group: str) -> tuple[str, str]:
     raise ValueError(f"run group {group!r} names no method ({', '.join(VARIANT_WORDS)})")
 
 
+ITEM_BOOT = 2000  # bootstrap resamples of the test items per comparison and seed
+
+
+def _item_intervals(runs_a: Mapping[int, Any], runs_b: Mapping[int, Any], answer_a: str, answer_b: str,
+                    seeds: list[int]) -> dict[str, Any]:
+    """seed -> the paired per-item comparison of two runs' answers (forethought.eval.paired.paired) on the seeds
+    both have predictions for: accuracy difference, its interval and McNemar's p, or the MSE difference."""
+    out = {}
+    for s in seeds:
+        rows_a, rows_b = runs_a[s].get("predictions") or [], runs_b[s].get("predictions") or []
+        if not rows_a or not rows_b or not all("id" in r for r in (*rows_a, *rows_b)):
+            continue  # nothing to match items by
+        try:
+            p = paired(rows_a, rows_b, task_type_of(rows_a), answer_a or "prediction", answer_b or "prediction",
+                       n_boot=ITEM_BOOT, seed=s)
+        except ForethoughtError:  # different test items, or a side without that answer: no item-level reading
+            continue
+        if "difference" in p:
+            out[f"seed {s}"] = {"difference": p["difference"], "ci95": p["ci95"],
+                                "mcnemar_p": p["mcnemar"]["p_value"], "n": p["n"]}
+        else:
+            out[f"seed {s}"] = {"difference": p["mse"]["difference"], "ci95": p["mse"]["ci95"], "n": p["n"]}
+    return out
+
+
 def grid(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
     """``comparisons``: per task, every :data:`GRID_COMPARE` pair both of whose runs exist, as the seed-paired
     difference of the task's metric (A − B; for MSE lower is better, so a negative difference favours A);
+    ``items``: the same pairs within each seed, over the test items both runs answered (matched by id): the
+    difference with its paired-bootstrap 95 % interval (and McNemar's exact p for accuracy) — what varies with
+    the test items, which the seed interval does not show, and with one seed the only interval there is;
     ``agreement``: per multiple-choice run group, over seeds, the share of items where its prediction equals its
     own rank decoder's answer and its own written answer."""
-    out: dict[str, Any] = {"comparisons": {}, "agreement": {}}
+    out: dict[str, Any] = {"comparisons": {}, "items": {}, "agreement": {}}
     for task, variants in _by_task(records, collected).items():
         for a, b in GRID_COMPARE:
             (va, aa), (vb, ab) = _split(a), _split(b)
@@ -98,6 +128,9 @@ def grid(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[
             metric = next(iter(sides[0].values()))[0]
             diff = seed_paired({s: m[1] for s, m in sides[0].items()}, {s: m[1] for s, m in sides[1].items()})
             out["comparisons"][f"{task}: {a} − {b}"] = {"metric": metric, **diff}
+            items = _item_intervals(variants[va], variants[vb], aa, ab, sorted(set(sides[0]) & set(sides[1])))
+            if items:
+                out["items"][f"{task}: {a} − {b}"] = items
         for variant, per_seed in variants.items():
             # agreement is a share of equal labels: multiple choice only (a regression's numbers never tie)
             rows = {s: rec.get("predictions") or [] for s, rec in per_seed.items()
