@@ -108,25 +108,31 @@ def contextual_latents(encoder: GPT, tokens: torch.Tensor, layer: int = -1) -> t
     return (encoder.ln_f(hidden[-1]) if layer == -1 else hidden[layer]).float()
 
 
+def decoder_input(cfg: TokenFlowConfig, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The decoder branch's input for (B, L, D) latents: λ·x + (1 - λ)·decoder_noise_scale·ε with λ = sigmoid(N(
+    decoder_time_mu, decoder_time_sigma)) per token (ELF's), drawn on the CPU (``generator`` or the global RNG)."""
+    B, L, _ = x.shape
+    lam = torch.sigmoid(cfg.decoder_time_mu + cfg.decoder_time_sigma
+                        * torch.randn(B, L, 1, generator=generator)).to(x.device)  # (B, L, 1) per token
+    return lam * x + (1 - lam) * cfg.decoder_noise_scale * torch.randn(x.shape, generator=generator).to(x.device)
+
+
 @torch.no_grad()
 def decoder_cross_entropy(model: TokenFlow, tokens: torch.Tensor, latents: torch.Tensor,
                           generator: torch.Generator | None = None) -> dict[str, float]:
     """How well the decoder head reads tokens (B, L) from their normalised latents (B, L, D), in nats/token:
     ``clean`` (λ = 1: the input the sampler's last step aims at) and ``training_noise`` (λ drawn as the decoder
-    branch trains). A clean value far above zero means the latent space itself does not carry the tokens, so
-    no flow over it can write them."""
+    branch trains). A clean value far above zero means the head cannot read the tokens back from their latents
+    (the latents do not carry them, or the decoder branch has not learned to read them), so no flow over them
+    writes text."""
     if not model.decoder_branch:
         raise ForethoughtError("this token flow has no decoder branch (decoder_prob 0)")
     model.eval()
-    B, L, _ = latents.shape
+    B = latents.shape[0]
     w = (torch.full((B,), model.config.guidance_scale, device=latents.device)
          if model.config.self_cond_guidance else None)
-    lam = torch.sigmoid(model.config.decoder_time_mu + model.config.decoder_time_sigma
-                        * randn((B, L, 1), generator, latents.device))  # (B, L, 1) per token
-    noisy = lam * latents + (1 - lam) * model.config.decoder_noise_scale * randn(latents.shape, generator,
-                                                                                 latents.device)
     out = {}
-    for key, z in (("clean", latents), ("training_noise", noisy)):
+    for key, z in (("clean", latents), ("training_noise", decoder_input(model.config, latents, generator))):
         _, logits = model(z, torch.ones(B, device=latents.device), None, w, decode=True)
         out[key] = float(F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens.reshape(-1)))
     return out
@@ -233,14 +239,11 @@ def token_flow_loss(model: nn.Module, tokens: torch.Tensor, generator: torch.Gen
         x = latents
     else:
         x = core.table[tokens]  # (B, L, D)
-    B, L, _ = x.shape
+    B = x.shape[0]
     w = (log_uniform_guidance(B, cfg.guidance_min, cfg.guidance_max, generator, dev) if cfg.self_cond_guidance
          else None)
     if cfg.decoder_prob and float(torch.rand(1, generator=generator)) < cfg.decoder_prob:
-        lam = torch.sigmoid(cfg.decoder_time_mu + cfg.decoder_time_sigma
-                            * torch.randn(B, L, 1, generator=generator)).to(dev)  # (B, L, 1) per token
-        z = lam * x + (1 - lam) * cfg.decoder_noise_scale * torch.randn(x.shape, generator=generator).to(dev)
-        _, logits = model(z, torch.ones(B, device=dev), None, w, decode=True)
+        _, logits = model(decoder_input(cfg, x, generator), torch.ones(B, device=dev), None, w, decode=True)
         ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens.reshape(-1))
         return ce, {"decoder_ce": float(ce.detach())}
     noise = cfg.noise_scale * torch.randn(x.shape, generator=generator).to(dev)

@@ -26,13 +26,21 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.core.io import previous_results, read_json_object, same_results
 from forethought.core.train_config import TrainConfig
 from forethought.psf.config import TokenFlowConfig, TokenFlowRunConfig
+
+if TYPE_CHECKING:  # torch and the model load only when a flow trains
+    from collections.abc import Callable
+
+    import numpy as np
+    import torch
+
+    from forethought.psf.token_flow import TokenFlow
 
 
 def check_recipe_run(folder: Path) -> dict:
@@ -87,7 +95,8 @@ def _layer_name(layer: int) -> str:
             else f"hidden states after block {layer}")
 
 
-def first_look(model: Any, valid: Any, seq_len: int, encode: Any, seed: int, n: int = 16) -> dict[str, Any]:
+def first_look(model: TokenFlow, valid: np.ndarray, seq_len: int, encode: Callable[[torch.Tensor], torch.Tensor] | None,
+               seed: int, n: int = 16) -> dict[str, Any]:
     """A judge-free look at a trained flow, on ``n`` consecutive validation windows (``valid``: the 1-D token
     array): the decoder head's cross-entropy from their clean and decoder-noised latents (contextual latents with
     a decoder branch; forethought.psf.token_flow.decoder_cross_entropy) and the mean unigram entropy of the token
