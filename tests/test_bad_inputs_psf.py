@@ -171,6 +171,14 @@ def test_bad_token_flow_settings_write_nothing(tmp_path: Path, args: list[str], 
                          in_process=True)
 
 
+def test_token_flow_errors_name_their_key_once(tmp_path: Path) -> None:
+    """A nested section's check that already names its path is not prefixed again ("token_flow: token_flow.")."""
+    line = expect_clean_failure(["psf", "token-flow", "--recipe_run", str(tmp_path / "runs" / "psf"),
+                                 "--token_flow.sde_gamma", "-1", "--device", "cpu"], tmp_path, tmp_path,
+                                ["token_flow.sde_gamma must be at least 0"], in_process=True)
+    assert line == "forethought: error: token_flow.sde_gamma must be at least 0, got -1.0"
+
+
 @pytest.mark.parametrize("args,names", [
     (["--recipe_run", "{run}/no-such-run"], ["no-such-run", "not a finished 'psf recipe' run"]),
     (["--recipe_run", "{run}", "--param_tolerance", "0.001"], ["no token-flow size within", "size: config"]),

@@ -298,7 +298,7 @@ def validate_all(cfg: Any, section: str = "") -> None:
         try:
             validate()
         except ForethoughtError as e:
-            if not section:
+            if not section or str(e).startswith(section):  # a message that names its own path keeps it
                 raise
             raise ForethoughtError(f"{section.rstrip('.')}: {e}") from None
 

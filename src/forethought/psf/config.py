@@ -741,10 +741,4 @@ class TokenFlowRunConfig:
         positive(self, "blr")
         within(self, 0, 1, "warmup_fraction", high_open=True)
         at_least(self, 1, "latent_batches")
-        for key in ("n_embd", "n_layer", "n_head", "steps", "time_dim"):
-            if getattr(self.token_flow, key) < 1:
-                raise ForethoughtError(f"token_flow.{key} must be at least 1, got {getattr(self.token_flow, key)}")
-        if self.token_flow.n_embd % self.token_flow.n_head:
-            raise ForethoughtError(f"token_flow.n_embd ({self.token_flow.n_embd}) must be a multiple of "
-                                   f"token_flow.n_head ({self.token_flow.n_head})")
-        self.token_flow.validate()
+        self.token_flow.validate()  # its messages name the section (also when built in Python, not loaded)
