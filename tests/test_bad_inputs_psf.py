@@ -95,7 +95,8 @@ def test_bad_recipe_settings_write_nothing(tmp_path: Path, args: list[str], name
 @pytest.mark.parametrize("args,names", [
     (["psf", "eval", "--recipe_run", "x", "--models", "[psf, arr]"], ["config key 'models'", "did you mean 'ar'"]),
     (["psf", "eval", "--recipe_run", "x", "--reference_spread", "evenly"], ["reference_spread", "did you mean 'even'"]),
-    (["psf", "eval", "--recipe_run", "x", "--length_quantile", "1"], ["length_quantile must be in [0, 1)"]),
+    (["psf", "eval", "--recipe_run", "x", "--length_quantile", "1.5"], ["length_quantile must be in [0, 1]"]),
+    (["psf", "eval", "--recipe_run", "x", "--target_entropy", "-1"], ["target_entropy must be a number >= 0"]),
     (["psf", "eval", "--recipe_run", "x", "--sweep", "[[1.0, 0]]"], ["sweep: top_p must be in (0, 1]"]),
     (["psf", "eval", "--recipe_run", "x", "--entropy_tolerance", "0"], ["entropy_tolerance must be a number > 0"]),
     (["psf", "eval", "--recipe_run", "x", "--densify_top_p", "0"], ["densify_top_p must be in (0, 1]"]),

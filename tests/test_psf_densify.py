@@ -138,3 +138,22 @@ def test_matched_entropy_below_the_floor_is_flagged_and_the_interval_carries_the
     # without a floor (a text corpus) nothing is flagged
     rows, diffs, _, _ = score_models(cands, sets, scores, refs, cfg, use_mauve=False)
     assert "valid" not in rows["psf"]["matched_entropy"] and "valid" not in diffs["psf - ar"]["matched_entropy"]
+
+
+def test_a_fixed_target_entropy_is_matched_without_the_references_uncertainty():
+    cands = {"psf": candidate("psf"), "ar": candidate("ar")}
+    scores = {"psf": synthetic([3.4, 3.0], [3.3, 2.7]), "ar": synthetic([3.6, 3.1], [3.3, 2.7], seed=1)}
+    sets = {k: [([], ["x"]), ([], ["y"])] for k in cands}
+    refs = synthetic([3.0], [3.0], seed=2)[0]
+    base = dict(recipe_run="x", n_boot=200, sweep=[[1.0, 1.0], [0.7, 1.0]])
+    rows_r, _, target_r, _ = score_models(cands, sets, scores, refs, EvalConfig(**base), use_mauve=False)
+    e0, e1 = (rows_r["psf"]["sweep"][i]["entropy"] for i in (0, 1))
+    fixed = 0.25 * e0 + 0.75 * e1  # inside both sweeps, away from the references' 3.0
+    rows_f, _, target_f, _ = score_models(cands, sets, scores, refs, EvalConfig(**base, target_entropy=fixed),
+                                          use_mauve=False)
+    assert target_r["source"] == "references" and target_r["interval"][0] < target_r["interval"][1]
+    assert target_f == {"value": fixed, "interval": [fixed, fixed], "source": "fixed"}
+    for name in cands:  # the curve is read at the fixed value, and every draw brackets it
+        curve = [(p["entropy"], p["gen_ppl"]) for p in rows_f[name]["sweep"]]
+        assert rows_f[name]["gen_ppl_at_matched_entropy"] == pytest.approx(ppl_at_entropy(curve, fixed))
+    assert rows_f["psf"]["gen_ppl_at_matched_entropy"] != pytest.approx(rows_r["psf"]["gen_ppl_at_matched_entropy"])

@@ -14,7 +14,7 @@ Within one model the data-processing inequality says I(Y; Z) >= I(Y; pool(Z)); c
 an empirical question.
 
 ``--words K`` adds the NPMI of input words against the written answer: our precise form of what the paper calls
-token-level mutual information (the seed: the predicted answer token "positive" is associated with input words
+token-level mutual information (the paper: the predicted answer token "positive" is associated with input words
 such as "funny" 0.47 and "pretty" 0.34 on SST-2); see :func:`word_association` for the definition.
 ``--representations []`` runs it alone, without MINE.
 """
@@ -138,7 +138,7 @@ def word_association(words: list[set[str]], answers: list[int], labels: list[str
     """Which input words the model's answers are associated with: the NPMI of input words against the written
     answer, our precise form of the token-level analysis of PredGen's paper.
 
-    The seed describes it only as token-level mutual information between the predicted answer token
+    The paper describes it only as token-level mutual information between the predicted answer token
     ("positive" on SST-2) and input words ("funny" 0.47, "pretty" 0.34). Here, precisely: over N examples x_i,
     with W(x_i) the set of words of the input (``example_words``) and ŷ_i the answer the model writes for x_i
     (its constrained-greedy label word, what the Generator predicts), for each answer y and word w

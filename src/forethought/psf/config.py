@@ -568,6 +568,9 @@ class EvalConfig:
                           "a token flow: its knob) until one of its points lies within entropy_tolerance of the "
                           "references' entropy and its points bracket it, so matched entropy interpolates over a "
                           "short distance")
+    target_entropy: float = field(0.0, "the unigram entropy (nats) at which models are compared: 0 = the references' "
+                                  "own (with its bootstrap interval); > 0 = this fixed value (the paper reports at "
+                                  "5.16 over GPT-2 tokens)")
     entropy_tolerance: float = field(0.05, "densify: nats of unigram entropy between the target and the nearest point")
     densify_top_p: float = field(1.0, "densify: the top-p held fixed while the temperature is bisected")
     densify_points: int = field(8, "densify: points added per model at most (a model that has not reached the "
@@ -576,7 +579,8 @@ class EvalConfig:
                        "corpus is judged by its true generator")
     judge_batch: int = field(16, "texts per judge forward pass")
     length_quantile: float = field(0.05, "judge-token cap of every text = this quantile of all their judge lengths "
-                                   "(matched lengths for MAUVE)")
+                                   "(matched lengths for MAUVE; 1 = the longest: every text whole, up to the "
+                                   "judge's window, as ELF's gen-PPL script)")
     mauve: bool = field(True, "text corpora: MAUVE of every sweep point against the references (mauve-text)")
     mauve_boot: int = field(100, "bootstrap resamples of MAUVE (one k-means fit each; 0 = no MAUVE interval)")
     mauve_tokens: int = field(0, "MAUVE@N: MAUVE's features from each text cut to N judge tokens (at most the common "
@@ -615,8 +619,7 @@ class EvalConfig:
             raise ForethoughtError(f"mauve_boot must be in 0..n_boot ({self.n_boot}), got {self.mauve_boot}")
         if self.mauve_tokens < 0:
             raise ForethoughtError(f"mauve_tokens must be >= 0 (0 = the common cap), got {self.mauve_tokens}")
-        if not 0 <= self.length_quantile < 1:
-            raise ForethoughtError(f"length_quantile must be in [0, 1), got {self.length_quantile}")
+        within(self, 0, 1, "length_quantile")
         if not self.sweep:
             raise ForethoughtError("sweep needs at least one [temperature, top_p] point")
         for point in self.sweep:
@@ -634,6 +637,9 @@ class EvalConfig:
             if bad:
                 need = ">= 0" if self.token_flow_knob == "noise" else "> 0"
                 raise ForethoughtError(f"token_flow_sweep: {self.token_flow_knob} must be a number {need}, got {v}")
+        if not (math.isfinite(self.target_entropy) and self.target_entropy >= 0):
+            raise ForethoughtError(f"target_entropy must be a number >= 0 (nats; 0 = the references'), got "
+                                   f"{self.target_entropy}")
         if not (math.isfinite(self.entropy_tolerance) and self.entropy_tolerance > 0):
             raise ForethoughtError(f"entropy_tolerance must be a number > 0 (nats), got {self.entropy_tolerance}")
         if not 0 < self.densify_top_p <= 1:

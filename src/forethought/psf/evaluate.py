@@ -41,7 +41,8 @@ tolerance). An added point at knob value v samples with seed ``mix_seed("psf-eva
 (every model alike). The judge-token cap is fixed by the references and the sweep's own points before any point is
 added (added sets are cut to it too).
 
-**Matched entropy**: gen-PPL at the references' mean unigram entropy, interpolated on each model's knob line
+**Matched entropy**: gen-PPL at the references' mean unigram entropy (or at a fixed ``target_entropy``, as the
+paper's 5.16 nats; its interval then has no target term), interpolated on each model's knob line
 (forethought.eval.curves.ppl_at_entropy): the sweep's and the densified points at top-p ``densify_top_p`` (a token
 flow: all its points), so the curve is one temperature curve at fixed top-p (``curve_points`` counts them;
 ``nearest_entropy_gap`` is the line's), only where the line brackets it (else null), with the bootstrap
@@ -277,7 +278,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
 
     # densification: bisect each model's knob until a point lies within the tolerance of the target entropy
     t0 = time.perf_counter()
-    target_entropy = metrics(ref_scores)["entropy"]
+    target_entropy = cfg.target_entropy or metrics(ref_scores)["entropy"]
     densified: dict[str, dict[str, Any]] = {}
     for name, c in list(cands.items()):
         if not cfg.densify or c.knob is None:
@@ -335,6 +336,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         "blocks": art.model.blocks, "judge": "true generator (planted)" if planted else cfg.judge,
         "judge_max_tokens": cap, "mauve_max_tokens": mauve_cap or cap,
         "target_entropy": target["value"], "target_entropy_interval": target["interval"],
+        "target_entropy_source": target["source"],
         "references": {"split": "test", "n": len(refs.ids), "spread": cfg.reference_spread,
                        "split_tokens": refs.split_tokens, "offsets": refs.offsets.tolist(),
                        "first_offset": int(refs.offsets[0]), "last_end": int(refs.offsets[-1] + L), **ref_row},
@@ -420,7 +422,10 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
     rng = np.random.default_rng(cfg.seed)
     ref_idx = resample_indices(len(refs), cfg.n_boot, rng)
     ref_boot = metrics(refs, ref_idx)
-    target = {"value": metrics(refs)["entropy"], "interval": interval(ref_boot["entropy"])}
+    # the target: the references' entropy, resampled with them, or a fixed value (no uncertainty of its own)
+    target_boot = np.full(cfg.n_boot, cfg.target_entropy) if cfg.target_entropy else ref_boot["entropy"]
+    target = {"value": cfg.target_entropy or metrics(refs)["entropy"], "interval": interval(target_boot),
+              "source": "fixed" if cfg.target_entropy else "references"}
     boots: dict[str, list[dict[str, np.ndarray]]] = {}
     rows: dict[str, dict] = {}
     for name, c in cands.items():
@@ -447,7 +452,7 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
         curve = [(sweep[i]["entropy"], sweep[i]["gen_ppl"]) for i in line]
         at = none_if_nan(matched(curve, target["value"]))
         at_boot = np.array([matched([(boots[name][i]["entropy"][j], boots[name][i]["gen_ppl"][j]) for i in line],
-                                    ref_boot["entropy"][j]) for j in range(cfg.n_boot)])
+                                    target_boot[j]) for j in range(cfg.n_boot)])
         near = min(sweep, key=lambda p: abs(p["entropy"] - target["value"]))
         gap = min((abs(e - target["value"]) for e, _ in curve), default=math.inf)
         err = interpolation_error(curve, target["value"]) if at is not None else None
@@ -555,7 +560,8 @@ def conventions(planted: bool) -> dict[str, str]:
         "repetition_n": "mean over samples of the fraction of a sample's n-grams that repeat an earlier one "
                         "(1 - distinct-n)",
         "gen_ppl_at_matched_entropy": "log-linear interpolation on the sweep (densified: bisection until a point "
-                                      "lies within entropy_tolerance) at target_entropy (the references' entropy); "
+                                      "lies within entropy_tolerance) at target_entropy (the references' entropy, "
+                                      "or the fixed target_entropy setting: target_entropy_source); "
                                       "null when not bracketed; its interval is the bootstrap's widened by the "
                                       "interpolation error (|linear - quadratic| in log gen-PPL through the nearest "
                                       "three points)" + ("; flagged invalid where its NLL falls below the entropy "
@@ -581,7 +587,8 @@ def report_table(res: dict) -> str:
     """A markdown summary of a results.json of ``psf eval``."""
     lines = [f"psf eval {res['run']}: {res['corpus']}, L={res['seq_len']}, judge {res['judge']}; target entropy "
              f"{fmt_iv(res['target_entropy'], res['target_entropy_interval'], '.3f')} nats "
-             f"({res['references']['n']} test references, {res['references']['spread']} spread)"]
+             + ("(fixed; " if res.get("target_entropy_source") == "fixed" else "(")
+             + f"{res['references']['n']} test references, {res['references']['spread']} spread)"]
     if "floor" in res:
         lines.append(f"floor (entropy rate): {res['floor']['entropy_rate']:.3f} nats/token; references' NLL "
                      f"{res['references']['nll_per_token']:.3f}")
