@@ -47,6 +47,20 @@ def test_paper_table_sets_the_paper_number_beside_ours() -> None:
     assert table["stsb"]["predgen"]["metric"] == "mse" and "paper" not in table["stsb"]["predgen"]
 
 
+def test_paper_table_reports_the_rank_bar_and_agreement_beside_the_table() -> None:
+    """The paper grid's variants are the bare methods: PredGen is read against the Generator's rank decoder and
+    its agreement with its own rank decoder and written answer, per seed, as the CPU grid's T(Z)."""
+    records, collected = _records()
+    renamed = {k.replace("predgen-tz", "predgen"): v for k, v in records.items()}
+    runs = {k.replace("predgen-tz", "predgen"): {**v, "group": v["group"].replace("predgen-tz", "predgen")}
+            for k, v in collected["runs"].items()}
+    out = paper_table(renamed, {"runs": runs})
+    bar = out["comparisons"]["arc-easy: predgen − generator:rank"]
+    assert bar["per_seed"] == pytest.approx([-0.02, -0.04]) and bar["metric"] == "accuracy"
+    assert out["agreement"]["arc-easy-predgen"]["with_rank"]["mean"] == pytest.approx(0.75)
+    assert "arc-easy: predgen − generator:rank" not in paper_table(*_records())["comparisons"]  # no such group
+
+
 def test_paper_table_renders_in_the_papers_layout() -> None:
     from forethought.report.predgen import paper_table as render
 
@@ -83,3 +97,19 @@ def test_grid_reads_each_seed_over_the_test_items() -> None:
     assert rank["difference"] == pytest.approx(acc(tz, "prediction") - acc(gen, "rank"))
     assert "obqa: predgen-tz − predictor" not in items  # other test items: no paired reading
     assert "obqa: predgen-tz − predictor" in grid(records, {"runs": runs})["comparisons"]
+
+
+def test_grid_plot_draws_a_panel_per_task(tmp_path) -> None:
+    from forethought.experiments.paper_grid import grid_plot
+
+    seeds = lambda *v: {"per_seed": list(v)}  # noqa: E731
+    groups = {"obqa-generator": {"measures": {"accuracy": seeds(0.3, 0.32), "rank_accuracy": seeds(0.25, 0.27)}},
+              "obqa-predgen-tz": {"measures": {"accuracy": seeds(0.4, 0.42)}},
+              "stsb-predictor": {"measures": {"mse": seeds(0.7)}}}
+    grid_plot({"groups": groups}, tmp_path / "g.png")
+    from PIL import Image
+
+    with Image.open(tmp_path / "g.png") as im:  # two panels side by side: wider than tall
+        assert im.size[0] > im.size[1] > 100
+    grid_plot({"groups": {}}, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()  # nothing measured yet: no figure

@@ -9,6 +9,7 @@ Run groups are named ``<task>-<variant>``; a record holds ``results`` (results.j
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from forethought.core.errors import ForethoughtError
@@ -32,7 +33,8 @@ GRID_COMPARE = (
     ("generator", "predictor"), ("generator:rank", "predictor"), ("predgen-ll", "generator:rank"),
     ("predgen-tz", "predgen-ll"), ("predgen-tz", "predgen-tz:decoded"),
     ("predgen-tz", "predgen-tz-noq"),  # the question's worth to T(Z), over the choices' text alone
-    ("predgen", "generator"), ("predgen", "predictor"), ("predgen", "generator:expected_value"),
+    ("predgen", "generator"), ("predgen", "generator:rank"), ("predgen", "predictor"),
+    ("predgen", "generator:expected_value"),
     ("predgen:decoded", "generator"),  # what PredGen's training does to the number the model writes
 )
 
@@ -149,7 +151,10 @@ def grid(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[
 def paper_table(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
     """The paper's table layout: one row per dataset, one column per method (Predictor, Generator, PredGen), each
     cell our mean ± std over seeds of the task's metric (accuracy, or MSE for regression) beside the paper's
-    Llama2-7B number where it is kept (:data:`PAPER_LLAMA2_7B`, in %; ours are fractions)."""
+    Llama2-7B number where it is kept (:data:`PAPER_LLAMA2_7B`, in %; ours are fractions); and beside it what
+    :func:`grid` reports of every multiple-choice result: the seed-paired and per-item differences (PredGen
+    against the Generator's rank decoder among them, the bar an adapter must clear) and each run group's
+    agreement with its own rank decoder and written answer."""
     rows = {}
     for task, variants in _by_task(records, collected).items():
         row: dict[str, Any] = {}
@@ -163,4 +168,37 @@ def paper_table(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -
             if paper is not None:
                 row.setdefault(method, {})["paper"] = paper
         rows[task] = row
-    return {"table": rows, "paper_source": PAPER_SOURCE}
+    return {"table": rows, "paper_source": PAPER_SOURCE, **grid(records, collected)}
+
+
+def grid_plot(collected: Mapping[str, Any], path: Path) -> None:
+    """predgen_grid's figure: one panel per task, one column per answer (each method's prediction, and the
+    Generator's rank decoder as its own column: the bar), each seed a dot and the mean a bar; accuracy for the
+    multiple-choice tasks, MSE (lower is better) for regression."""
+    from forethought.core.plots import save_figure, subplots
+
+    panels: dict[str, dict[str, list[float]]] = {}
+    for group, g in collected["groups"].items():
+        task, variant = _task_variant(group)
+        m = g.get("measures", {})
+        metric = "accuracy" if "accuracy" in m else "mse" if "mse" in m else None
+        if metric is None:
+            continue
+        cols = panels.setdefault(f"{task} ({metric})", {})
+        cols[variant] = m[metric]["per_seed"]
+        if variant == "generator" and "rank_accuracy" in m:
+            cols["generator:rank"] = m["rank_accuracy"]["per_seed"]
+    if not panels:
+        return
+    fig, axes = subplots(1, len(panels), figsize=(3.2 * len(panels), 3.6), squeeze=False)
+    for ax, (title, cols) in zip(axes[0], panels.items(), strict=True):
+        names = sorted(cols, key=lambda v: (VARIANT_WORDS.index(v.split("-")[0].split(":")[0]), v))
+        for i, name in enumerate(names):
+            vals = cols[name]
+            ax.bar(i, sum(vals) / len(vals), color="#9ecae1" if name != "generator:rank" else "#fdae6b")
+            ax.plot([i] * len(vals), vals, "k.", ms=5)
+        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("predgen_grid: each seed (dots) and the mean (bars)", fontsize=10)
+    save_figure(fig, path)
