@@ -148,7 +148,8 @@ def grid(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[
     return out
 
 
-def paper_table(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
+def paper_table(records: dict[str, dict[str, Any]], collected: dict[str, Any],
+                paper: Mapping[str, float] = PAPER_LLAMA2_7B, source: str | None = PAPER_SOURCE) -> dict[str, Any]:
     """The paper's table layout: one row per dataset, one column per method (Predictor, Generator, PredGen), each
     cell our mean ± std over seeds of the task's metric (accuracy, or MSE for regression) beside the paper's
     Llama2-7B number where it is kept (:data:`PAPER_LLAMA2_7B`, in %; ours are fractions); and beside it what
@@ -164,11 +165,17 @@ def paper_table(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -
             if vals:
                 metric = next(iter(vals.values()))[0]
                 row[method] = {"metric": metric, **over_seeds({s: v for s, (_, v) in vals.items()})}
-            paper = PAPER_LLAMA2_7B.get(f"{task}/{method}")
-            if paper is not None:
-                row.setdefault(method, {})["paper"] = paper
+            number = paper.get(f"{task}/{method}")
+            if number is not None:
+                row.setdefault(method, {})["paper"] = number
         rows[task] = row
-    return {"table": rows, "paper_source": PAPER_SOURCE, **grid(records, collected)}
+    return {"table": rows, "paper_source": source, **grid(records, collected)}
+
+
+def base_table(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[str, Any]:
+    """:func:`paper_table` of a grid on another base than Llama-2-7B: the paper's per-dataset numbers kept here
+    are Llama-2-7B's, so none is set beside these cells."""
+    return paper_table(records, collected, paper={}, source=None)
 
 
 def grid_plot(collected: Mapping[str, Any], path: Path) -> None:

@@ -164,6 +164,8 @@ PREDGEN = Page("predgen", "Results: PredGen", (
     "is kept in `benchmarks/results/runs/<benchmark>/`."), "predgen_", (
     spec_section("predgen_grid"),
     spec_section("predgen_paper_grid", predgen.paper_table),
+    spec_section("predgen_paper_grid_llama2_13b", predgen.paper_table),
+    spec_section("predgen_paper_grid_llama3_8b", predgen.paper_table),
     spec_section("predgen_mc"),
     spec_section("predgen_curves"),
     spec_section("predgen_tasks"),

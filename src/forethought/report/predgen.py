@@ -98,6 +98,7 @@ def paper_table(r: dict) -> list[str]:
         rows.append([task, metric, *cells])
     if not rows:
         return []
+    source = derived.get("paper_source")
     return [*table(["dataset", "metric", "Predictor", "Generator", "PredGen"], rows), "",
-            f"Ours: fractions (accuracy) or MSE, mean ± std over seeds (number of seeds). Paper: "
-            f"{derived.get('paper_source', '')}."]
+            "Ours: fractions (accuracy) or MSE, mean ± std over seeds (number of seeds). "
+            + (f"Paper: {source}." if source else "The paper's per-dataset numbers for this base are not kept.")]
