@@ -258,6 +258,13 @@ def wikitext_reading(r: dict) -> str:
                + (f"; at temperature 1, where neither model is truncated, PSF's NLL per token under the judge is "
                   f"{t1[0]['diff']['nll_per_token']:+.3f} {_iv(t1[0]['interval']['nll_per_token'])} against AR's "
                   "(positive: worse), the same direction as on the planted corpus." if t1 else "."))
+    tf_cfg = tf.get("config") or {}
+    if tf_cfg.get("latents", "table") == "table":  # a record from before the flow followed ELF-B's recipe
+        out.append("**The token flow row is not ELF-B**: this record's token flow is the earlier baseline (the frozen "
+                   "token table as latents, a logits head, " + f"rounding {tf_cfg.get('rounding', '?')}), none of "
+                   "ELF-B's recipe; it is kept as measured and is no comparison for PSF. The flow that follows "
+                   "ELF-B's recipe is the codes record's `token_flow` below, and why it writes no text at this "
+                   "budget is the subject of the token-flow latents section.")
     diag = (r.get("diagnose") or {}).get("psf") or {}
     ceil, stage = diag.get("ceiling") or {}, (diag.get("shuffle") or {}).get(diag.get("stage", ""), {})
     mode = (stage.get("modes") or {}).get("none")
