@@ -222,11 +222,14 @@ def t5_like(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(folder)
 
 
+@pytest.mark.parametrize("codes", [False, True])
 def test_tiny_paper_shaped_run_samples_with_its_ema_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            isolated_env: None, t5_like: str) -> None:
+                                                            isolated_env: None, t5_like: str, codes: bool) -> None:
     """The tiny recipe on a local OpenWebText file with the T5-like tokenizer and EMA on every stage: the run keeps
     the tokenizer, every checkpoint holds its EMA, and load_recipe (what sampling and evaluation use) rebuilds
-    the PSF model, the prior and the AR baseline with their EMA weights, not the raw ones."""
+    the PSF model, the prior and the AR baseline with their EMA weights, not the raw ones; also with the paper
+    preset's code channel (BN-VAE, the code input at normal(0, 0.02), code dropout), whose codes stage is then the
+    final model."""
     from safetensors.torch import load_file
 
     from forethought.core.checkpoint import latest_checkpoint, read_ema
@@ -236,16 +239,22 @@ def test_tiny_paper_shaped_run_samples_with_its_ema_weights(tmp_path: Path, monk
     write_owt(tmp_path / "data", 60)
     monkeypatch.setenv("FORETHOUGHT_DATA", str(tmp_path / "data"))
     overrides = {"run.out_dir": str(tmp_path / "runs"), "run.name": "owt", "data.corpus": "openwebtext",
-                 "data.tokenizer": t5_like, "data.eval_sequences": 2, "codes.enabled": "false",
+                 "data.tokenizer": t5_like, "data.eval_sequences": 2, "codes.enabled": str(codes).lower(),
                  "longer_blocks.blocks": "[]"}
-    overrides.update({f"{s}.train.ema_decay": "0.5" for s in ("base", "landing", "self_realized", "prior", "ar")})
-    overrides.update({f"{s}.train.steps": "2" for s in ("base", "landing", "self_realized", "prior", "ar")})
+    stages = ("base", "landing", "self_realized", "prior", "ar", *(("codes",) if codes else ()))
+    if codes:
+        paper = yaml.safe_load((CONFIG_DIR / "psf" / "recipe_paper.yaml").read_text())["model"]
+        overrides.update({f"model.{k}": str(paper[k]) for k in ("code_mean_norm", "code_in_init", "code_dropout")})
+    overrides.update({f"{s}.train.ema_decay": "0.5" for s in stages})
+    overrides.update({f"{s}.train.steps": "2" for s in stages})
     cfg = load_config(RecipeConfig, CONFIG_DIR / "psf" / "recipe_tiny.yaml",
                       [f"--{k}={v}" for k, v in overrides.items()])
     results = run(cfg)
     assert results["bos_id"] == 1 and results["vocab_size"] <= 300  # T5's </s>, the stand-in's vocabulary
     art = load_recipe(tmp_path / "runs" / "owt")
-    for folder, model in (("self_realized", art.model), ("prior", art.prior), ("ar", art.ar)):
+    assert art.stage == ("codes" if codes else "self_realized")
+    assert (art.cfg.model.code_mean_norm == "batch") is codes
+    for folder, model in ((art.stage, art.model), ("prior", art.prior), ("ar", art.ar)):
         ckpt = latest_checkpoint(tmp_path / "runs" / "owt" / folder)
         ema = read_ema(ckpt)
         assert ema, folder
