@@ -226,6 +226,18 @@ def test_eval_text_with_judge_mauve_and_the_cache(cache_env, capsys):
     assert refs["offsets"] == sorted(set(refs["offsets"]))
     gaps = np.diff(refs["offsets"])
     assert gaps.max() - gaps.min() <= 32  # evenly spaced, to the window
+    # ELF's scoring (first tokens unscored) at a fixed target entropy: the same sample sets from the cache, judge
+    # passes of their own, one token fewer scored per text, the target the one given
+    target = round(res["target_entropy"] - 0.1, 3)
+    again = ["--out", str(runs / "tx_eval_elf"), "--cache_dir", str(out / "cache"), "--judge_first_token", "false",
+             "--target_entropy", str(target)]
+    assert cli.main(["psf", "eval", *opts[:-2], *again]) == 0
+    elf = json.loads((runs / "tx_eval_elf" / "results.json").read_text())
+    assert "psf-p0 samples" in elf["cache_hits"] and "references judge" not in elf["cache_hits"]
+    assert elf["judge_max_tokens"] == res["judge_max_tokens"]
+    assert elf["references"]["judge_tokens"] == res["references"]["judge_tokens"] - 8  # 8 references
+    assert elf["target_entropy"] == target and elf["target_entropy_source"] == "fixed"
+    assert elf["target_entropy_interval"] == [target, target] and res["target_entropy_source"] == "references"
 
 
 def test_a_plotting_error_keeps_the_evaluation(cache_env, capsys, monkeypatch):

@@ -578,6 +578,9 @@ class EvalConfig:
     judge: str = field("smollm2-135m", "text corpora: the judge causal LM (alias, HF id or folder); the planted "
                        "corpus is judged by its true generator")
     judge_batch: int = field(16, "texts per judge forward pass")
+    judge_first_token: bool = field(True, "score each text's first token too, after the judge's start token "
+                                    "(<|endoftext|>); false: nothing prepended, the first token unscored (ELF's "
+                                    "gen-PPL script)")
     length_quantile: float = field(0.05, "judge-token cap of every text = this quantile of all their judge lengths "
                                    "(matched lengths for MAUVE; 1 = the longest: every text whole, up to the "
                                    "judge's window, as ELF's gen-PPL script)")

@@ -250,10 +250,12 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
         full = limit - 1 if limit else None  # each pass reads whole texts (up to the judge's window); cut below
 
         def judged(tag: str, texts: list[str], k: str) -> Any:
-            jk = cache_key(texts=k, judge=cfg.judge, max_tokens=full)
+            unscored_first = {} if cfg.judge_first_token else {"first_token": False}  # earlier caches stay valid
+            jk = cache_key(texts=k, judge=cfg.judge, max_tokens=full, **unscored_first)
             t = time.perf_counter()
             jp, hit = cached_pass(cache / f"{tag}-judge-{jk}.safetensors",
-                                  lambda: score_texts(texts, judge, jtok, max_tokens=full, batch_size=cfg.judge_batch))
+                                  lambda: score_texts(texts, judge, jtok, max_tokens=full, batch_size=cfg.judge_batch,
+                                                      prepend_start=cfg.judge_first_token))
             progress("judged", tag, hit, time.perf_counter() - t)
             if hit:
                 hits.append(f"{tag} judge")
