@@ -127,6 +127,50 @@ def test_token_flow_verb_writes_a_run_on_the_recipe_batches(runs):
     assert torch.equal(batch, recipe_batches(recipe, tokens, 8)(3)["tokens"])  # a pure function of the step
 
 
+def _tiny_t5_encoder(folder, vocab: int):
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    T5EncoderModel(T5Config(vocab_size=vocab, d_model=16, d_kv=4, num_heads=4, num_layers=2, d_ff=32)
+                   ).save_pretrained(folder)
+    return str(folder)
+
+
+def test_token_flow_on_a_hugging_face_encoders_latents(runs, tmp_path):
+    """ELF-B's latents: a frozen Hugging Face encoder (here a tiny T5) reads the whole window, so a position's
+    latent changes with a later token; the flow models its width; an encoder that cannot read the recipe's ids, or
+    lacks the layer asked for, is refused before any model loads."""
+    from forethought.psf.token_flow import encoder_latents, load_token_flow
+    from forethought.psf.token_flow_run import load_latent_encoder
+
+    vocab = json.loads((runs / "pl" / "results.json").read_text())["vocab_size"]
+    t5 = _tiny_t5_encoder(tmp_path / "t5", vocab + 3)
+    enc = load_latent_encoder(t5)
+    ids = torch.randint(0, vocab, (2, 32))
+    later = ids.clone()
+    later[:, -1] = (later[:, -1] + 1) % vocab
+    h = encoder_latents(enc, ids)
+    assert h.shape == (2, 32, 16) and not torch.allclose(h[:, 0], encoder_latents(enc, later)[:, 0])
+    assert torch.equal(encoder_latents(enc, ids, 0)[:, 0], encoder_latents(enc, later, 0)[:, 0])  # embeddings
+    assert cli.main(["psf", "token-flow", "--recipe_run", str(runs / "pl"), "--out_dir", str(tmp_path), "--name",
+                     "tf_t5", "--size", "config", "--token_flow.n_embd", "32", "--token_flow.n_layer", "1",
+                     "--token_flow.n_head", "2", "--token_flow.time_dim", "8", "--token_flow.steps", "4",
+                     "--steps", "2", "--token_flow.latent_encoder", t5, "--device", "cpu"]) == 0
+    res = json.loads((tmp_path / "tf_t5" / "results.json").read_text())
+    assert res["config"]["latent_encoder"] == t5 and "whole window" in res["latents"] and t5 in res["latents"]
+    assert res["config"]["latent_std"] > 0 and math.isfinite(res["first_look"]["decoder_ce"]["clean"])
+    model, _ = load_token_flow(tmp_path / "tf_t5")
+    assert model.table.shape == (vocab, 16)  # the recipe's ids, the encoder's width
+    small = _tiny_t5_encoder(tmp_path / "t5_small_vocab", vocab - 1)
+    for args, names in ((["--token_flow.latent_encoder", small], ["reads", "fewer than the recipe tokenizer's"]),
+                        (["--token_flow.latent_encoder", t5, "--token_flow.latent_layer", "3"],
+                         ["latent_layer must be -1 or 0..2"]),
+                        (["--token_flow.latent_encoder", str(tmp_path / "nothing")], ["cannot be loaded"])):
+        expect_clean_failure(["psf", "token-flow", "--recipe_run", str(runs / "pl"), "--out_dir",
+                              str(tmp_path / "bad"), *args, "--device", "cpu"], tmp_path, runs / "pl", names)
+        assert not (tmp_path / "bad").exists()
+
+
 def test_eval_planted_with_compared_runs(cache_env, capsys):
     runs = cache_env
     run = runs / "pl"

@@ -20,11 +20,12 @@ from forethought.cli import CONFIG_DIR
 from forethought.core.config import load_config
 from forethought.core.errors import ForethoughtError
 from forethought.data import corpora
-from forethought.psf.config import EvalConfig, RecipeConfig
+from forethought.psf.config import EvalConfig, RecipeConfig, TokenFlowRunConfig
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "psf.md"
 PRESETS = {"recipe": (RecipeConfig, CONFIG_DIR / "psf" / "recipe_paper.yaml"),
-           "eval": (EvalConfig, CONFIG_DIR / "psf" / "eval_paper.yaml")}
+           "eval": (EvalConfig, CONFIG_DIR / "psf" / "eval_paper.yaml"),
+           "flow": (TokenFlowRunConfig, CONFIG_DIR / "psf" / "token-flow_paper.yaml")}
 TOLERANCE = 0.02  # our sizes within 2 % of the paper's
 
 

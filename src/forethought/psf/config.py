@@ -224,6 +224,10 @@ class TokenFlowConfig:
     latent_layer: int = field(-1, "contextual latents: which of the frozen encoder's hidden states (-1: the last, "
                               "after its final norm, the LM head's input; k >= 0: the residual stream after block k, "
                               "0 = the token and position embeddings)")
+    latent_encoder: str = field("", "contextual latents: '' = the recipe run's frozen AR baseline (causal); else a "
+                                "Hugging Face encoder by id or folder (google-t5/t5-small: ELF-B's), frozen, whose "
+                                "hidden states of the whole window are the latents (bidirectional); it must read "
+                                "the recipe tokenizer's ids")
     latent_mean: float = field(0.0, "contextual latents: x0 = (latent - latent_mean) / latent_std (ELF-B: 0)")
     latent_std: float = field(0.0, "contextual latents: the scale (ELF-B: 0.2 for T5-small's outputs; 0 = measured "
                               "on training windows, so x0 has unit standard deviation)")
@@ -269,6 +273,8 @@ class TokenFlowConfig:
                 raise ForethoughtError("rounding=lm_head needs head=logits; use rounding=decoder or nearest")
             if self.ce_weight and self.head != "logits":
                 raise ForethoughtError("ce_weight > 0 needs head=logits")
+            if self.latent_encoder and self.latents != "contextual":
+                raise ForethoughtError("latent_encoder applies to contextual latents (latents: contextual)")
             if self.latents == "contextual" and (self.head == "logits" or self.rounding == "nearest"):
                 raise ForethoughtError("contextual latents have no token table to take an expectation or a nearest "
                                        "row over: use head=embedding and rounding=decoder")

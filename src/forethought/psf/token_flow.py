@@ -108,6 +108,15 @@ def contextual_latents(encoder: GPT, tokens: torch.Tensor, layer: int = -1) -> t
     return (encoder.ln_f(hidden[-1]) if layer == -1 else hidden[layer]).float()
 
 
+@torch.no_grad()
+def encoder_latents(encoder: torch.nn.Module, tokens: torch.Tensor, layer: int = -1) -> torch.Tensor:
+    """(B, L) ids -> (B, L, D): a frozen Hugging Face encoder's hidden states of the window, where every position
+    reads the whole window (ELF's T5-small latents). ``layer`` -1: its last hidden states (after its final norm);
+    k >= 0: after its layer k (0: the embeddings)."""
+    out = encoder(input_ids=tokens, output_hidden_states=layer != -1)
+    return (out.last_hidden_state if layer == -1 else out.hidden_states[layer]).float()
+
+
 def decoder_input(cfg: TokenFlowConfig, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """The decoder branch's input for (B, L, D) latents: λ·x + (1 - λ)·decoder_noise_scale·ε with λ = sigmoid(N(
     decoder_time_mu, decoder_time_sigma)) per token (ELF's), drawn on the CPU (``generator`` or the global RNG)."""

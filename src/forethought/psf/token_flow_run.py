@@ -6,7 +6,8 @@ finished ``psf recipe`` run that trained the AR baseline (``baselines: [ar]``).
   the same seed, window alignment and batch size), for the AR stage's number of steps unless ``steps`` is set,
   so the flow sees the same training windows and tokens. Optimiser settings are the AR stage's.
 - **Latents**: contextual (the default, ELF's kind): the AR baseline's hidden states of each training window
-  (frozen; ``token_flow.latent_layer`` -1, the default: the last, after its final norm; k: after block k),
+  (frozen; ``token_flow.latent_layer`` -1, the default: the last, after its final norm; k: after block k), or
+  with ``token_flow.latent_encoder`` a Hugging Face encoder's (ELF-B's: T5-small's, which reads the whole window),
   standardised by ``token_flow.latent_mean`` / ``latent_std`` (0 = measured on ``latent_batches`` training
   batches and written into the saved config); or the frozen token table.
 - **Optimiser**: ``optimizer: elf`` (default) ELF-B's settings in the shared AdamW trainer (lr = blr·batch/256,
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forethought.core.config import load_config
-from forethought.core.errors import ForethoughtError
+from forethought.core.errors import ForethoughtError, first_line
 from forethought.core.io import previous_results, read_json_object, same_results
 from forethought.core.train_config import TrainConfig
 from forethought.psf.config import TokenFlowConfig, TokenFlowRunConfig
@@ -90,9 +91,46 @@ def elf_train_config(base: TrainConfig, blr: float, warmup_fraction: float) -> T
                    warmup_steps=int(warmup_fraction * base.steps), weight_decay=0.0, beta2=0.95, grad_clip=1.0)
 
 
-def _layer_name(layer: int) -> str:
-    return ("last hidden states" if layer == -1 else "token and position embeddings" if layer == 0
-            else f"hidden states after block {layer}")
+def latent_encoder_shape(name: str) -> tuple[int, int]:
+    """(vocabulary, layers) of a Hugging Face encoder from its config alone (before any weights load)."""
+    from transformers import AutoConfig
+
+    from forethought.core.env import resolve_model_path
+
+    try:
+        c = AutoConfig.from_pretrained(resolve_model_path(name))
+    except (OSError, ValueError) as e:
+        raise ForethoughtError(f"token_flow.latent_encoder {name!r} cannot be loaded (a Hugging Face id reachable "
+                               f"from here or a local folder with config.json): {first_line(e)}") from None
+    layers = getattr(c, "num_layers", None) or getattr(c, "num_hidden_layers", None)
+    if not c.vocab_size or not layers:
+        raise ForethoughtError(f"token_flow.latent_encoder {name!r}: its config names no vocabulary or layers")
+    return int(c.vocab_size), int(layers)
+
+
+def load_latent_encoder(name: str) -> torch.nn.Module:
+    """The encoder of a Hugging Face model (an encoder-decoder's encoder stack), frozen, in eval mode."""
+    import transformers
+
+    from forethought.core.env import resolve_model_path
+
+    path = resolve_model_path(name)
+    config = transformers.AutoConfig.from_pretrained(path)
+    # an encoder-decoder's encoder alone where the library has the class (T5EncoderModel for T5's config)
+    only = getattr(transformers, config.__class__.__name__.removesuffix("Config") + "EncoderModel", None)
+    if only is not None:
+        enc = only.from_pretrained(path)
+    else:
+        model = transformers.AutoModel.from_pretrained(path)
+        enc = model.get_encoder() if getattr(config, "is_encoder_decoder", False) else model
+    for p in enc.parameters():
+        p.requires_grad_(False)
+    return enc.eval()
+
+
+def _layer_name(layer: int, hf: bool = False) -> str:
+    return ("last hidden states" if layer == -1 else ("embeddings" if hf else "token and position embeddings")
+            if layer == 0 else f"hidden states after block {layer}")
 
 
 def first_look(model: TokenFlow, valid: np.ndarray, seq_len: int, encode: Callable[[torch.Tensor], torch.Tensor] | None,
@@ -136,13 +174,23 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
         TokenFlow,
         contextual_latents,
         embedding_table,
+        encoder_latents,
         load_token_flow,
         train_token_flow_batches,
     )
 
     recipe = load_config(RecipeConfig, folder / "config.yaml", [])
-    layer = cfg.token_flow.latent_layer
-    if cfg.token_flow.latents == "contextual" and layer > recipe.ar.model.n_layer:  # before any model loads
+    layer, hf = cfg.token_flow.latent_layer, cfg.token_flow.latents == "contextual" and cfg.token_flow.latent_encoder
+    if hf:  # before any model loads: the encoder must read the recipe's ids and have the layer asked for
+        enc_vocab, enc_layers = latent_encoder_shape(cfg.token_flow.latent_encoder)
+        if layer > enc_layers:
+            raise ForethoughtError(f"token_flow.latent_layer must be -1 or 0..{enc_layers} (the latent encoder's "
+                                   f"layers), got {layer}")
+        if enc_vocab < int(recipe_results.get("vocab_size") or 0):
+            raise ForethoughtError(f"token_flow.latent_encoder {cfg.token_flow.latent_encoder!r} reads "
+                                   f"{enc_vocab} token ids, fewer than the recipe tokenizer's "
+                                   f"{recipe_results['vocab_size']}: its tokenizer is not the recipe's")
+    elif cfg.token_flow.latents == "contextual" and layer > recipe.ar.model.n_layer:  # before any model loads
         raise ForethoughtError(f"token_flow.latent_layer must be -1 or 0..{recipe.ar.model.n_layer} (the AR "
                                f"baseline's blocks), got {layer}")
     art = load_recipe(folder)
@@ -150,6 +198,9 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
         raise ForethoughtError(f"{folder} has no AR baseline checkpoint")
     L, seed = recipe.model.seq_len, recipe.run.seed
     table = embedding_table(art.ar)  # (V, D) frozen
+    encoder = load_latent_encoder(cfg.token_flow.latent_encoder) if hf else None
+    if encoder is not None:  # the latents' width is the encoder's; its rows of the recipe's ids: (V, D_enc)
+        table = encoder.get_input_embeddings().weight.detach().float()[:table.shape[0]].clone()
     counts = art.model.num_params()
     target = counts["encoder"] + counts["decoder"]
     base = replace(cfg.token_flow, seq_len=L)
@@ -168,17 +219,25 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
     batches = recipe_batches(recipe, train_tokens, tcfg.batch_size)
     encode = None
     if fcfg.latents == "contextual":
-        ar = art.ar.to(rt.device).eval()
-        for p in ar.parameters():
-            p.requires_grad_(False)  # frozen: the encoder of the latents, not trained
+        if encoder is not None:
+            enc = encoder.to(rt.device)
+
+            def raw(tokens: torch.Tensor) -> torch.Tensor:
+                return encoder_latents(enc, tokens, layer)  # (B, L, D_enc)
+        else:
+            ar = art.ar.to(rt.device).eval()
+            for p in ar.parameters():
+                p.requires_grad_(False)  # frozen: the encoder of the latents, not trained
+
+            def raw(tokens: torch.Tensor) -> torch.Tensor:
+                return contextual_latents(ar, tokens, layer)  # (B, L, D)
         if fcfg.latent_std == 0:  # measured, then saved with the flow's config
-            h = torch.cat([contextual_latents(ar, batches(s)["tokens"].to(rt.device), layer)
-                           for s in range(cfg.latent_batches)])
+            h = torch.cat([raw(batches(s)["tokens"].to(rt.device)) for s in range(cfg.latent_batches)])
             fcfg = replace(fcfg, latent_mean=float(h.mean()), latent_std=float(h.std()))
         mean, std = fcfg.latent_mean, fcfg.latent_std
 
         def encode(tokens: torch.Tensor) -> torch.Tensor:
-            return (contextual_latents(ar, tokens, layer) - mean) / std  # (B, L, D)
+            return (raw(tokens) - mean) / std  # (B, L, D)
     torch.manual_seed(seed)
     model = TokenFlow(fcfg, table)
     out_dir = cfg.out_dir or str(folder.parent)
@@ -188,9 +247,10 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
            "size": cfg.size, "config": asdict(fcfg), "steps": tcfg.steps, "batch_size": tcfg.batch_size,
            "training_tokens": tcfg.steps * tcfg.batch_size * L, "ar_training_tokens": ar_res.get("training_tokens"),
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
-           "latents": (f"{folder.name}/ar {_layer_name(layer)} (frozen), standardised by mean "
-                       f"{fcfg.latent_mean:.4g}, std {fcfg.latent_std:.4g}" if fcfg.latents == "contextual"
-                       else f"{folder.name}/ar token table (frozen)"),
+           "latents": (f"{fcfg.latent_encoder if encoder is not None else folder.name + '/ar'} "
+                       f"{_layer_name(layer, encoder is not None)} (frozen{', whole window' if encoder is not None else ''}), "
+                       f"standardised by mean {fcfg.latent_mean:.4g}, std {fcfg.latent_std:.4g}"
+                       if fcfg.latents == "contextual" else f"{folder.name}/ar token table (frozen)"),
            "first_look": first_look(load_token_flow(run_.dir, rt.device)[0], valid, L, encode, seed),
            # ^ the weights psf eval samples (EMA where kept)
            "optimizer": {"kind": cfg.optimizer, "lr": tcfg.lr, "schedule": tcfg.schedule,
