@@ -128,6 +128,15 @@ def load_latent_encoder(name: str) -> torch.nn.Module:
     return enc.eval()
 
 
+def latents_description(fcfg: TokenFlowConfig, recipe_name: str, hf: bool) -> str:
+    """What the flow models, in words, for results.json."""
+    if fcfg.latents != "contextual":
+        return f"{recipe_name}/ar token table (frozen)"
+    source, kind = (fcfg.latent_encoder, "frozen, whole window") if hf else (f"{recipe_name}/ar", "frozen")
+    return (f"{source} {_layer_name(fcfg.latent_layer, hf)} ({kind}), standardised by mean "
+            f"{fcfg.latent_mean:.4g}, std {fcfg.latent_std:.4g}")
+
+
 def _layer_name(layer: int, hf: bool = False) -> str:
     return ("last hidden states" if layer == -1 else ("embeddings" if hf else "token and position embeddings")
             if layer == 0 else f"hidden states after block {layer}")
@@ -247,10 +256,7 @@ def run(cfg: TokenFlowRunConfig, resume: str | None = None) -> dict[str, Any]:
            "size": cfg.size, "config": asdict(fcfg), "steps": tcfg.steps, "batch_size": tcfg.batch_size,
            "training_tokens": tcfg.steps * tcfg.batch_size * L, "ar_training_tokens": ar_res.get("training_tokens"),
            "train_wall_s": out["wall_s"], "final_loss": out.get("final_loss"), "curve": out["curve"],
-           "latents": (f"{fcfg.latent_encoder if encoder is not None else folder.name + '/ar'} "
-                       f"{_layer_name(layer, encoder is not None)} (frozen{', whole window' if encoder is not None else ''}), "
-                       f"standardised by mean {fcfg.latent_mean:.4g}, std {fcfg.latent_std:.4g}"
-                       if fcfg.latents == "contextual" else f"{folder.name}/ar token table (frozen)"),
+           "latents": latents_description(fcfg, folder.name, encoder is not None),
            "first_look": first_look(load_token_flow(run_.dir, rt.device)[0], valid, L, encode, seed),
            # ^ the weights psf eval samples (EMA where kept)
            "optimizer": {"kind": cfg.optimizer, "lr": tcfg.lr, "schedule": tcfg.schedule,
