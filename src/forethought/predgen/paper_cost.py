@@ -30,6 +30,7 @@ GPU_FLOPS = 0.4 * 989e12  # assumed sustained bf16 rate of one H100
 BASE_PARAMS = {"meta-llama/Llama-2-7b-hf": 6.74e9, "meta-llama/Llama-2-13b-hf": 13.02e9,
                "meta-llama/Meta-Llama-3-8B": 8.03e9}
 GRID_RUNS_PER_TASK = 9  # 3 methods × 3 seeds, every method counted at PredGen's step cost
+PRESETS = Path(__file__).resolve().parents[1] / "configs" / "predgen"  # package data: train_paper_<task>.yaml
 
 
 def step_seconds(params: float, batch: int, checkpointing: bool, cpu_step_s: float = CPU_STEP_S) -> float:
@@ -47,10 +48,8 @@ def preset_hours(cfg: PredGenConfig, base: str | None = None, cpu_step_s: float 
 
 def estimate(cpu_step_s: float = CPU_STEP_S) -> dict[str, Any]:
     """Per task: steps, batch and hours per run on Llama-2-7B; per base: the grid's total."""
-    from forethought.cli import CONFIG_DIR
-
     tasks = {}
-    for path in sorted((CONFIG_DIR / "predgen").glob("train_paper_*.yaml")):
+    for path in sorted(PRESETS.glob("train_paper_*.yaml")):
         cfg = load_config(PredGenConfig, path)
         tasks[cfg.task.name] = {"steps": cfg.train.steps, "batch": cfg.train.batch_size,
                                 "hours_per_run": {b: preset_hours(cfg, b, cpu_step_s) for b in BASE_PARAMS}}
