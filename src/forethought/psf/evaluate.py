@@ -280,7 +280,7 @@ def evaluate(cfg: EvalConfig, resume: str | None = None) -> dict[str, Any]:
 
     # densification: bisect each model's knob until a point lies within the tolerance of the target entropy
     t0 = time.perf_counter()
-    target_entropy = cfg.target_entropy or metrics(ref_scores)["entropy"]
+    target_entropy = target_entropy_of(cfg, ref_scores)
     densified: dict[str, dict[str, Any]] = {}
     for name, c in list(cands.items()):
         if not cfg.densify or c.knob is None:
@@ -406,6 +406,11 @@ def prompt_methods(cands: dict[str, Candidate]) -> dict[str, Sampler]:
     return methods
 
 
+def target_entropy_of(cfg: EvalConfig, refs: Scores) -> float:
+    """The entropy models are compared at: the fixed ``target_entropy``, else the references' own."""
+    return cfg.target_entropy or metrics(refs)["entropy"]
+
+
 def point_row(s: Scores, boot: dict[str, np.ndarray]) -> dict[str, Any]:
     """Metrics of one set and their intervals."""
     obs = metrics(s)
@@ -426,7 +431,7 @@ def score_models(cands: dict[str, Candidate], sets: dict, scores: dict[str, list
     ref_boot = metrics(refs, ref_idx)
     # the target: the references' entropy, resampled with them, or a fixed value (no uncertainty of its own)
     target_boot = np.full(cfg.n_boot, cfg.target_entropy) if cfg.target_entropy else ref_boot["entropy"]
-    target = {"value": cfg.target_entropy or metrics(refs)["entropy"], "interval": interval(target_boot),
+    target = {"value": target_entropy_of(cfg, refs), "interval": interval(target_boot),
               "source": "fixed" if cfg.target_entropy else "references"}
     boots: dict[str, list[dict[str, np.ndarray]]] = {}
     rows: dict[str, dict] = {}
