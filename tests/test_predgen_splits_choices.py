@@ -13,7 +13,7 @@ from forethought.cli import main
 from forethought.core.errors import ForethoughtError
 from forethought.predgen.config import TaskConfig
 from forethought.predgen.data import load_splits
-from forethought.predgen.tasks import load_task, render_prompt
+from forethought.predgen.tasks import load_task, read_inputs, render_prompt
 from forethought.predgen.tasks.builtin_mc import distinct_choices
 from forethought.testing import tiny_llama_folder
 
@@ -147,6 +147,24 @@ def test_choice_files_lists_maps_and_indices(tmp_path: Path) -> None:
     assert render_prompt(spec, examples[0]).endswith("answer1: because\nanswer2: never\nAnswer:")
 
 
+def test_new_inputs_name_each_choice_as_training_did(tmp_path: Path) -> None:
+    """answerK is the K-th label word of training (here "yes"), also for a new row that lists its choices in
+    another order; a label training never saw is refused with the line."""
+    tsv = tmp_path / "m.tsv"
+    tsv.write_text('q\topts\tkey\nwhy?\t{"yes": "because", "no": "never"}\tno\nhow?\t{"no": "not", "yes": "so"}\tyes\n')
+    spec, examples = load_task(str(tsv), "train", target_field="key", choices_field="opts", eval_path=str(tsv),
+                               answer="name")
+    assert spec.named_from == ["yes", "no"] and examples[1].options == {"answer2": "not", "answer1": "so"}
+    new = _jsonl(tmp_path / "new.jsonl", [{"q": "who?", "opts": {"no": "nah", "yes": "yep"}},
+                                          {"q": "what?", "opts": {"yes": "sure", "maybe": "hm"}}])
+    with pytest.raises(ForethoughtError, match=r"new.jsonl line 2: choice label\(s\) maybe are not the task's"):
+        read_inputs(new, spec)
+    new.write_text(new.read_text().splitlines()[0] + "\n")
+    (example,) = read_inputs(new, spec)
+    assert example.options == {"answer2": "nah", "answer1": "yep"}
+    assert render_prompt(spec, example).endswith("answer2: nah\nanswer1: yep\nAnswer:")
+
+
 @pytest.mark.parametrize("row,message", [
     ({"q": "a", "c": "not json", "y": "A"}, "'c' must be a JSON list"),
     ({"q": "a", "c": ["only one"], "y": "A"}, "'c' must be a JSON list"),
@@ -179,6 +197,7 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ("letter", ["--method", "predgen", "--head.reads", "states"]),
     ("text", ["--method", "predgen", "--head.reads", "choices", "--head.choice_loglik", "0"]),
     ("text", ["--method", "predgen", "--head.reads", "logits"]),
+    ("text", ["--method", "predgen", "--head.reads", "choices", "--head.choice_loglik", "1"]),  # the ll variant
     ("name", ["--method", "predgen", "--head.reads", "choices"]),
     ("text", ["--method", "generator"]),
     ("name", ["--method", "predictor"]),

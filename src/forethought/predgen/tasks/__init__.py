@@ -67,7 +67,7 @@ def _named(loaded: tuple[TaskSpec, list[Example]], template: str | None) -> tupl
         raise ForethoughtError(f"task '{spec.name}': answer 'name' applies to the multiple-choice tasks "
                                f"({', '.join(MULTIPLE_CHOICE)}); use answer 'letter'")
     rename = dict(zip(spec.labels, answer_names(len(spec.labels)), strict=True))
-    spec.labels = [rename[k] for k in spec.labels]
+    spec.named_from, spec.labels = list(spec.labels), [rename[k] for k in spec.labels]
     if template is not None:
         spec.template = template
         if "choices" not in template_fields(spec):

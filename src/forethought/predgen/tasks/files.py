@@ -261,18 +261,23 @@ def read_inputs(path: str | Path, spec: TaskSpec, id_field: str | None = None) -
 def _input_choices(record: dict[str, Any], fields: dict[str, str], spec: TaskSpec, where: str,
                    example_id: str) -> Example:
     """A new input of a multiple-choice file task: its choices from the task's column, labelled as the task
-    writes them (a task answering with names: answer1, answer2, ... for the row's choices in order)."""
+    writes them (a task answering with names: answerK for the K-th label word of training, whatever the row's
+    order)."""
     from forethought.predgen.tasks.builtin_mc import distinct_choices
 
     field = str(spec.choices_field)
     labels, texts = parse_choices(need(record, field, where), where, field)
     named = spec.labels == [f"answer{i + 1}" for i in range(len(spec.labels))]
-    if named:
+    known = spec.named_from or spec.labels
+    if named and spec.named_from is None:  # saved before the names were recorded: the row's choices in order
         labels = [f"answer{i + 1}" for i in range(len(labels))]
-    unknown = [k for k in labels if k not in spec.labels]
+    unknown = [k for k in labels if k not in known]
     if unknown:
         raise ForethoughtError(f"{where}: choice label(s) {', '.join(unknown)} are not the task's "
-                               f"({', '.join(spec.labels)})")
+                               f"({', '.join(known)})")
+    if named and spec.named_from is not None:  # answerK stands for the K-th label word, as in training
+        rename = dict(zip(spec.named_from, spec.labels, strict=True))
+        labels = [rename[k] for k in labels]
     options, _ = distinct_choices(labels, texts, labels[0])
     listed = "\n".join(f"{k}: {t}" if named else f"{k}. {t}" for k, t in
                        (options.items() if named else zip(labels, texts, strict=True)))

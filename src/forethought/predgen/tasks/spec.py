@@ -62,6 +62,9 @@ class TaskSpec:
     answer: Literal["label", "text"] = "label"
     # a multiple-choice data file: the column holding each row's choices (new inputs to predict carry it too)
     choices_field: str | None = None
+    # the name format (answer1..answerN): the label words the names replace, in class order (answerK is
+    # named_from[K-1]), so a new input's choices are named as training named them
+    named_from: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.task_type not in ("classification", "regression"):
