@@ -45,7 +45,6 @@ from forethought.predgen.methods import (
     Encoder,
     Predictions,
     agreement,
-    has_own_choices,
     predict,
     sampling_p,
     training_loss,
@@ -338,8 +337,9 @@ def evaluate(model: PredGenModel, method: Method | str, enc: Encoder, items: lis
     if not items:
         raise ForethoughtError("nothing to evaluate: the eval split is empty")
     expected = es.decoder == "expected"
-    # multiple choice: the rank decoder always runs, the bar any prediction must clear (and agree with less)
-    rank = es.decoder == "rank" or has_own_choices(items)
+    # classification (multiple choice, label words): the rank decoder always runs for a method that writes its
+    # answer, the bar any prediction must clear (and agree with less)
+    rank = es.decoder == "rank" or enc.spec.task_type == "classification"
     preds = predict(model, method, enc, items, es.batch_size, layer, expected, device, rank=rank)
     out: dict[str, Any] = dict(score(enc, items, preds.prediction))
     if preds.decoded is not None:

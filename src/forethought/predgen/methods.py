@@ -480,11 +480,6 @@ def agreement(preds: Predictions, with_decoded: bool) -> dict[str, float]:
             for k, v in others.items() if v is not None and n}
 
 
-def has_own_choices(items: list[dict[str, Any]]) -> bool:
-    """Multiple choice: the encoded items carry their own choices (each decodes under its own trie)."""
-    return any("trie" in it for it in items)
-
-
 def batches(items: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
