@@ -1109,3 +1109,26 @@ def test_scheduled_sampling_rollout_is_greedy_generation_on_a_random_model() -> 
         assert roll[b, len(gold[b]) - 1:].tolist() == batch["answer_ids"][b, len(gold[b]) - 1:-1].tolist()
     one = scheduled_inputs(lm, pp, batch, PredGenSettings(own_tokens="one_pass"))
     assert one[:, 0].tolist() == roll[:, 0].tolist()  # the first input follows the prompt either way
+
+
+def test_speed_times_both_forms_of_the_models_own_tokens(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`predgen speed` times the roll-out and the one-pass form at each p on the same batches: each form's
+    loss runs once per batch (plus the warm-up), and the forms really differ (own_tokens is passed through)."""
+    from forethought.predgen import speed
+
+    enc, items = _encoder(world, regression=True)
+    model = _model(world, "predgen", enc)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    seen: list[str] = []
+    real = speed._predgen_step
+
+    def spy(m: PredGenModel, batch: dict, e: Encoder, settings: Any = None) -> torch.Tensor:
+        seen.append(f"{settings.own_tokens}@{batch['p']:g}")
+        return real(m, batch, e, settings)
+
+    monkeypatch.setattr(speed, "_predgen_step", spy)
+    out = speed.own_tokens_times(model, opt, enc, items, steps=2, batch_size=4, ps=(0.5, 1.0))
+    assert set(out) == {"p=0.5", "p=1"}
+    assert all(v["rollout_s"] > 0 and v["one_pass_s"] > 0 and v["ratio"] == v["rollout_s"] / v["one_pass_s"]
+               for v in out.values())
+    assert sorted(seen) == sorted([f"{f}@{p}" for p in ("0.5", "1") for f in ("rollout", "one_pass")] * 3)

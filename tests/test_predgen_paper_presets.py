@@ -159,3 +159,22 @@ def test_the_grid_hours_in_the_docs_are_the_estimate_s(capsys: pytest.CaptureFix
     assert estimate(2 * 12.2)["grid_hours"]["meta-llama/Llama-2-7b-hf"] == pytest.approx(2 * seven, rel=0.05)
     main(["--out", str(tmp_path / "cost.json")])
     assert f"Llama-2-7b-hf {seven}," in capsys.readouterr().out and (tmp_path / "cost.json").exists()
+
+
+def test_the_measured_cpu_step_is_within_the_archived_grid_runs_steps() -> None:
+    """CPU_STEP_S (one PredGen step of SmolLM2-135M + LoRA r 16, batch 16, OpenBookQA text answers, one thread) is
+    corroborated by the archived predgen_grid records of the same runs at full length: their training wall time
+    per step at one thread (an upper bound on CPU time per step, raised by whatever else loaded the machine)."""
+    import json
+
+    from forethought.predgen.paper_cost import CPU_STEP_S
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "runs" / "predgen_grid"
+    walls = []
+    for path in sorted(folder.glob("openbookqa-predgen-*.json")):
+        rec = json.loads(path.read_text())
+        cfg = rec["config"]
+        if rec["torch_threads"] == 1 and cfg["train"]["batch_size"] == 16 and cfg["task"]["answer"] == "text":
+            walls.append(rec["results"]["train_wall_s"] / cfg["train"]["steps"])
+    assert len(walls) >= 3
+    assert min(walls) <= CPU_STEP_S <= max(walls)

@@ -13,6 +13,8 @@ on one model in one process (so the machine's other load hits both sides of ever
 5. The expected-value decoder over STS-B's numbers 0.00-5.00: the trie walked level by level with the KV cache
    (:func:`forethought.predgen.decoding.answer_distribution`) against the earlier single pass over every deepest
    path (:func:`all_paths_distribution`); examples/s of each and the largest difference of their distributions.
+6. Scheduled sampling's own tokens on STS-B (multi-token numbers): a PredGen step with the paper's sequential
+   roll-out against the one-pass approximation (``--predgen.own_tokens one_pass``), at p = 0.5 and p = 1.
 """
 
 from __future__ import annotations
@@ -113,8 +115,10 @@ def all_paths_distribution(lm: Any, trie: AnswerTrie, ids: torch.Tensor, mask: t
 # ------------------------------------------------------------------------------------------------ the timings
 
 
-def _predgen_step(model: PredGenModel, batch: dict[str, Any], enc: Encoder) -> torch.Tensor:
-    return model(predgen_loss, batch, PredGenSettings(), enc, "classification", -1, True)[0].value()
+def _predgen_step(model: PredGenModel, batch: dict[str, Any], enc: Encoder,
+                  settings: PredGenSettings | None = None) -> torch.Tensor:
+    task_type = enc.spec.task_type
+    return model(predgen_loss, batch, settings or PredGenSettings(), enc, task_type, -1, True)[0].value()
 
 
 def train_step_times(models: dict[str, PredGenModel], opt: torch.optim.Optimizer, enc: Encoder, items: list,
@@ -139,6 +143,33 @@ def train_step_times(models: dict[str, PredGenModel], opt: torch.optim.Optimizer
                 times[name].append(time.perf_counter() - t0)
         print(f"step {step}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items() if v), flush=True)
     return {k: statistics.median(v) for k, v in times.items()}, prompt_lens
+
+
+def own_tokens_times(model: PredGenModel, opt: torch.optim.Optimizer, enc: Encoder, items: list, steps: int,
+                     batch_size: int, ps: tuple[float, ...] = (0.5, 1.0)) -> dict[str, Any]:
+    """Median seconds of a PredGen training step (forward, backward, AdamW) with the model's own tokens fed by
+    the sequential roll-out (the paper's) and by the one-pass approximation, at each scheduled-sampling
+    probability in ``ps``: the two forms interleaved on the same batch in alternating order, ``steps`` batches
+    after one warm-up; and the roll-out's time over the one-pass form's."""
+    forms = {"rollout": PredGenSettings(own_tokens="rollout"), "one_pass": PredGenSettings(own_tokens="one_pass")}
+    out: dict[str, Any] = {}
+    for p in ps:
+        times: dict[str, list[float]] = {k: [] for k in forms}
+        for step in range(steps + 1):
+            batch = with_sampling(enc.collate(items[step * batch_size:(step + 1) * batch_size]), p, step)
+            for name in forms if step % 2 == 0 else reversed(list(forms)):
+                model.train()
+                t0 = time.perf_counter()
+                loss = _predgen_step(model, batch, enc, forms[name])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if step >= 1:
+                    times[name].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out[f"p={p:g}"] = {"rollout_s": med["rollout"], "one_pass_s": med["one_pass"],
+                           "ratio": med["rollout"] / med["one_pass"]}
+    return out
 
 
 def step_parts(model: PredGenModel, opt: torch.optim.Optimizer, enc: Encoder, items: list,
@@ -248,7 +279,7 @@ def run(cfg: SpeedConfig, resume: str | None = None) -> dict[str, Any]:
     seed = cfg.run.seed
     spec, train_ex, eval_ex = load_split(TaskConfig(name="sst2"), seed)
     text_split = load_split(TaskConfig(name=cfg.text_task, answer="text"), seed) if cfg.text_task else None
-    stsb, _, stsb_eval = load_split(TaskConfig(name="stsb"), seed)
+    stsb, stsb_train, stsb_eval = load_split(TaskConfig(name="stsb"), seed)
     lm, tok = load_causal_lm(cfg.base)
     enc = Encoder(spec, tok, PromptConfig())
     torch.manual_seed(seed)
@@ -271,10 +302,15 @@ def run(cfg: SpeedConfig, resume: str | None = None) -> dict[str, Any]:
         parts[f"{cfg.text_task} (text answers)"] = step_parts(tmodel, topt, tenc, tenc.encode(ttrain[:cfg.batch_size]),
                                                               cfg.parts_steps)
     waste = prompt_logits_waste(lm, enc.collate(items[:cfg.batch_size]), cfg.parts_steps)
+    # the roll-out against the one-pass approximation on multi-token answers (STS-B's numbers)
+    senc = Encoder(stsb, tok, PromptConfig())
+    smodel = PredGenModel(lm, build_head("predgen", d, senc.n_out, "attention", 256, None))
+    sopt = torch.optim.AdamW(lora + list(smodel.head.parameters()), lr=1e-4)
+    own = own_tokens_times(smodel, sopt, senc, senc.encode(stsb_train[:cfg.batch_size * (cfg.parts_steps + 1)]),
+                           cfg.parts_steps, cfg.batch_size)
 
     lm.eval()
     decode = decode_rates(lm, enc, _prompt_batches(enc, eval_ex[:cfg.decode_examples], cfg.batch_size), seed)
-    senc = Encoder(stsb, tok, PromptConfig())
     ev = expected_value_rates(lm, senc, _prompt_batches(senc, stsb_eval[:cfg.ev_examples], cfg.batch_size))
     results = {
         "model": f"{cfg.base} + LoRA r=16 (all linear layers)", "batch_size": cfg.batch_size,
@@ -282,9 +318,11 @@ def run(cfg: SpeedConfig, resume: str | None = None) -> dict[str, Any]:
         "train_step_ratio": med["predgen"] / med["generator"], "train_steps_timed": cfg.steps,
         "decode": decode, "decode_speedup": decode["examples_per_s_cached"] / decode["examples_per_s_rerun"],
         "prompt_logits": waste, "expected_value_decoder": ev, "expected_value_speedup": ev["speedup"],
-        "predgen_step_parts_s": parts,
+        "predgen_step_parts_s": parts, "own_tokens_step_s": own,
         "notes": "training: SST-2 train prompts, label-word answers (+EOS), PredGen with p=0.5, the roll-out and "
                  "the attention adapter, AdamW step included, the two methods interleaved in one process. "
+                 "Roll-out against one pass: STS-B train prompts (numbers of several tokens), the two forms "
+                 "interleaved on the same batches, PredGen's other settings as in training. "
                  f"Decoding: SST-2 dev prompts, a trie of {DECODE_ANSWERS} random {DECODE_TOKENS}-token answers "
                  f"({DECODE_TOKENS - 1} tokens + EOS), greedy. Expected value: STS-B dev prompts, every number "
                  "0.00-5.00."}
@@ -292,5 +330,6 @@ def run(cfg: SpeedConfig, resume: str | None = None) -> dict[str, Any]:
     print(f"train step predgen / generator {results['train_step_ratio']:.2f}; decoding cached / re-run "
           f"{results['decode_speedup']:.2f} (mismatched tokens {decode['mismatched_tokens']}); prompt logits "
           f"last only x{waste['speedup']:.2f}; expected value level walk x{ev['speedup']:.2f} (max difference "
-          f"{ev['max_abs_difference']:.1e})")
+          f"{ev['max_abs_difference']:.1e}); roll-out / one pass "
+          + ", ".join(f"{k} {v['ratio']:.2f}" for k, v in own.items()))
     return results

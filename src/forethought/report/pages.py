@@ -285,6 +285,7 @@ class Block:
 
 BLOCKS: tuple[Block, ...] = (
     Block("predgen-grid-lead", "predgen_grid.json", predgen.grid_lead),
+    Block("predgen-own-tokens", "predgen_speed.json", predgen.own_tokens_lead),
     Block("predgen-mc-lead", "predgen_mc.json", lambda r: experiment.summary(
         load_spec("predgen_mc")[0], r, derived=("agreement", "comparisons", "selection"))),
     Block("psf-codes-lead", "psf_codes.json", psf.codes_lead),

@@ -3,6 +3,8 @@ runner, or by a script), as markdown; collected JSON renders through :mod:`foret
 
 from __future__ import annotations
 
+import dataclasses
+
 from forethought.experiments.paper_grid import VARIANT_WORDS
 from forethought.experiments.spec import load_spec
 from forethought.report import experiment
@@ -81,6 +83,14 @@ def grid_lead(r: dict) -> list[str]:
     status = (f"{done} of {done + left} planned runs have finished; the rest resume with the same command. "
               "Groups missing below have not run yet." if left else f"All {done} planned runs have finished.")
     return [status, "", *experiment.summary(spec, r, derived=("comparisons", "agreement"))]
+
+
+def own_tokens_lead(r: dict) -> list[str]:
+    """predgen_speed's table of the scheduled-sampling step with the model's own tokens by the roll-out and by the
+    one-pass approximation (docs/predgen.md, where the two forms are described)."""
+    spec = load_spec("predgen_speed")[0]
+    picked = [t for t in spec.tables if "rollout_p05_s" in (t.measures or [])]
+    return experiment.measure_tables(dataclasses.replace(spec, tables=picked), r)
 
 
 def paper_table(r: dict) -> list[str]:
