@@ -199,7 +199,8 @@ class EvalSettings:
     decoder: Literal["greedy", "expected", "rank"] = field(
         "greedy", "besides the greedy answer: expected = regression generator/predgen: the expected value over "
         "every well-formed number; rank = classification generator/predgen/base: the choice of highest "
-        "log-likelihood (sum, and per character as lm-eval-harness's acc_norm)")
+        "log-likelihood (sum, and per character as lm-eval-harness's acc_norm), which every classification "
+        "task reports anyway (the bar a prediction must clear)")
     latency_examples: int = field(16, "examples timed one at a time for the per-example latency (0 = skip)")
 
     def validate(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -121,6 +122,22 @@ def _predgen_step(model: PredGenModel, batch: dict[str, Any], enc: Encoder,
     return model(predgen_loss, batch, settings or PredGenSettings(), enc, task_type, -1, True)[0].value()
 
 
+def _generator_step(model: PredGenModel, batch: dict[str, Any], enc: Encoder) -> torch.Tensor:
+    return model(generator_loss, batch, True)[0].value()
+
+
+def _timed_step(model: PredGenModel, opt: torch.optim.Optimizer, loss_of: Callable[..., torch.Tensor],
+                *args: Any) -> float:
+    """Seconds of one training step of ``model``: ``loss_of(model, *args)``, its backward and the optimizer step."""
+    model.train()
+    t0 = time.perf_counter()
+    loss = loss_of(model, *args)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return time.perf_counter() - t0
+
+
 def train_step_times(models: dict[str, PredGenModel], opt: torch.optim.Optimizer, enc: Encoder, items: list,
                      steps: int, batch_size: int) -> tuple[dict[str, float], list[float]]:
     """Median seconds of a Generator and a PredGen training step (forward, backward, AdamW) over ``steps``
@@ -132,15 +149,10 @@ def train_step_times(models: dict[str, PredGenModel], opt: torch.optim.Optimizer
         batch = with_sampling(enc.collate(items[step * batch_size:(step + 1) * batch_size]), 0.5, step)
         prompt_lens.append(float(batch["prompt_mask"].sum(1).float().mean()))
         for name in ("generator", "predgen") if step % 2 == 0 else ("predgen", "generator"):
-            m = models[name]
-            m.train()
-            t0 = time.perf_counter()
-            loss = m(generator_loss, batch, True)[0].value() if name == "generator" else _predgen_step(m, batch, enc)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            seconds = _timed_step(models[name], opt, _generator_step if name == "generator" else _predgen_step,
+                                  batch, enc)
             if step >= 2:
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(seconds)
         print(f"step {step}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items() if v), flush=True)
     return {k: statistics.median(v) for k, v in times.items()}, prompt_lens
 
@@ -158,14 +170,9 @@ def own_tokens_times(model: PredGenModel, opt: torch.optim.Optimizer, enc: Encod
         for step in range(steps + 1):
             batch = with_sampling(enc.collate(items[step * batch_size:(step + 1) * batch_size]), p, step)
             for name in forms if step % 2 == 0 else reversed(list(forms)):
-                model.train()
-                t0 = time.perf_counter()
-                loss = _predgen_step(model, batch, enc, forms[name])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+                seconds = _timed_step(model, opt, _predgen_step, batch, enc, forms[name])
                 if step >= 1:
-                    times[name].append(time.perf_counter() - t0)
+                    times[name].append(seconds)
         med = {k: statistics.median(v) for k, v in times.items()}
         out[f"p={p:g}"] = {"rollout_s": med["rollout"], "one_pass_s": med["one_pass"],
                            "ratio": med["rollout"] / med["one_pass"]}
@@ -285,10 +292,15 @@ def run(cfg: SpeedConfig, resume: str | None = None) -> dict[str, Any]:
     torch.manual_seed(seed)
     lm = apply_adapter(lm, AdapterConfig(method="lora", r=16, alpha=32), 100)
     d = hidden_size(lm)
-    models = {"generator": PredGenModel(lm, None),
-              "predgen": PredGenModel(lm, build_head("predgen", d, enc.n_out, "attention", 256, None))}
     lora = [p for p in lm.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(lora + list(models["predgen"].head.parameters()), lr=1e-4)
+
+    def predgen_on(task: Encoder) -> tuple[PredGenModel, torch.optim.Optimizer]:
+        """A PredGen model over the shared LoRA'd ``lm`` with an attention adapter for ``task``, and its AdamW."""
+        model = PredGenModel(lm, build_head("predgen", d, task.n_out, "attention", 256, None))
+        return model, torch.optim.AdamW(lora + list(model.head.parameters()), lr=1e-4)
+
+    predgen, opt = predgen_on(enc)  # the Generator shares the LoRA and this optimizer
+    models = {"generator": PredGenModel(lm, None), "predgen": predgen}
     out = Run.create(cfg.run.out_dir, cfg.run.name, cfg).start()
 
     items = enc.encode(train_ex[:cfg.batch_size * (cfg.steps + 2)])
@@ -297,15 +309,13 @@ def run(cfg: SpeedConfig, resume: str | None = None) -> dict[str, Any]:
     if text_split is not None:  # a multi-token task: answers written as the choice's text
         tspec, ttrain, _ = text_split
         tenc = Encoder(tspec, tok, PromptConfig())
-        tmodel = PredGenModel(lm, build_head("predgen", d, tenc.n_out, "attention", 256, None))
-        topt = torch.optim.AdamW(lora + list(tmodel.head.parameters()), lr=1e-4)
+        tmodel, topt = predgen_on(tenc)
         parts[f"{cfg.text_task} (text answers)"] = step_parts(tmodel, topt, tenc, tenc.encode(ttrain[:cfg.batch_size]),
                                                               cfg.parts_steps)
     waste = prompt_logits_waste(lm, enc.collate(items[:cfg.batch_size]), cfg.parts_steps)
     # the roll-out against the one-pass approximation on multi-token answers (STS-B's numbers)
     senc = Encoder(stsb, tok, PromptConfig())
-    smodel = PredGenModel(lm, build_head("predgen", d, senc.n_out, "attention", 256, None))
-    sopt = torch.optim.AdamW(lora + list(smodel.head.parameters()), lr=1e-4)
+    smodel, sopt = predgen_on(senc)
     own = own_tokens_times(smodel, sopt, senc, senc.encode(stsb_train[:cfg.batch_size * (cfg.parts_steps + 1)]),
                            cfg.parts_steps, cfg.batch_size)
 

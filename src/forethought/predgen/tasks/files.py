@@ -268,16 +268,15 @@ def _input_choices(record: dict[str, Any], fields: dict[str, str], spec: TaskSpe
     field = str(spec.choices_field)
     labels, texts = parse_choices(need(record, field, where), where, field)
     named = spec.labels == [f"answer{i + 1}" for i in range(len(spec.labels))]
-    known = spec.named_from or spec.labels
     if named and spec.named_from is None:  # saved before the names were recorded: the row's choices in order
         labels = [f"answer{i + 1}" for i in range(len(labels))]
-    unknown = [k for k in labels if k not in known]
+    # the task's label -> the label it writes (answerK for the K-th label word of training, as in training)
+    writes = dict(zip(spec.named_from or spec.labels, spec.labels, strict=True))
+    unknown = [k for k in labels if k not in writes]
     if unknown:
         raise ForethoughtError(f"{where}: choice label(s) {', '.join(unknown)} are not the task's "
-                               f"({', '.join(known)})")
-    if named and spec.named_from is not None:  # answerK stands for the K-th label word, as in training
-        rename = dict(zip(spec.named_from, spec.labels, strict=True))
-        labels = [rename[k] for k in labels]
+                               f"({', '.join(writes)})")
+    labels = [writes[k] for k in labels]
     options, _ = distinct_choices(labels, texts, labels[0])
     listed = "\n".join(f"{k}: {t}" if named else f"{k}. {t}" for k, t in
                        (options.items() if named else zip(labels, texts, strict=True)))
