@@ -375,8 +375,8 @@ class SpeedConfig:
     base: str = field("smollm2-135m", "HF causal LM: hub id, local folder, or smollm2-135m (offline)")
     steps: int = field(12, "timed training steps per method (after 2 warm-up steps)")
     batch_size: int = field(16, "examples per training step and per decoding batch")
-    parts_steps: int = field(4, "PredGen steps timed part by part (profiled; after one warm-up), and prompt passes "
-                             "timed each way")
+    parts_steps: int = field(4, "PredGen steps timed part by part (profiled; after one warm-up), prompt passes "
+                             "timed each way, and STS-B steps timed with each form of scheduled sampling's own tokens")
     text_task: str = field("arc-easy", "also time a step's parts on this multiple-choice task answered with the "
                            "choice's text ('' = skip)")
     decode_examples: int = field(64, "SST-2 dev prompts each decoder decodes")
