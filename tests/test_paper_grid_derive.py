@@ -16,8 +16,10 @@ def _records() -> tuple[dict, dict]:
     records, runs = {}, {}
     for (group, seed), (own, rank) in acc.items():
         run = f"{group}-s{seed}"
-        results = {"accuracy": own, **({"rank": {"accuracy": rank}} if rank is not None else {})}
-        preds = [{"prediction": "A", "rank": "A" if i < 3 else "B", "decoded": "A" if i < 2 else "C"} for i in range(4)]
+        results = {"accuracy": own, **({"rank": {"accuracy": rank}, "rank_norm": {"accuracy": rank + 0.05}}
+                                       if rank is not None else {})}
+        preds = [{"prediction": "A", "rank": "A" if i < 3 else "B", "rank_norm": "A" if i < 1 else "B",
+                  "decoded": "A" if i < 2 else "C"} for i in range(4)]
         records[run] = {"results": results, "predictions": preds if rank is not None else []}
         runs[run] = {"group": group, "seed": seed}
     numbers = [{"prediction": 3.1, "decoded": 3.0}, {"prediction": 2.0, "decoded": 2.0}]
@@ -31,10 +33,13 @@ def test_grid_pairs_by_seed_and_reads_other_answers() -> None:
     c = out["comparisons"]
     assert c["arc-easy: predgen-tz − generator"]["per_seed"] == pytest.approx([0.08, 0.08])
     assert c["arc-easy: predgen-tz − generator:rank"]["mean"] == pytest.approx(-0.03)
+    # the per-character rank decoder is a bar of its own beside the summed one
+    assert c["arc-easy: predgen-tz − generator:rank_norm"]["per_seed"] == pytest.approx([-0.07, -0.09])
     assert c["arc-easy: generator − predictor"]["metric"] == "accuracy"
     assert "arc-easy: predgen-tz − predgen-ll" not in c  # a variant that did not run is left out
     agree = out["agreement"]["arc-easy-predgen-tz"]
     assert agree["with_rank"]["mean"] == pytest.approx(0.75) and agree["with_written"]["mean"] == pytest.approx(0.5)
+    assert agree["with_rank_norm"]["mean"] == pytest.approx(0.25)
     assert "arc-easy-predictor" not in out["agreement"]  # it writes nothing
     assert "stsb-predgen" not in out["agreement"]  # regression: numbers, not labels that agree
 
@@ -103,7 +108,8 @@ def test_grid_plot_draws_a_panel_per_task(tmp_path) -> None:
     from forethought.experiments.paper_grid import grid_plot
 
     seeds = lambda *v: {"per_seed": list(v)}  # noqa: E731
-    groups = {"obqa-generator": {"measures": {"accuracy": seeds(0.3, 0.32), "rank_accuracy": seeds(0.25, 0.27)}},
+    groups = {"obqa-generator": {"measures": {"accuracy": seeds(0.3, 0.32), "rank_accuracy": seeds(0.25, 0.27),
+                                                  "rank_norm_accuracy": seeds(0.31, 0.33)}},
               "obqa-predgen-tz": {"measures": {"accuracy": seeds(0.4, 0.42)}},
               "stsb-predictor": {"measures": {"mse": seeds(0.7)}}}
     grid_plot({"groups": groups}, tmp_path / "g.png")

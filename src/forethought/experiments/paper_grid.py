@@ -1,10 +1,10 @@
 """The derive functions of the two PredGen grid specs: ``predgen_grid`` (the CPU evidence: seed-paired differences
-of each method's prediction against the others' and against the Generator's rank decoder, and each multiple-choice
-prediction's agreement with its own rank decoder and its own written answer) and ``predgen_paper_grid`` (the
+of each method's prediction against the others' and against the Generator's rank decoders, and each multiple-choice
+prediction's agreement with its own rank decoders and its own written answer) and ``predgen_paper_grid`` (the
 paper's table: dataset x method, our mean ± std over seeds beside the paper's number).
 
 Run groups are named ``<task>-<variant>``; a record holds ``results`` (results.json) and ``predictions``
-(predictions.jsonl rows: prediction, decoded, rank, target)."""
+(predictions.jsonl rows: prediction, decoded, rank, rank_norm, target)."""
 
 from __future__ import annotations
 
@@ -27,13 +27,17 @@ PAPER_LLAMA2_7B = {"arc-easy/predgen": 84.79, "arc-easy/generator": 79.54, "arc-
 
 # the metric each task is judged by, and whether lower is better
 METRICS = {"mse": True, "accuracy": False}
-# (A, B): A's prediction against B's; "<variant>:<answer>" reads another answer of that run (rank, decoded, ...)
+# (A, B): A's prediction against B's; "<variant>:<answer>" reads another answer of that run (rank, decoded, ...).
+# The Generator has two rank decoders, summed log-probability (rank) and per character (rank_norm, lm-eval's
+# acc_norm): both are bars, neither picked on the test items
 GRID_COMPARE = (
-    ("predgen-tz", "generator"), ("predgen-tz", "generator:rank"), ("predgen-tz", "predictor"),
-    ("generator", "predictor"), ("generator:rank", "predictor"), ("predgen-ll", "generator:rank"),
+    ("predgen-tz", "generator"), ("predgen-tz", "generator:rank"), ("predgen-tz", "generator:rank_norm"),
+    ("predgen-tz", "predictor"), ("generator", "predictor"), ("generator:rank", "predictor"),
+    ("generator:rank_norm", "predictor"), ("predgen-ll", "generator:rank"), ("predgen-ll", "generator:rank_norm"),
     ("predgen-tz", "predgen-ll"), ("predgen-tz", "predgen-tz:decoded"),
     ("predgen-tz", "predgen-tz-noq"),  # the question's worth to T(Z), over the choices' text alone
-    ("predgen", "generator"), ("predgen", "generator:rank"), ("predgen", "predictor"),
+    ("predgen", "generator"), ("predgen", "generator:rank"), ("predgen", "generator:rank_norm"),
+    ("predgen", "predictor"),
     ("predgen", "generator:expected_value"),
     ("predgen:decoded", "generator"),  # what PredGen's training does to the number the model writes
 )
@@ -114,7 +118,7 @@ def grid(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[
     difference with its paired-bootstrap 95 % interval (and McNemar's exact p for accuracy) — what varies with
     the test items, which the seed interval does not show, and with one seed the only interval there is;
     ``agreement``: per multiple-choice run group, over seeds, the share of items where its prediction equals its
-    own rank decoder's answer and its own written answer."""
+    own rank decoders' answers (summed and per character) and its own written answer."""
     out: dict[str, Any] = {"comparisons": {}, "items": {}, "agreement": {}}
     for task, variants in _by_task(records, collected).items():
         for a, b in GRID_COMPARE:
@@ -138,7 +142,7 @@ def grid(records: dict[str, dict[str, Any]], collected: dict[str, Any]) -> dict[
             rows = {s: rec.get("predictions") or [] for s, rec in per_seed.items()
                     if (m := _metric(rec["results"], "")) is not None and m[0] == "accuracy"}
             agree = {}
-            for key, name in (("rank", "with_rank"), ("decoded", "with_written")):
+            for key, name in (("rank", "with_rank"), ("rank_norm", "with_rank_norm"), ("decoded", "with_written")):
                 vals = {s: _agreement(r, key) for s, r in rows.items()}
                 vals = {s: v for s, v in vals.items() if v is not None}
                 if vals:
@@ -155,7 +159,7 @@ def paper_table(records: dict[str, dict[str, Any]], collected: dict[str, Any],
     Llama2-7B number where it is kept (:data:`PAPER_LLAMA2_7B`, in %; ours are fractions); and beside it what
     :func:`grid` reports of every multiple-choice result: the seed-paired and per-item differences (PredGen
     against the Generator's rank decoder among them, the bar an adapter must clear) and each run group's
-    agreement with its own rank decoder and written answer."""
+    agreement with its own rank decoders and written answer."""
     rows = {}
     for task, variants in _by_task(records, collected).items():
         row: dict[str, Any] = {}
@@ -180,8 +184,8 @@ def base_table(records: dict[str, dict[str, Any]], collected: dict[str, Any]) ->
 
 def grid_plot(collected: Mapping[str, Any], path: Path) -> None:
     """predgen_grid's figure: one panel per task, one column per answer (each method's prediction, and the
-    Generator's rank decoder as its own column: the bar), each seed a dot and the mean a bar; accuracy for the
-    multiple-choice tasks, MSE (lower is better) for regression."""
+    Generator's rank decoders, summed and per character, as columns of their own: the bars), each seed a dot and
+    the mean a bar; accuracy for the multiple-choice tasks, MSE (lower is better) for regression."""
     from forethought.core.plots import save_figure, subplots
 
     panels: dict[str, dict[str, list[float]]] = {}
@@ -193,8 +197,11 @@ def grid_plot(collected: Mapping[str, Any], path: Path) -> None:
             continue
         cols = panels.setdefault(f"{task} ({metric})", {})
         cols[variant] = m[metric]["per_seed"]
-        if variant == "generator" and "rank_accuracy" in m:
-            cols["generator:rank"] = m["rank_accuracy"]["per_seed"]
+        if variant == "generator":  # its rank decoders, each a bar of its own
+            for measure, name in (("rank_accuracy", "generator:rank"),
+                                  ("rank_norm_accuracy", "generator:rank_norm")):
+                if measure in m:
+                    cols[name] = m[measure]["per_seed"]
     if not panels:
         return
     fig, axes = subplots(1, len(panels), figsize=(3.2 * len(panels), 3.6), squeeze=False)
@@ -202,7 +209,7 @@ def grid_plot(collected: Mapping[str, Any], path: Path) -> None:
         names = sorted(cols, key=lambda v: (VARIANT_WORDS.index(v.split("-")[0].split(":")[0]), v))
         for i, name in enumerate(names):
             vals = cols[name]
-            ax.bar(i, sum(vals) / len(vals), color="#9ecae1" if name != "generator:rank" else "#fdae6b")
+            ax.bar(i, sum(vals) / len(vals), color="#fdae6b" if name.startswith("generator:rank") else "#9ecae1")
             ax.plot([i] * len(vals), vals, "k.", ms=5)
         ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
         ax.set_title(title, fontsize=9)
